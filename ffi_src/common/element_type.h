@@ -1,0 +1,95 @@
+// Element types the kernels take, and float conversions usable on host and device.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace jaxgemm {
+
+enum class ElementType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+inline const char* ElementTypeName(ElementType t) {
+  switch (t) {
+    case ElementType::kF32: return "float32";
+    case ElementType::kF16: return "float16";
+    case ElementType::kBF16: return "bfloat16";
+  }
+  return "?";
+}
+
+inline int ElementBytes(ElementType t) { return t == ElementType::kF32 ? 4 : 2; }
+
+// Host-side half conversions (the CPU reference sees raw 16-bit words). Device code
+// uses cuda_fp16.h / cuda_bf16.h instead.
+inline float Bf16BitsToFloat(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16_t FloatToBf16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float F16BitsToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man == 0) {
+    u = sign;
+  } else {  // subnormal: renormalize
+    int e = -1;
+    do { ++e; man <<= 1; } while ((man & 0x400u) == 0);
+    u = sign | ((112u - e) << 23) | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16_t FloatToF16Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;           // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;          // rounds to inf
+  if (abs < 0x33000001u) return sign;                     // rounds to zero
+  int exp = static_cast<int>(abs >> 23);
+  uint32_t man = (abs & 0x7fffffu) | 0x800000u;
+  int shift = exp < 113 ? 126 - exp : 13;                 // subnormal halves shift further
+  uint32_t half_man = man >> shift;
+  uint32_t rest = man & ((1u << shift) - 1u);
+  uint32_t halfway = 1u << (shift - 1);
+  if (rest > halfway || (rest == halfway && (half_man & 1u))) ++half_man;
+  uint32_t bits = exp < 113 ? half_man : ((static_cast<uint32_t>(exp - 112) << 10) + (half_man - 0x400u));
+  return static_cast<uint16_t>(sign | bits);  // a mantissa carry rolls into the exponent correctly
+}
+
+inline float LoadAsFloat(const void* base, int64_t i, ElementType t) {
+  switch (t) {
+    case ElementType::kF32: return static_cast<const float*>(base)[i];
+    case ElementType::kF16: return F16BitsToFloat(static_cast<const uint16_t*>(base)[i]);
+    case ElementType::kBF16: return Bf16BitsToFloat(static_cast<const uint16_t*>(base)[i]);
+  }
+  return 0.f;
+}
+
+inline void StoreFromFloat(void* base, int64_t i, float v, ElementType t) {
+  switch (t) {
+    case ElementType::kF32: static_cast<float*>(base)[i] = v; break;
+    case ElementType::kF16: static_cast<uint16_t*>(base)[i] = FloatToF16Bits(v); break;
+    case ElementType::kBF16: static_cast<uint16_t*>(base)[i] = FloatToBf16Bits(v); break;
+  }
+}
+
+}  // namespace jaxgemm

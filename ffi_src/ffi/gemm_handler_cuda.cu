@@ -1,0 +1,37 @@
+// jaxgemm_gemm on CUDA: decode, launch on XLA's stream, report errors as ffi::Error.
+#include <string>
+
+#include "common/cuda_check.h"
+#include "ffi/gemm_decode.h"
+#include "ffi/handlers.h"
+#include "gemm/dispatch.h"
+
+namespace jaxgemm {
+namespace {
+
+ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                        ffi::Result<ffi::AnyBuffer> d, bool transpose_a, bool transpose_b, bool tf32,
+                        float alpha) {
+  auto problem = DecodeGemm(a, b, *d, transpose_a, transpose_b, tf32, alpha);
+  if (!problem.has_value()) return problem.error();
+  std::string unsupported;
+  const cudaError_t status = RunGemm(*problem, stream, &unsupported);
+  if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_gemm: " + unsupported);
+  if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_gemm kernel launch");
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace jaxgemm
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmGemmCuda, jaxgemm::GemmCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Attr<bool>("transpose_a")
+                                  .Attr<bool>("transpose_b")
+                                  .Attr<bool>("tf32")
+                                  .Attr<float>("alpha"),
+                              {xla::ffi::Traits::kCmdBufferCompatible});

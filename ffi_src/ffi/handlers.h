@@ -1,0 +1,8 @@
+// The FFI handler symbols the nanobind module exports.
+#pragma once
+#include "xla/ffi/api/ffi.h"
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxgemmGemmCpu);
+#if defined(JAXGEMM_WITH_CUDA)
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxgemmGemmCuda);
+#endif

@@ -1,0 +1,103 @@
+// The SIMT GEMM kernel: wires the tile scheduler, the mainloop and the epilogue, and its
+// host-side launcher.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "gemm/epilogue.cuh"
+#include "gemm/problem.h"
+#include "gemm/simt_mainloop.cuh"
+#include "gemm/tile_scheduler.cuh"
+
+namespace jaxgemm {
+
+template <class Policy, class TIn, class TOut, bool kTransA, bool kTransB, bool kVectorized>
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
+    SimtGemmKernel(const GemmProblem p, const typename LinearCombination<TOut>::Params epilogue) {
+  using Mainloop = SimtMainloop<Policy, TIn, kTransA, kTransB, kVectorized>;
+  constexpr int kBM = Policy::kBM, kBN = Policy::kBN;
+  __shared__ typename Mainloop::SharedStorage smem;
+
+  int64_t tile_m, tile_n;
+  GroupedRaster{(p.m + kBM - 1) / kBM, (p.n + kBN - 1) / kBN}.Tile(blockIdx.x, &tile_m, &tile_n);
+  const int64_t m0 = tile_m * kBM, n0 = tile_n * kBN;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int ty = warp / Policy::kWarpsN * Policy::kWarpThreadsM + lane / Policy::kWarpThreadsN;
+  const int tx = warp % Policy::kWarpsN * Policy::kWarpThreadsN + lane % Policy::kWarpThreadsN;
+
+  const bool vector_store = p.ldd % 4 == 0 && IsAligned(p.d, 4 * sizeof(TOut));
+
+  for (int64_t z = blockIdx.y; z < p.batch.count; z += gridDim.y) {
+    int64_t off_a, off_b;
+    p.batch.Offsets(z, &off_a, &off_b);
+    const TIn* a = static_cast<const TIn*>(p.a) + off_a;
+    const TIn* b = static_cast<const TIn*>(p.b) + off_b;
+    typename Mainloop::LoaderA load_a(a + (kTransA ? m0 : m0 * p.lda), p.lda, p.m - m0, p.k);
+    typename Mainloop::LoaderB load_b(b + (kTransB ? n0 * p.ldb : n0), p.ldb, p.n - n0, p.k);
+
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+    }
+    Mainloop::Run(load_a, load_b, p.k, smem, acc, ty, tx);
+
+    // Epilogue: each warp writes 4 rows x 8 consecutive 4-element vectors per store.
+    TOut* d = static_cast<TOut*>(p.d) + z * p.m * p.n;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t row = m0 + i / 4 * (kBM / 2) + ty * 4 + i % 4;
+      if (row >= p.m) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = n0 + h * (kBN / 2) + tx * 4;
+        TOut* out = d + row * p.ldd + col;
+        if (vector_store && col + 4 <= p.n) {
+          Vec4<TOut> v;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v.v[j] = LinearCombination<TOut>::Apply(epilogue, acc[i][h * 4 + j]);
+          *reinterpret_cast<Vec4<TOut>*>(out) = v;
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if (col + j < p.n) out[j] = LinearCombination<TOut>::Apply(epilogue, acc[i][h * 4 + j]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // shared memory is reused by the next batch index
+  }
+}
+
+template <class Policy, class TIn, class TOut>
+cudaError_t LaunchSimtGemm(const GemmProblem& p, cudaStream_t stream) {
+  const int64_t tiles = ((p.m + Policy::kBM - 1) / Policy::kBM) * ((p.n + Policy::kBN - 1) / Policy::kBN);
+  if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(p.batch.count, 65535)));
+  const dim3 block(Policy::kThreads);
+  // Vector loads need every row start 4-element aligned: base pointers and pitches.
+  const int vec_bytes = 4 * sizeof(TIn);
+  const bool vec = p.lda % 4 == 0 && p.ldb % 4 == 0 && IsAligned(p.a, vec_bytes) && IsAligned(p.b, vec_bytes);
+  typename LinearCombination<TOut>::Params epilogue{p.alpha};
+
+  auto launch = [&](auto trans_a, auto trans_b, auto vectorized) {
+    SimtGemmKernel<Policy, TIn, TOut, decltype(trans_a)::value, decltype(trans_b)::value,
+                   decltype(vectorized)::value><<<grid, block, 0, stream>>>(p, epilogue);
+  };
+  using T = std::true_type;
+  using F = std::false_type;
+  auto with_layout = [&](auto vectorized) {
+    if (p.trans_a) {
+      p.trans_b ? launch(T{}, T{}, vectorized) : launch(T{}, F{}, vectorized);
+    } else {
+      p.trans_b ? launch(F{}, T{}, vectorized) : launch(F{}, F{}, vectorized);
+    }
+  };
+  vec ? with_layout(T{}) : with_layout(F{});
+  return cudaGetLastError();
+}
+
+}  // namespace jaxgemm

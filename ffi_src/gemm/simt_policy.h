@@ -1,0 +1,28 @@
+// Compile-time shape of a SIMT (FFMA) GEMM: threadblock tile BM x BN x BK; every thread
+// owns an 8x8 accumulator laid out as 2x2 fragments of 4x4, the fragments BM/2 (BN/2)
+// apart so that a warp's 128-bit shared loads touch consecutive addresses.
+#pragma once
+
+namespace jaxgemm {
+
+template <int kBM_, int kBN_>
+struct SimtPolicy {
+  static constexpr int kBM = kBM_, kBN = kBN_, kBK = 8;
+  static constexpr int kThreadTile = 8;
+  static constexpr int kThreadsM = kBM / kThreadTile, kThreadsN = kBN / kThreadTile;
+  static constexpr int kThreads = kThreadsM * kThreadsN;
+  // A warp is 4 x 8 threads (rows x cols): 4 distinct A vectors (broadcast) and 8
+  // consecutive B vectors per shared load.
+  static constexpr int kWarpThreadsM = 4, kWarpThreadsN = 8;
+  static constexpr int kWarpsN = kThreadsN / kWarpThreadsN;
+  // Registers: 64 accumulators + 2x16 fragments + prefetch; 2 blocks of 256 threads fit.
+  static constexpr int kMinBlocksPerSm = 512 / kThreads;
+  static_assert(kThreadsN % kWarpThreadsN == 0 && kThreadsM % kWarpThreadsM == 0,
+                "the tile must hold whole 4x8-thread warps");
+};
+
+using SimtPolicy128x128 = SimtPolicy<128, 128>;
+using SimtPolicy128x64 = SimtPolicy<128, 64>;
+using SimtPolicy64x64 = SimtPolicy<64, 64>;
+
+}  // namespace jaxgemm

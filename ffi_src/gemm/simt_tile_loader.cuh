@@ -1,0 +1,105 @@
+// Global -> registers -> shared memory for one operand tile of the SIMT mainloop.
+//
+// The tile is kExtent rows (of M for A, of N for B) by kBK columns of K. Whatever the
+// operand's layout, shared memory holds it K-major, [kBK][kExtent + 4] floats: A is stored
+// transposed, so the mainloop loads 4 consecutive rows of A or B with one LDS.128. The
+// 4-float pad keeps 16-byte alignment and makes the transposing stores conflict-free.
+#pragma once
+#include <cstdint>
+
+#include "common/device_numeric.cuh"
+
+namespace jaxgemm {
+
+// kKContiguous: consecutive K elements are adjacent in memory (row-major A, transposed B);
+// otherwise consecutive rows of the tile are (transposed A, row-major B). Either way a
+// thread's 4-element vector is 4 adjacent elements in memory.
+// kVectorized: leading dimension and base allow one 4-element vector load.
+template <class T, int kExtent, int kBK, int kThreads, bool kKContiguous, bool kVectorized>
+struct SimtTileLoader {
+  static constexpr int kSmemStride = kExtent + 4;
+  static constexpr int kSmemFloats = kBK * kSmemStride;
+  static constexpr int kVecsPerThread = kExtent * kBK / (4 * kThreads);
+  static_assert(kVecsPerThread >= 1 && kExtent * kBK % (4 * kThreads) == 0,
+                "each thread loads whole 4-element vectors");
+  static_assert(kKContiguous ? kThreads % (kBK / 4) == 0 : kThreads % (kExtent / 4) == 0,
+                "a thread's k offset is the same for all its vectors");
+
+  // Row i and first k of this thread's v-th vector. Neighbouring threads take neighbouring
+  // addresses in global memory, so loads coalesce.
+  __device__ __forceinline__ static void Coord(int v, int* i, int* k) {
+    const int linear = v * kThreads + static_cast<int>(threadIdx.x);
+    if (kKContiguous) {
+      *i = linear / (kBK / 4);
+      *k = linear % (kBK / 4) * 4;
+    } else {
+      *k = linear / (kExtent / 4);
+      *i = linear % (kExtent / 4) * 4;
+    }
+  }
+
+  // Per-vector state is set up once per tile so the k-loop only adds and compares.
+  const T* ptr[kVecsPerThread];   // this thread's next vector
+  int rows_left[kVecsPerThread];  // rows from this vector's first row to the matrix edge (capped)
+  int k_left;                     // K minus this thread's next k (K < 2^31 is checked on the host)
+  int64_t k_step;                 // pointer advance per k-tile
+  T regs[kVecsPerThread][4];
+
+  // base: the tile's row 0 at k = 0; ld: row pitch; extent: rows that exist from row 0.
+  __device__ __forceinline__ SimtTileLoader(const T* base, int64_t ld, int64_t extent, int64_t k_size) {
+    const int64_t step = kKContiguous ? 1 : ld, row_step = kKContiguous ? ld : 1;
+    k_step = kBK * step;
+    int i = 0, k = 0;
+#pragma unroll
+    for (int v = 0; v < kVecsPerThread; ++v) {
+      Coord(v, &i, &k);
+      ptr[v] = base + i * row_step + k * step;
+      rows_left[v] = static_cast<int>(extent - i < kExtent ? extent - i : kExtent);
+    }
+    k_left = static_cast<int>(k_size) - k;
+  }
+
+  // Loads the next k-tile into registers; elements past M/N/K read as zero.
+  __device__ __forceinline__ void LoadNext() {
+#pragma unroll
+    for (int v = 0; v < kVecsPerThread; ++v) {
+      if (kVectorized) {
+        // Vector loads require ld % 4 == 0, so a vector is wholly inside or outside.
+        Vec4<T> x;
+        if (rows_left[v] > 0 && k_left > 0) {
+          x = *reinterpret_cast<const Vec4<T>*>(ptr[v]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) x.v[j] = FromFloat<T>(0.f);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) regs[v][j] = x.v[j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const bool ok = kKContiguous ? (rows_left[v] > 0 && k_left > j) : (rows_left[v] > j && k_left > 0);
+          regs[v][j] = ok ? ptr[v][j] : FromFloat<T>(0.f);
+        }
+      }
+      ptr[v] += k_step;
+    }
+    k_left -= kBK;
+  }
+
+  __device__ __forceinline__ void Store(float* smem) const {
+#pragma unroll
+    for (int v = 0; v < kVecsPerThread; ++v) {
+      int i, k;
+      Coord(v, &i, &k);
+      if (kKContiguous) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) smem[(k + j) * kSmemStride + i] = ToFloat(regs[v][j]);
+      } else {
+        *reinterpret_cast<float4*>(smem + k * kSmemStride + i) =
+            make_float4(ToFloat(regs[v][0]), ToFloat(regs[v][1]), ToFloat(regs[v][2]), ToFloat(regs[v][3]));
+      }
+    }
+  }
+};
+
+}  // namespace jaxgemm
