@@ -9,6 +9,16 @@ from jaxgemm import _jaxgemm
 WITH_CUDA: bool = bool(_jaxgemm.with_cuda)
 
 
+def cuda_sm_count() -> int:
+    """Multiprocessors of the current CUDA device; 0 without CUDA or a GPU."""
+    return int(_jaxgemm.cuda_sm_count()) if WITH_CUDA else 0
+
+
+def simt_config(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int, int, int]:
+    """(tile_m, tile_n, split_k) the CUDA heuristic picks for a float32 problem."""
+    return tuple(_jaxgemm.simt_config(m, n, k, batch, sm_count))
+
+
 def _register() -> None:
     for name, capsule in _jaxgemm.cpu_registrations().items():
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")

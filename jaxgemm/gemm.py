@@ -10,6 +10,7 @@ goes back through the same `_gemm` helper.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -34,9 +35,14 @@ class GemmConfig:
     transpose_b: bool = False
     tf32: bool = False  # float32 inputs may run on tf32 tensor cores
     out_dtype: Any = jnp.dtype(jnp.float32)
+    # K chunks computed in parallel and summed afterwards; None lets the GPU lowering pick.
+    split_k: int | None = None
 
 
 gemm_p = Primitive("jaxgemm_gemm")
+# Split-K's fp32 partial products, (*batch, split_k, m, n); only ever bound inside
+# gemm_p's lowering, so it needs no differentiation or batching rules.
+gemm_partials_p = Primitive("jaxgemm_gemm_partials")
 
 
 def _gemm_dims(a_shape, b_shape, config: GemmConfig):
@@ -71,7 +77,7 @@ def _gemm_abstract_eval(a, b, *, config: GemmConfig):
     return jax.core.ShapedArray(batch + (m, n), config.out_dtype)
 
 
-def _gemm_lowering(ctx, a, b, *, config: GemmConfig):
+def _ffi_call(ctx, a, b, config: GemmConfig, split_k: int):
     return jax.ffi.ffi_lowering("jaxgemm_gemm")(
         ctx,
         a,
@@ -80,7 +86,40 @@ def _gemm_lowering(ctx, a, b, *, config: GemmConfig):
         transpose_b=bool(config.transpose_b),
         tf32=bool(config.tf32),
         alpha=np.float32(1.0),
+        split_k=np.int64(split_k),
     )
+
+
+def _partials_abstract_eval(a, b, *, config: GemmConfig, split_k: int):
+    out = _gemm_abstract_eval(a, b, config=config)
+    return jax.core.ShapedArray(out.shape[:-2] + (split_k,) + out.shape[-2:], jnp.float32)
+
+
+def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
+    if config.split_k is not None:
+        return max(1, int(config.split_k))
+    if platform != "cuda" or not _ffi.WITH_CUDA:
+        return 1
+    sm_count = _ffi.cuda_sm_count()
+    if sm_count <= 0:
+        return 1
+    m, k, n, _ = _gemm_dims(a_aval.shape, b_aval.shape, config)
+    batch = math.prod(_broadcast_batch(a_aval.shape[:-2], b_aval.shape[:-2]))
+    return int(_ffi.simt_config(m, n, k, batch, sm_count)[2])
+
+
+def _gemm_lowering(ctx, a, b, *, config: GemmConfig, platform: str):
+    a_aval, b_aval = ctx.avals_in
+    split_k = _split_k_for(a_aval, b_aval, config, platform)
+    if split_k == 1:
+        return _ffi_call(ctx, a, b, config, 1)
+
+    def reduce_partials(a, b):
+        # Summed in a fixed order by XLA's reduction: deterministic.
+        partials = gemm_partials_p.bind(a, b, config=config, split_k=split_k)
+        return partials.sum(axis=-3).astype(config.out_dtype)
+
+    return mlir.lower_fun(reduce_partials, multiple_results=False)(ctx, a, b)
 
 
 def _kernel_out_dtype(in_dtype, out_dtype):
@@ -160,7 +199,7 @@ def _unbroadcast(x, shape):
 def _transpose_lhs(ct, a, b, *, config: GemmConfig):
     aval = a.aval
     ct = ct.astype(aval.dtype)
-    cfg = dataclasses.replace(config, out_dtype=aval.dtype)
+    cfg = dataclasses.replace(config, out_dtype=aval.dtype, split_k=None)
     if config.transpose_a:  # A stored (K, M): dA = op(B) @ ct^T
         da = _gemm(b, ct, dataclasses.replace(cfg, transpose_a=config.transpose_b, transpose_b=True))
     else:  # dA = ct @ op(B)^T
@@ -171,7 +210,7 @@ def _transpose_lhs(ct, a, b, *, config: GemmConfig):
 def _transpose_rhs(ct, a, b, *, config: GemmConfig):
     aval = b.aval
     ct = ct.astype(aval.dtype)
-    cfg = dataclasses.replace(config, out_dtype=aval.dtype)
+    cfg = dataclasses.replace(config, out_dtype=aval.dtype, split_k=None)
     if config.transpose_b:  # B stored (N, K): dB = ct^T @ op(A)
         db = _gemm(ct, a, dataclasses.replace(cfg, transpose_a=True, transpose_b=config.transpose_a))
     else:  # dB = op(A)^T @ ct
@@ -179,7 +218,7 @@ def _transpose_rhs(ct, a, b, *, config: GemmConfig):
     return _unbroadcast(db, aval.shape)
 
 
-@jax.jit(static_argnames="config")
+@functools.partial(jax.jit, static_argnames="config")
 def _gemm_impl(a, b, *, config: GemmConfig):
     # Eager calls compile the primitive alone, like any jitted function.
     return gemm_p.bind(a, b, config=config)
@@ -187,10 +226,16 @@ def _gemm_impl(a, b, *, config: GemmConfig):
 
 gemm_p.def_impl(_gemm_impl)
 gemm_p.def_abstract_eval(_gemm_abstract_eval)
+gemm_partials_p.def_abstract_eval(_partials_abstract_eval)
 batching.primitive_batchers[gemm_p] = _gemm_batching_rule
 ad.defbilinear(gemm_p, _transpose_lhs, _transpose_rhs)
-mlir.register_lowering(gemm_p, _gemm_lowering, platform="cpu")
-mlir.register_lowering(gemm_p, _gemm_lowering, platform="cuda")
+for _platform in ("cpu", "cuda"):
+    mlir.register_lowering(gemm_p, functools.partial(_gemm_lowering, platform=_platform), platform=_platform)
+    mlir.register_lowering(
+        gemm_partials_p,
+        lambda ctx, a, b, *, config, split_k: _ffi_call(ctx, a, b, config, split_k),
+        platform=_platform,
+    )
 
 
 _TF32_PRECISIONS = {"tensorfloat32", "tf32", "default", "high", "bfloat16_3x"}

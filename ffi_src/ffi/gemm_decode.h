@@ -32,7 +32,8 @@ inline ffi::ErrorOr<ElementType> ToElementType(ffi::DataType t, const char* what
 // each batch dim of a and b is 1 (broadcast) or the output's.
 inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
                                             const ffi::AnyBuffer& d, bool transpose_a,
-                                            bool transpose_b, bool tf32, float alpha) {
+                                            bool transpose_b, bool tf32, float alpha,
+                                            int64_t split_k) {
   auto da = a.dimensions(), db = b.dimensions(), dd = d.dimensions();
   auto shapes = [&] {
     return " (a" + ShapeString(da) + ", b" + ShapeString(db) + ", out" + ShapeString(dd) + ")";
@@ -41,7 +42,15 @@ inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::
     return ffi::Unexpected(ffi::Error::InvalidArgument("jaxgemm_gemm: " + why + shapes()));
   };
   const size_t rank = da.size();
-  if (rank < 2 || db.size() != rank || dd.size() != rank) return fail("operands need equal ranks >= 2");
+  if (split_k < 1) return fail("split_k must be >= 1");
+  // With split_k > 1 the output has an extra dim of S partial products before (m, n).
+  const size_t split_dims = split_k > 1 ? 1 : 0;
+  if (rank < 2 || db.size() != rank || dd.size() != rank + split_dims) {
+    return fail("operands need equal ranks >= 2 (plus a split dim in the output when split_k > 1)");
+  }
+  if (split_k > 1 && (d.element_type() != ffi::DataType::F32 || dd[rank - 2] != split_k)) {
+    return fail("split-K partials must be float32 with a dim of size split_k before (m, n)");
+  }
   if (a.element_type() != b.element_type()) return fail("a and b must have the same dtype");
   auto in_type = ToElementType(a.element_type(), "a/b");
   if (!in_type.has_value()) return ffi::Unexpected(in_type.error());
@@ -62,7 +71,8 @@ inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::
   p.n = transpose_b ? b_rows : b_cols;
   const int64_t kb = transpose_b ? b_cols : b_rows;
   if (kb != p.k) return fail("inner dimensions differ");
-  if (dd[rank - 2] != p.m || dd[rank - 1] != p.n) return fail("output shape is not (m, n)");
+  if (dd[rank - 2 + split_dims] != p.m || dd[rank - 1 + split_dims] != p.n) return fail("output shape is not (m, n)");
+  p.split_k = split_k;
   p.lda = a_cols;
   p.ldb = b_cols;
   p.ldd = p.n;

@@ -1,5 +1,8 @@
 // jaxgemm_gemm on the host platform: the reference semantics, run by CI without a GPU.
+#include <cstring>
+
 #include "ffi/gemm_decode.h"
+#include "ffi/poison.h"
 #include "ffi/handlers.h"
 #include "gemm/cpu_gemm.h"
 
@@ -7,9 +10,10 @@ namespace jaxgemm {
 namespace {
 
 ffi::Error GemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d,
-                       bool transpose_a, bool transpose_b, bool tf32, float alpha) {
-  auto problem = DecodeGemm(a, b, *d, transpose_a, transpose_b, tf32, alpha);
+                       bool transpose_a, bool transpose_b, bool tf32, float alpha, int64_t split_k) {
+  auto problem = DecodeGemm(a, b, *d, transpose_a, transpose_b, tf32, alpha, split_k);
   if (!problem.has_value()) return problem.error();
+  if (PoisonOutputs()) std::memset(d->untyped_data(), 0xff, d->size_bytes());
   if (problem->m == 0 || problem->n == 0 || problem->batch.count == 0) return ffi::Error::Success();
   CpuGemm(*problem);
   return ffi::Error::Success();
@@ -26,4 +30,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmGemmCpu, jaxgemm::GemmCpuImpl,
                                   .Attr<bool>("transpose_a")
                                   .Attr<bool>("transpose_b")
                                   .Attr<bool>("tf32")
-                                  .Attr<float>("alpha"));
+                                  .Attr<float>("alpha")
+                                  .Attr<int64_t>("split_k"));

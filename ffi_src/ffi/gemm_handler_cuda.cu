@@ -3,6 +3,7 @@
 
 #include "common/cuda_check.h"
 #include "ffi/gemm_decode.h"
+#include "ffi/poison.h"
 #include "ffi/handlers.h"
 #include "gemm/dispatch.h"
 
@@ -11,9 +12,12 @@ namespace {
 
 ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
                         ffi::Result<ffi::AnyBuffer> d, bool transpose_a, bool transpose_b, bool tf32,
-                        float alpha) {
-  auto problem = DecodeGemm(a, b, *d, transpose_a, transpose_b, tf32, alpha);
+                        float alpha, int64_t split_k) {
+  auto problem = DecodeGemm(a, b, *d, transpose_a, transpose_b, tf32, alpha, split_k);
   if (!problem.has_value()) return problem.error();
+  if (PoisonOutputs()) {  // 0xff.. is NaN in f32, f16 and bf16: unwritten elements show
+    JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(d->untyped_data(), 0xff, d->size_bytes(), stream));
+  }
   std::string unsupported;
   const cudaError_t status = RunGemm(*problem, stream, &unsupported);
   if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_gemm: " + unsupported);
@@ -33,5 +37,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmGemmCuda, jaxgemm::GemmCudaImpl,
                                   .Attr<bool>("transpose_a")
                                   .Attr<bool>("transpose_b")
                                   .Attr<bool>("tf32")
-                                  .Attr<float>("alpha"),
+                                  .Attr<float>("alpha")
+                                  .Attr<int64_t>("split_k"),
                               {xla::ffi::Traits::kCmdBufferCompatible});

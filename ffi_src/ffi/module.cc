@@ -2,6 +2,9 @@
 #include <nanobind/nanobind.h>
 
 #include "ffi/handlers.h"
+#if defined(JAXGEMM_WITH_CUDA)
+#include "gemm/dispatch.h"
+#endif
 
 namespace nb = nanobind;
 
@@ -29,6 +32,21 @@ NB_MODULE(_jaxgemm, m) {
 #endif
     return d;
   });
+#if defined(JAXGEMM_WITH_CUDA)
+  // The heuristic's choices, for the lowering (split-K) and for tests that must cover
+  // every kernel it can pick.
+  m.def("simt_config", [](int64_t m_, int64_t n, int64_t k, int64_t batch, int sm_count) {
+    jaxgemm::GemmProblem p;
+    p.m = m_;
+    p.n = n;
+    p.k = k;
+    p.batch.count = batch;
+    p.split_k = jaxgemm::ChooseSplitK(p, sm_count);
+    const jaxgemm::SimtChoice c = jaxgemm::ChooseSimtTile(p, sm_count);
+    return nb::make_tuple(c.bm, c.bn, p.split_k);
+  });
+  m.def("cuda_sm_count", &jaxgemm::CurrentDeviceSmCount);
+#endif
   m.attr("with_cuda") =
 #if defined(JAXGEMM_WITH_CUDA)
       true;

@@ -4,25 +4,13 @@
 #include <cuda_fp16.h>
 
 #include <atomic>
-#include <cstring>
+#include <algorithm>
+#include <cmath>
 
 #include "gemm/simt_launch.h"
 
 namespace jaxgemm {
 namespace {
-
-// SM count per device, read once: RunGemm is on XLA's hot path.
-int SmCount() {
-  static std::atomic<int> cache[64] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 132;
-  int n = cache[device].load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) n = 132;
-    cache[device].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
 
 template <class TIn, class TOut>
 cudaError_t RunSimt(const GemmProblem& p, cudaStream_t stream, SimtChoice tile, bool has_128x64) {
@@ -33,31 +21,73 @@ cudaError_t RunSimt(const GemmProblem& p, cudaStream_t stream, SimtChoice tile, 
 
 }  // namespace
 
+// A wave model of the SIMT kernels. Each SM gets L = ceil(blocks / SMs) blocks; up to
+// `resident` of them share it, and an SM reaches its FFMA rate only with ~16 warps
+// resident; smaller tiles do more shared-memory traffic per FMA (`efficiency`).
+struct SimtCandidate {
+  SimtChoice tile;
+  int warps, resident;
+  double efficiency;
+};
+constexpr SimtCandidate kSimtCandidates[] = {
+    {{128, 128}, 8, 2, 1.0}, {{128, 64}, 4, 4, 0.85}, {{64, 64}, 2, 8, 0.7}};
+
+double SimtCost(const GemmProblem& p, int sm_count, const SimtCandidate& c, int64_t split_k) {
+  const double tiles = double((p.m + c.tile.bm - 1) / c.tile.bm) * double((p.n + c.tile.bn - 1) / c.tile.bn);
+  const double blocks = tiles * double(p.batch.count) * double(split_k);
+  const double per_sm = std::ceil(blocks / sm_count);
+  const double active = std::min<double>(per_sm, c.resident);
+  const double rate = c.efficiency * std::min(1.0, active * c.warps / 16.0);
+  GemmProblem chunked = p;
+  chunked.split_k = split_k;
+  const double k = double(split_k > 1 ? chunked.KChunk() : p.k);
+  return per_sm * c.tile.bm * c.tile.bn * k / rate;
+}
+
 SimtChoice ChooseSimtTile(const GemmProblem& p, int sm_count) {
-  // A wave model: blocks run `resident` at a time per SM; a tile of bm x bn costs
-  // bm*bn*resident/efficiency SM-time units, smaller tiles being less efficient (more
-  // shared-memory traffic per FMA). Pick the cheapest total.
-  struct Candidate {
-    SimtChoice tile;
-    int resident;
-    double efficiency;
-  };
-  static constexpr Candidate kCandidates[] = {
-      {{128, 128}, 2, 1.0}, {{128, 64}, 4, 0.85}, {{64, 64}, 8, 0.7}};
-  SimtChoice best = kCandidates[0].tile;
-  double best_cost = 0;
-  for (const Candidate& c : kCandidates) {
-    const double tiles = double((p.m + c.tile.bm - 1) / c.tile.bm) * double((p.n + c.tile.bn - 1) / c.tile.bn) *
-                         double(p.batch.count);
-    const double slots = double(sm_count) * c.resident;
-    const double waves = tiles <= slots ? 1.0 : double(int64_t((tiles + slots - 1) / slots));
-    const double cost = waves * c.tile.bm * c.tile.bn * c.resident / c.efficiency;
-    if (best_cost == 0 || cost < best_cost) {
+  const SimtCandidate* best = &kSimtCandidates[0];
+  double best_cost = SimtCost(p, sm_count, *best, p.split_k);
+  for (const SimtCandidate& c : kSimtCandidates) {
+    const double cost = SimtCost(p, sm_count, c, p.split_k);
+    if (cost < best_cost) {
       best_cost = cost;
-      best = c.tile;
+      best = &c;
+    }
+  }
+  return best->tile;
+}
+
+int64_t ChooseSplitK(const GemmProblem& p, int sm_count) {
+  int64_t best = 1;
+  double best_cost = 0;
+  for (int64_t split = 1; split <= 16; split *= 2) {
+    GemmProblem q = p;
+    q.split_k = split;
+    if (split > 1 && q.KChunk() < 256) break;  // chunks too short to amortize the prologue
+    // Each doubling also costs a pass over the fp32 partials: charge 5%.
+    const double cost = SimtCost(q, sm_count, kSimtCandidates[0], split) * (1.0 + 0.05 * std::log2(double(split)));
+    double cheapest = cost;
+    for (const SimtCandidate& c : kSimtCandidates) {
+      cheapest = std::min(cheapest, SimtCost(q, sm_count, c, split) * (1.0 + 0.05 * std::log2(double(split))));
+    }
+    if (best_cost == 0 || cheapest < best_cost) {
+      best_cost = cheapest;
+      best = split;
     }
   }
   return best;
+}
+
+int CurrentDeviceSmCount() {
+  static std::atomic<int> cache[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  int n = cache[device].load(std::memory_order_relaxed);
+  if (n == 0) {
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) return 0;
+    cache[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
 }
 
 cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, std::string* unsupported) {
@@ -69,7 +99,8 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, std::string* unsu
     *unsupported = "K >= 2^31 is not supported";
     return cudaErrorInvalidValue;
   }
-  const SimtChoice tile = ChooseSimtTile(p, SmCount());
+  const int sm_count = CurrentDeviceSmCount();
+  const SimtChoice tile = ChooseSimtTile(p, sm_count > 0 ? sm_count : 132);
   using E = ElementType;
   if (p.in_type == E::kF32 && p.out_type == E::kF32) return RunSimt<float, float>(p, stream, tile, true);
   if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunSimt<__half, __half>(p, stream, tile, false);

@@ -12,8 +12,16 @@ struct SimtChoice {
   int bm, bn;
 };
 
-// The SIMT threadblock tile for a problem on a GPU with `sm_count` multiprocessors.
+// The SIMT threadblock tile for a problem (with its split_k) on a GPU with `sm_count`
+// multiprocessors.
 SimtChoice ChooseSimtTile(const GemmProblem& p, int sm_count);
+
+// How many K chunks to compute in parallel (fp32 partials reduced afterwards) when the
+// output alone has too few tiles to fill the GPU; 1 otherwise. Ignores p.split_k.
+int64_t ChooseSplitK(const GemmProblem& p, int sm_count);
+
+// Multiprocessors of the current device (cached per device), or 0 without a GPU.
+int CurrentDeviceSmCount();
 
 // Launches D = alpha * op(A) op(B). Returns a CUDA status; *unsupported is set (and
 // cudaErrorInvalidValue returned) when no kernel takes the problem's dtypes.

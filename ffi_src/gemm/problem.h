@@ -1,6 +1,9 @@
 // One GEMM problem, as the handlers decode it and every kernel (CPU and GPU) reads it:
 //   D[z] = alpha * op(A[z]) * op(B[z])   for every batch index z,
 // with op(X) = X or X^T, all matrices dense row-major, 64-bit sizes.
+// With split_k = S > 1, K is cut into S chunks and D holds S fp32 partial products per
+// batch index, D[z][s] = alpha * op(A[z])[:, chunk s] * op(B[z])[chunk s, :]; the caller
+// reduces them (deterministically) afterwards.
 #pragma once
 #include <cstdint>
 
@@ -50,6 +53,20 @@ struct GemmProblem {
   const void* b = nullptr;
   void* d = nullptr;
   float alpha = 1.f;
+  int64_t split_k = 1;
+
+  // K elements per split chunk: a multiple of 8 so every chunk starts vector-aligned.
+  JG_HOST_DEVICE int64_t KChunk() const {
+    const int64_t c = (k + split_k - 1) / split_k;
+    return (c + 7) / 8 * 8;
+  }
+  // Element offsets of the start of chunk s in A and B.
+  JG_HOST_DEVICE int64_t ChunkOffsetA(int64_t s) const { return s * KChunk() * (trans_a ? lda : 1); }
+  JG_HOST_DEVICE int64_t ChunkOffsetB(int64_t s) const { return s * KChunk() * (trans_b ? 1 : ldb); }
+  JG_HOST_DEVICE int64_t ChunkK(int64_t s) const {
+    const int64_t left = k - s * KChunk();
+    return left < 0 ? 0 : (left < KChunk() ? left : KChunk());
+  }
 };
 
 }  // namespace jaxgemm

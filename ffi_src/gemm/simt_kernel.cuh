@@ -29,13 +29,17 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
 
   const bool vector_store = p.ldd % 4 == 0 && IsAligned(p.d, 4 * sizeof(TOut));
 
-  for (int64_t z = blockIdx.y; z < p.batch.count; z += gridDim.y) {
+  // blockIdx.y walks (batch index, split-K chunk) pairs; D holds one m x n slab per pair.
+  const int64_t slabs = p.batch.count * p.split_k;
+  for (int64_t z = blockIdx.y; z < slabs; z += gridDim.y) {
+    const int64_t split = z % p.split_k;
     int64_t off_a, off_b;
-    p.batch.Offsets(z, &off_a, &off_b);
-    const TIn* a = static_cast<const TIn*>(p.a) + off_a;
-    const TIn* b = static_cast<const TIn*>(p.b) + off_b;
-    typename Mainloop::LoaderA load_a(a + (kTransA ? m0 : m0 * p.lda), p.lda, p.m - m0, p.k);
-    typename Mainloop::LoaderB load_b(b + (kTransB ? n0 * p.ldb : n0), p.ldb, p.n - n0, p.k);
+    p.batch.Offsets(z / p.split_k, &off_a, &off_b);
+    const TIn* a = static_cast<const TIn*>(p.a) + off_a + p.ChunkOffsetA(split);
+    const TIn* b = static_cast<const TIn*>(p.b) + off_b + p.ChunkOffsetB(split);
+    const int64_t k_size = p.split_k > 1 ? p.ChunkK(split) : p.k;
+    typename Mainloop::LoaderA load_a(a + (kTransA ? m0 : m0 * p.lda), p.lda, p.m - m0, k_size);
+    typename Mainloop::LoaderB load_b(b + (kTransB ? n0 * p.ldb : n0), p.ldb, p.n - n0, k_size);
 
     float acc[8][8];
 #pragma unroll
@@ -43,7 +47,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
     }
-    Mainloop::Run(load_a, load_b, p.k, smem, acc, ty, tx);
+    Mainloop::Run(load_a, load_b, k_size, smem, acc, ty, tx);
 
     // Epilogue: each warp writes 4 rows x 8 consecutive 4-element vectors per store.
     TOut* d = static_cast<TOut*>(p.d) + z * p.m * p.n;
@@ -76,7 +80,7 @@ template <class Policy, class TIn, class TOut>
 cudaError_t LaunchSimtGemm(const GemmProblem& p, cudaStream_t stream) {
   const int64_t tiles = ((p.m + Policy::kBM - 1) / Policy::kBM) * ((p.n + Policy::kBN - 1) / Policy::kBN);
   if (tiles > INT32_MAX) return cudaErrorInvalidConfiguration;
-  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(p.batch.count, 65535)));
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(p.batch.count * p.split_k, 65535)));
   const dim3 block(Policy::kThreads);
   // Vector loads need every row start 4-element aligned: base pointers and pitches.
   const int vec_bytes = 4 * sizeof(TIn);

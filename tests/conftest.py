@@ -1,0 +1,25 @@
+import os
+
+# Handlers fill outputs with NaN before computing (ffi_src/ffi/poison.h), so an element a
+# kernel fails to write makes the comparison fail. Must be set before the first call.
+os.environ.setdefault("JAXGEMM_POISON_OUTPUTS", "1")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+
+def on_gpu() -> bool:
+    return jax.default_backend() == "gpu"
+
+
+def pytest_collection_modifyitems(config, items):
+    if on_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: runs only where JAX's default backend is a GPU")

@@ -1,0 +1,348 @@
+"""jaxgemm.matmul against float64 references, through the public API.
+
+Runs on whatever JAX's default backend is: the CPU handlers in CI, the CUDA kernels on a
+GPU. Tests marked `gpu` need a GPU and are skipped without one.
+"""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import jaxgemm
+from conftest import on_gpu
+from reference import TF32_TOLERANCE, TOLERANCE, op, random, rel_error, to64
+
+DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
+LAYOUTS = list(itertools.product([False, True], repeat=2))
+SHAPES = [(1, 1, 1), (3, 17, 5), (17, 1, 127), (127, 255, 33), (255, 127, 513)]
+
+
+def _operands(rng, m, n, k, dtype, ta, tb, batch_a=(), batch_b=()):
+    a = random(rng, batch_a + ((k, m) if ta else (m, k)), dtype)
+    b = random(rng, batch_b + ((n, k) if tb else (k, n)), dtype)
+    return a, b
+
+
+def _reference(a, b, ta=False, tb=False):
+    return np.matmul(op(to64(a), ta), op(to64(b), tb))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_matches_float64(m, n, k, ta, tb, dtype):
+    rng = np.random.default_rng(hash((m, n, k, ta, tb)) % 2**32)
+    a, b = _operands(rng, m, n, k, dtype, ta, tb)
+    out = jax.jit(jaxgemm.matmul, static_argnames=("transpose_a", "transpose_b"))(
+        a, b, transpose_a=ta, transpose_b=tb
+    )
+    assert out.dtype == jnp.dtype(dtype)
+    assert rel_error(out, _reference(a, b, ta, tb)) <= TOLERANCE[jnp.dtype(dtype)]
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape",
+    [
+        ((4, 5, 7), (4, 7, 3)),
+        ((2, 1, 5, 7), (3, 7, 3)),  # both broadcast
+        ((6, 5, 7), (7, 3)),  # B shared: folded into M
+        ((5, 7), (6, 7, 3)),  # A shared: stride-0 broadcast
+        ((2, 1, 3, 1, 5, 7), (1, 4, 1, 2, 7, 3)),  # alternating patterns beyond the kernel's rank
+        ((7,), (7, 3)),
+        ((5, 7), (7,)),
+        ((7,), (7,)),
+        ((2, 3, 5, 7), (7,)),
+        ((7,), (2, 7, 3)),
+    ],
+)
+def test_batch_broadcast_and_vectors(a_shape, b_shape):
+    rng = np.random.default_rng(0)
+    a, b = random(rng, a_shape, jnp.float32), random(rng, b_shape, jnp.float32)
+    out = jaxgemm.matmul(a, b)
+    ref = np.matmul(to64(a), to64(b))
+    assert out.shape == ref.shape
+    assert rel_error(out, ref) <= 1e-5
+
+
+def test_transposed_batched():
+    rng = np.random.default_rng(1)
+    a = random(rng, (3, 9, 6), jnp.float32)  # (batch, K, M)
+    b = random(rng, (1, 4, 9), jnp.float32)  # (1, N, K)
+    out = jaxgemm.matmul(a, b, transpose_a=True, transpose_b=True)
+    assert rel_error(out, _reference(a, b, True, True)) <= 1e-5
+
+
+def test_lowering_contains_custom_call():
+    a = jnp.ones((8, 4), jnp.float32)
+    text = jax.jit(jaxgemm.matmul).lower(a, a.T).as_text()
+    assert "jaxgemm_gemm" in text
+    assert "dot_general" not in text  # no silent fallback to an XLA dot
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_out_dtype_float32(dtype):
+    rng = np.random.default_rng(2)
+    a, b = _operands(rng, 33, 17, 65, dtype, False, False)
+    out = jaxgemm.matmul(a, b, out_dtype=jnp.float32)
+    assert out.dtype == jnp.float32
+    # The fp32 result of half inputs is exact up to fp32 accumulation.
+    assert rel_error(out, _reference(a, b)) <= 1e-5
+
+
+def test_out_dtype_narrower_than_input():
+    rng = np.random.default_rng(3)
+    a, b = _operands(rng, 16, 8, 32, jnp.float32, False, False)
+    out = jaxgemm.matmul(a, b, out_dtype=jnp.bfloat16)
+    assert out.dtype == jnp.bfloat16
+    assert rel_error(out, _reference(a, b)) <= 1e-2
+
+
+def test_mixed_input_dtypes_promote():
+    rng = np.random.default_rng(4)
+    a = random(rng, (5, 6), jnp.bfloat16)
+    b = random(rng, (6, 7), jnp.float32)
+    out = jaxgemm.matmul(a, b)
+    assert out.dtype == jnp.float32
+    assert rel_error(out, _reference(a, b)) <= 1e-5
+
+
+@pytest.mark.parametrize("precision", ["tensorfloat32", jax.lax.Precision.DEFAULT, jax.lax.Precision.HIGH])
+def test_tf32_precision(precision):
+    rng = np.random.default_rng(5)
+    a, b = _operands(rng, 130, 66, 257, jnp.float32, False, True)
+    out = jaxgemm.matmul(a, b, transpose_b=True, precision=precision)
+    assert rel_error(out, _reference(a, b, False, True)) <= TF32_TOLERANCE
+
+
+@pytest.mark.parametrize("precision", [None, "highest", jax.lax.Precision.HIGHEST])
+def test_exact_precision(precision):
+    rng = np.random.default_rng(6)
+    a, b = _operands(rng, 130, 66, 257, jnp.float32, True, False)
+    out = jaxgemm.matmul(a, b, transpose_a=True, precision=precision)
+    assert rel_error(out, _reference(a, b, True, False)) <= 1e-5
+
+
+def test_nan_propagates_to_its_row_only():
+    rng = np.random.default_rng(7)
+    a, b = _operands(rng, 9, 5, 11, jnp.float32, False, False)
+    a = a.at[3, 4].set(jnp.nan)
+    out = np.asarray(jaxgemm.matmul(a, b))
+    assert np.all(np.isnan(out[3]))
+    assert np.all(np.isfinite(np.delete(out, 3, axis=0)))
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape,out_shape",
+    [((0, 4), (4, 3), (0, 3)), ((5, 4), (4, 0), (5, 0)), ((5, 0), (0, 3), (5, 3)), ((0, 5, 4), (4, 3), (0, 5, 3))],
+)
+def test_zero_sizes(a_shape, b_shape, out_shape):
+    a, b = jnp.ones(a_shape, jnp.float32), jnp.ones(b_shape, jnp.float32)
+    out = jax.jit(jaxgemm.matmul)(a, b)
+    assert out.shape == out_shape
+    assert np.all(np.asarray(out) == 0)
+    grads = jax.grad(lambda a, b: jaxgemm.matmul(a, b).sum(), argnums=(0, 1))(a, b)
+    assert grads[0].shape == a_shape and grads[1].shape == b_shape
+
+
+# --- differentiation -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+def test_grads_order_2(ta, tb):
+    rng = np.random.default_rng(8)
+    a, b = _operands(rng, 5, 4, 6, jnp.float32, ta, tb)
+    f = lambda a, b: jaxgemm.matmul(a, b, transpose_a=ta, transpose_b=tb)  # noqa: E731
+    check_grads(f, (a, b), order=2, modes=("fwd", "rev"), atol=1e-2, rtol=1e-2)
+
+
+def test_grads_batched_broadcast():
+    rng = np.random.default_rng(9)
+    a, b = random(rng, (2, 1, 3, 4), jnp.float32), random(rng, (3, 4, 5), jnp.float32)
+    check_grads(jaxgemm.matmul, (a, b), order=2, modes=("fwd", "rev"), atol=1e-2, rtol=1e-2)
+    ga, gb = jax.grad(lambda a, b: (jaxgemm.matmul(a, b) ** 2).sum(), argnums=(0, 1))(a, b)
+    ra, rb = jax.grad(lambda a, b: (jnp.matmul(a, b) ** 2).sum(), argnums=(0, 1))(a, b)
+    assert rel_error(ga, to64(ra)) <= 1e-5 and rel_error(gb, to64(rb)) <= 1e-5
+
+
+def test_grad_of_vector_products():
+    rng = np.random.default_rng(10)
+    x, w = random(rng, (6,), jnp.float32), random(rng, (6, 3), jnp.float32)
+    check_grads(jaxgemm.matmul, (x, w), order=2, modes=("fwd", "rev"), atol=1e-2, rtol=1e-2)
+
+
+def test_jvp_vjp_and_linear_transpose():
+    rng = np.random.default_rng(11)
+    a, b = _operands(rng, 4, 3, 5, jnp.float32, False, False)
+    da, db = _operands(rng, 4, 3, 5, jnp.float32, False, False)
+    out, tangent = jax.jvp(jaxgemm.matmul, (a, b), (da, db))
+    ref = _reference(da, b) + _reference(a, db)
+    assert rel_error(tangent, ref) <= 1e-5
+    _, vjp = jax.vjp(jaxgemm.matmul, a, b)
+    ct = random(rng, out.shape, jnp.float32)
+    ga, gb = vjp(ct)
+    assert rel_error(ga, to64(ct) @ to64(b).T) <= 1e-5
+    assert rel_error(gb, to64(a).T @ to64(ct)) <= 1e-5
+    (lt,) = jax.linear_transpose(lambda x: jaxgemm.matmul(x, b), a)(ct)
+    assert rel_error(lt, to64(ct) @ to64(b).T) <= 1e-5
+
+
+def test_half_precision_grads_keep_dtype():
+    rng = np.random.default_rng(12)
+    a, b = _operands(rng, 8, 4, 16, jnp.bfloat16, False, False)
+    ga, gb = jax.grad(lambda a, b: jaxgemm.matmul(a, b, out_dtype=jnp.float32).sum(), argnums=(0, 1))(a, b)
+    assert ga.dtype == jnp.bfloat16 and gb.dtype == jnp.bfloat16
+    ones = np.ones((8, 4))
+    assert rel_error(ga, ones @ to64(b).T) <= 1e-2
+
+
+# --- vmap ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "in_axes,a_shape,b_shape",
+    [
+        ((0, None), (3, 5, 7), (7, 4)),
+        ((None, 0), (5, 7), (3, 7, 4)),
+        ((0, 0), (3, 5, 7), (3, 7, 4)),
+        ((1, 2), (5, 3, 7), (7, 4, 3)),
+        ((2, None), (5, 7, 3), (2, 7, 4)),
+        ((None, 0), (2, 5, 7), (3, 1, 7, 4)),
+    ],
+)
+def test_vmap(in_axes, a_shape, b_shape):
+    rng = np.random.default_rng(13)
+    a, b = random(rng, a_shape, jnp.float32), random(rng, b_shape, jnp.float32)
+    out = jax.vmap(jaxgemm.matmul, in_axes=in_axes)(a, b)
+    ref = jax.vmap(lambda x, y: jnp.matmul(x, y, precision="highest"), in_axes=in_axes)(a, b)
+    assert rel_error(out, to64(ref)) <= 1e-5
+
+
+def test_nested_vmap_and_vmap_of_grad():
+    rng = np.random.default_rng(14)
+    a, b = random(rng, (2, 3, 5, 7), jnp.float32), random(rng, (3, 7, 4), jnp.float32)
+    out = jax.vmap(jax.vmap(jaxgemm.matmul, in_axes=(0, 0)), in_axes=(0, None))(a, b)
+    assert rel_error(out, np.matmul(to64(a), to64(b))) <= 1e-5
+
+    loss = lambda x, w: (jaxgemm.matmul(x, w) ** 2).sum()  # noqa: E731
+    ref_loss = lambda x, w: (jnp.matmul(x, w, precision="highest") ** 2).sum()  # noqa: E731
+    x, w = random(rng, (6, 5, 7), jnp.float32), random(rng, (7, 4), jnp.float32)
+    g = jax.vmap(jax.grad(loss, argnums=1), in_axes=(0, None))(x, w)  # per-example grads
+    r = jax.vmap(jax.grad(ref_loss, argnums=1), in_axes=(0, None))(x, w)
+    assert rel_error(g, to64(r)) <= 1e-5
+
+
+def test_vmap_does_not_copy_unbatched_operand():
+    """The unbatched operand reaches the kernel unexpanded (stride-0 broadcast or folded)."""
+    a, b = jnp.ones((5, 7), jnp.float32), jnp.ones((64, 7, 4), jnp.float32)
+    for fn, args in [
+        (jax.vmap(jaxgemm.matmul, in_axes=(None, 0)), (a, b)),
+        (jax.vmap(jaxgemm.matmul, in_axes=(0, None)), (b.transpose(0, 2, 1), a.T)),
+    ]:
+        jaxpr = jax.make_jaxpr(fn)(*args)
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "broadcast_in_dim":
+                assert np.prod(eqn.outvars[0].aval.shape) == np.prod(eqn.invars[0].aval.shape), eqn
+
+
+# --- bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "a,b,kwargs,exc,pattern",
+    [
+        (jnp.float32(1), jnp.ones((2, 2)), {}, ValueError, r"rank >= 1.*\(\)"),
+        (jnp.ones((3, 4)), jnp.ones((5, 6)), {}, ValueError, r"inner dimensions.*\(3, 4\).*\(5, 6\)"),
+        (jnp.ones((3, 4)), jnp.ones((3, 6)), {"transpose_a": False}, ValueError, "K=4.*K=3"),
+        (jnp.ones((2, 3, 4)), jnp.ones((5, 4, 6)), {}, ValueError, r"batch dims do not broadcast.*\(2,\).*\(5,\)"),
+        (jnp.ones((3, 4), jnp.int32), jnp.ones((4, 2), jnp.int32), {}, TypeError, "int32"),
+        (jnp.ones((3, 4)), jnp.ones((4, 2)), {"out_dtype": jnp.int8}, TypeError, "int8"),
+        (jnp.ones((3, 4)), jnp.ones((4, 2)), {"precision": "fastest"}, ValueError, "precision"),
+    ],
+)
+def test_bad_input_raises_at_trace_time(a, b, kwargs, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        jax.jit(lambda a, b: jaxgemm.matmul(a, b, **kwargs)).lower(a, b)
+
+
+# --- GPU-only ---------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "m,n,k",
+    [
+        (4095, 4097, 4093),  # ragged edges on every side
+        (128, 8192, 2048),  # tall and skinny
+        (2048, 2048, 1024),
+        (1, 4095, 127),
+        (127, 1, 4095),
+    ],
+)
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+def test_gpu_large_ragged_float32(m, n, k, ta, tb):
+    rng = np.random.default_rng(hash((m, n, k, ta, tb)) % 2**32)
+    a, b = _operands(rng, m, n, k, jnp.float32, ta, tb)
+    out = jaxgemm.matmul(a, b, transpose_a=ta, transpose_b=tb)
+    assert rel_error(out, _reference(a, b, ta, tb)) <= 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,k", [(1023, 1025, 513), (64, 3000, 1001)])
+def test_gpu_half_and_unaligned(m, n, k, dtype):
+    rng = np.random.default_rng(15)
+    for ta, tb in LAYOUTS:
+        a, b = _operands(rng, m, n, k, dtype, ta, tb)
+        out = jaxgemm.matmul(a, b, transpose_a=ta, transpose_b=tb)
+        assert rel_error(out, _reference(a, b, ta, tb)) <= TOLERANCE[jnp.dtype(dtype)], (ta, tb)
+
+
+@pytest.mark.gpu
+def test_gpu_every_simt_tile_is_exercised():
+    """Shapes on which the heuristic picks each SIMT tile, checked for correctness."""
+    from jaxgemm import _jaxgemm
+
+    sms = jax.devices()[0].core_count
+    cases = {(512, 8192, 256): None, (256, 256, 4096): None, (2048, 2048, 512): None, (200, 1000, 999): None}
+    seen = set()
+    rng = np.random.default_rng(16)
+    for m, n, k in cases:
+        seen.add(_jaxgemm.simt_tile(m, n, k, 1, sms))
+        a, b = _operands(rng, m, n, k, jnp.float32, False, False)
+        assert rel_error(jaxgemm.matmul(a, b), _reference(a, b)) <= 1e-5, (m, n, k)
+    assert seen == {(128, 128), (128, 64), (64, 64)}, seen
+
+
+@pytest.mark.gpu
+def test_gpu_many_batches_beyond_grid_limit():
+    rng = np.random.default_rng(17)
+    a, b = random(rng, (70000, 2, 3), jnp.float32), random(rng, (70000, 3, 2), jnp.float32)
+    assert rel_error(jaxgemm.matmul(a, b), np.matmul(to64(a), to64(b))) <= 1e-5
+
+
+def test_runs_on_expected_backend():
+    assert jaxgemm.WITH_CUDA or not on_gpu()
+
+
+# --- split-K ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("split_k", [2, 3, 7])
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_split_k_partials_sum_to_product(split_k, ta, tb, dtype):
+    """Forced split-K (the GPU heuristic picks it for small outputs with long K)."""
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    rng = np.random.default_rng(18)
+    a, b = _operands(rng, 9, 13, 203, dtype, ta, tb, batch_a=(2,))
+    config = GemmConfig(ta, tb, False, jnp.dtype(dtype), split_k=split_k)
+    out = jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
+    assert out.dtype == jnp.dtype(dtype)
+    assert rel_error(out, _reference(a, b, ta, tb)) <= TOLERANCE[jnp.dtype(dtype)]
+    text = jax.jit(lambda a, b: _gemm(a, b, config)).lower(a, b).as_text()
+    assert f"split_k = {split_k}" in text
