@@ -15,7 +15,6 @@ about 97% test accuracy in a few seconds on a CPU.
 """
 
 import argparse
-import os
 import sys
 import time
 
@@ -24,12 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from sklearn.datasets import load_digits
 
-try:
-    import jaxgemm
-except ImportError:
-    # Not installed: fall back to the source checkout this example lives in.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import jaxgemm
+import jaxgemm
 
 LAYER_SIZES = (64, 256, 256, 10)
 

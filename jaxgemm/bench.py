@@ -1,0 +1,182 @@
+"""Benchmark: jaxgemm vs XLA on the same inputs, in one process.
+
+    python -m jaxgemm.bench [--suite simt|half|smoke|all] [--iterations 50] [--json out.json]
+
+Kernel time comes from CUPTI (`jax.experimental.mosaic.gpu.profiler.measure`): the sum of
+the kernels one call launches, median over iterations. Without it (e.g. on a CPU) the
+median wall-clock time of a jitted call is used, and the table says so. `xla/ours` > 1
+means jaxgemm is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxgemm
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    m: int
+    n: int
+    k: int
+    dtype: str = "float32"
+    transpose_a: bool = False
+    transpose_b: bool = False
+    precision: str | None = None  # jaxgemm's and XLA's precision for float32
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+def _simt_suite() -> list[Case]:
+    cases = [Case(f"f32 {s}^3", s, s, s) for s in (4096, 8192)]
+    cases += [Case(f"f32 K=1024 M=N={s}", s, s, 1024) for s in (2048, 4096, 8192, 16384)]
+    cases.append(Case("f32 ragged", 4095, 4097, 4093))
+    for ta, tb in ((True, False), (False, True), (True, True)):
+        tag = ("T" if ta else "N") + ("T" if tb else "N")
+        cases.append(Case(f"f32 4096^3 {tag}", 4096, 4096, 4096, transpose_a=ta, transpose_b=tb))
+    cases.append(Case("f32 tall-skinny", 128, 8192, 8192))
+    return cases
+
+
+SUITES: dict[str, Callable[[], list[Case]]] = {
+    "smoke": lambda: [Case("f32 1024^3", 1024, 1024, 1024), Case("bf16 1024^3", 1024, 1024, 1024, "bfloat16")],
+    "simt": _simt_suite,
+    "half": lambda: [Case(f"{d} 4096^3", 4096, 4096, 4096, d) for d in ("bfloat16", "float16")],
+}
+SUITES["all"] = lambda: SUITES["simt"]() + SUITES["half"]()
+
+
+def _xla_precision(case: Case):
+    if case.dtype != "float32":
+        return None
+    return "tensorfloat32" if case.precision == "tensorfloat32" else "highest"
+
+
+def _inputs(case: Case, seed: int):
+    ka, kb = jax.random.split(jax.random.key(seed))
+    a_shape = (case.k, case.m) if case.transpose_a else (case.m, case.k)
+    b_shape = (case.n, case.k) if case.transpose_b else (case.k, case.n)
+    dtype = jnp.dtype(case.dtype)
+    return jax.random.normal(ka, a_shape, dtype), jax.random.normal(kb, b_shape, dtype)
+
+
+def _functions(case: Case):
+    def ours(a, b):
+        return jaxgemm.matmul(
+            a, b, transpose_a=case.transpose_a, transpose_b=case.transpose_b, precision=case.precision
+        )
+
+    def xla(a, b):
+        a = a.T if case.transpose_a else a
+        b = b.T if case.transpose_b else b
+        return jnp.matmul(a, b, precision=_xla_precision(case))
+
+    return jax.jit(ours), jax.jit(xla)
+
+
+def _cupti_timer():
+    try:
+        from jax.experimental.mosaic.gpu import profiler
+
+        if jax.default_backend() != "gpu":
+            return None
+        return profiler.measure
+    except Exception:  # noqa: BLE001 - any import problem means no CUPTI here
+        return None
+
+
+def time_ms(fn, args, iterations: int) -> tuple[float, str]:
+    """Median per-call time in ms, and the method used ('cupti' or 'wall')."""
+    measure = _cupti_timer()
+    if measure is not None:
+        try:
+            _, times = measure(fn, iterations=iterations)(*args)
+        except Exception as e:  # noqa: BLE001 - fall back to wall-clock, say so
+            print(f"\nCUPTI timing failed ({e!r}); using wall-clock time", file=sys.stderr)
+            times = None
+        if times:
+            times = times if isinstance(times, list) else [times]
+            return float(statistics.median(times)), "cupti"
+    jax.block_until_ready(fn(*args))
+    samples = []
+    for _ in range(iterations):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return float(statistics.median(samples)), "wall"
+
+
+def _rel_error(x, ref) -> float:
+    x = np.asarray(jnp.asarray(x, jnp.float32), np.float64)
+    ref = np.asarray(jnp.asarray(ref, jnp.float32), np.float64)
+    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def run_case(case: Case, iterations: int, seed: int = 0) -> dict:
+    a, b = _inputs(case, seed)
+    ours, xla = _functions(case)
+    ours_ms, method = time_ms(ours, (a, b), iterations)
+    xla_ms, _ = time_ms(xla, (a, b), iterations)
+    return {
+        **dataclasses.asdict(case),
+        "ours_ms": ours_ms,
+        "xla_ms": xla_ms,
+        "ours_tflops": case.flops / ours_ms / 1e9,
+        "xla_tflops": case.flops / xla_ms / 1e9,
+        "xla_over_ours": xla_ms / ours_ms,
+        "rel_err_vs_xla": _rel_error(ours(a, b), xla(a, b)),
+        "timer": method,
+    }
+
+
+def format_table(rows: list[dict]) -> str:
+    header = f"{'case':<22} {'M x N x K':>20} {'ours ms':>9} {'xla ms':>9} {'ours TF/s':>9} {'xla TF/s':>9} {'xla/ours':>8} {'rel err':>8}"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        shape = f"{r['m']}x{r['n']}x{r['k']}"
+        lines.append(
+            f"{r['name']:<22} {shape:>20} {r['ours_ms']:>9.3f} {r['xla_ms']:>9.3f} "
+            f"{r['ours_tflops']:>9.1f} {r['xla_tflops']:>9.1f} {r['xla_over_ours']:>8.3f} {r['rel_err_vs_xla']:>8.1e}"
+        )
+    if rows:
+        ratios = [r["xla_over_ours"] for r in rows]
+        geo = float(np.exp(np.mean(np.log(ratios))))
+        lines.append(f"geometric mean xla/ours: {geo:.3f} (timer: {rows[0]['timer']}, device: {jax.devices()[0].device_kind})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", default="simt", choices=sorted(SUITES))
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--json", help="write the rows to this file")
+    args = parser.parse_args(argv)
+    cases = SUITES[args.suite]()
+    rows = []
+    for i, case in enumerate(cases):
+        print(f"\r[{i + 1}/{len(cases)}] {case.name:<30}", end="", file=sys.stderr, flush=True)
+        rows.append(run_case(case, args.iterations))
+    print(file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On a GPU machine, in one call: build and install jaxgemm, run every test (GPU ones
+# included), read the flagship kernel's SASS, run the benchmark; a short summary last.
+#   tools/gpu_check.sh [bench suite, default simt]
+# Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+suite=${1:-simt}
+out=${OUT:-/tmp/jaxgemm_check}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+# -P: import the installed jaxgemm, not the source folder in the working directory.
+py="python3 -P"
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
+start=$(date +%s)
+if ! python3 -m pip install --no-build-isolation --no-deps -v . >"$out/build.log" 2>&1; then
+  tail -40 "$out/build.log"; echo "BUILD FAILED"; exit 1
+fi
+grep -E "spill|CUDA handlers" "$out/build.log" | sort | uniq -c | head -20
+echo "build: $(( $(date +%s) - start )) s"
+
+start=$(date +%s)
+$py -m pytest -q -rs tests -p no:cacheprovider >"$out/tests.log" 2>&1
+tests_rc=$?
+tail -15 "$out/tests.log"
+tests_line=$(tail -1 "$out/tests.log")
+echo "tests: $(( $(date +%s) - start )) s"
+
+so=$($py -c "import glob, os, jaxgemm; print(glob.glob(os.path.join(os.path.dirname(jaxgemm.__file__), '_jaxgemm*.so'))[0])")
+flagship='_ZN7jaxgemm14SimtGemmKernelINS_10SimtPolicyILi128ELi128EEEffLb0ELb0ELb1EEEvNS_11GemmProblemENS_17LinearCombinationIT1_E6ParamsE'
+cuobjdump -sass -fun "$flagship" "$so" >"$out/flagship.sass" 2>&1
+sass_line="flagship SASS (128x128 f32 NN): FFMA=$(grep -c FFMA "$out/flagship.sass") LDS.128=$(grep -c 'LDS.128' "$out/flagship.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/flagship.sass")"
+
+$py -m jaxgemm.bench --suite "$suite" --json "$out/bench.json" >"$out/bench.txt" 2>"$out/bench.err"
+bench_rc=$?
+[ $bench_rc -ne 0 ] && tail -20 "$out/bench.err"
+
+echo
+echo "===== summary ====="
+echo "tests (rc=$tests_rc): $tests_line"
+echo "$sass_line"
+cat "$out/bench.txt"
