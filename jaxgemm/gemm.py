@@ -37,6 +37,8 @@ class GemmConfig:
     out_dtype: Any = jnp.dtype(jnp.float32)
     # K chunks computed in parallel and summed afterwards; None lets the GPU lowering pick.
     split_k: int | None = None
+    # (tile_m, tile_n) of the CUDA SIMT kernel; None lets the handler's heuristic pick.
+    simt_tile: tuple[int, int] | None = None
 
 
 gemm_p = Primitive("jaxgemm_gemm")
@@ -87,6 +89,8 @@ def _ffi_call(ctx, a, b, config: GemmConfig, split_k: int):
         tf32=bool(config.tf32),
         alpha=np.float32(1.0),
         split_k=np.int64(split_k),
+        tile_m=np.int64(config.simt_tile[0] if config.simt_tile else 0),
+        tile_n=np.int64(config.simt_tile[1] if config.simt_tile else 0),
     )
 
 
@@ -199,7 +203,7 @@ def _unbroadcast(x, shape):
 def _transpose_lhs(ct, a, b, *, config: GemmConfig):
     aval = a.aval
     ct = ct.astype(aval.dtype)
-    cfg = dataclasses.replace(config, out_dtype=aval.dtype, split_k=None)
+    cfg = dataclasses.replace(config, out_dtype=aval.dtype, split_k=None, simt_tile=None)
     if config.transpose_a:  # A stored (K, M): dA = op(B) @ ct^T
         da = _gemm(b, ct, dataclasses.replace(cfg, transpose_a=config.transpose_b, transpose_b=True))
     else:  # dA = ct @ op(B)^T
@@ -210,7 +214,7 @@ def _transpose_lhs(ct, a, b, *, config: GemmConfig):
 def _transpose_rhs(ct, a, b, *, config: GemmConfig):
     aval = b.aval
     ct = ct.astype(aval.dtype)
-    cfg = dataclasses.replace(config, out_dtype=aval.dtype, split_k=None)
+    cfg = dataclasses.replace(config, out_dtype=aval.dtype, split_k=None, simt_tile=None)
     if config.transpose_b:  # B stored (N, K): dB = ct^T @ op(A)
         db = _gemm(ct, a, dataclasses.replace(cfg, transpose_a=True, transpose_b=config.transpose_a))
     else:  # dB = op(A)^T @ ct

@@ -164,7 +164,7 @@ def test_grads_batched_broadcast():
     a, b = random(rng, (2, 1, 3, 4), jnp.float32), random(rng, (3, 4, 5), jnp.float32)
     check_grads(jaxgemm.matmul, (a, b), order=2, modes=("fwd", "rev"), atol=1e-2, rtol=1e-2)
     ga, gb = jax.grad(lambda a, b: (jaxgemm.matmul(a, b) ** 2).sum(), argnums=(0, 1))(a, b)
-    ra, rb = jax.grad(lambda a, b: (jnp.matmul(a, b) ** 2).sum(), argnums=(0, 1))(a, b)
+    ra, rb = jax.grad(lambda a, b: (jnp.matmul(a, b, precision="highest") ** 2).sum(), argnums=(0, 1))(a, b)
     assert rel_error(ga, to64(ra)) <= 1e-5 and rel_error(gb, to64(rb)) <= 1e-5
 
 
@@ -302,19 +302,52 @@ def test_gpu_half_and_unaligned(m, n, k, dtype):
 
 
 @pytest.mark.gpu
-def test_gpu_every_simt_tile_is_exercised():
-    """Shapes on which the heuristic picks each SIMT tile, checked for correctness."""
-    from jaxgemm import _jaxgemm
+def test_gpu_heuristic_choices_cover_every_simt_tile():
+    """Every (tile, split-K) the heuristic picks over a grid of shapes is one the forced-tile
+    test below checks, and shapes that pick split-K are correct."""
+    from jaxgemm import _ffi
 
-    sms = jax.devices()[0].core_count
-    cases = {(512, 8192, 256): None, (256, 256, 4096): None, (2048, 2048, 512): None, (200, 1000, 999): None}
-    seen = set()
+    sms = _ffi.cuda_sm_count()
+    choices = {}
+    for m, n, k in itertools.product([16, 128, 512, 2048], [64, 1024, 8192], [64, 1024, 8192]):
+        choices.setdefault(_ffi.simt_config(m, n, k, 1, sms), (m, n, k))
+    assert {c[:2] for c in choices} <= set(SIMT_TILES)
     rng = np.random.default_rng(16)
-    for m, n, k in cases:
-        seen.add(_jaxgemm.simt_tile(m, n, k, 1, sms))
-        a, b = _operands(rng, m, n, k, jnp.float32, False, False)
-        assert rel_error(jaxgemm.matmul(a, b), _reference(a, b)) <= 1e-5, (m, n, k)
-    assert seen == {(128, 128), (128, 64), (64, 64)}, seen
+    for (bm, bn, split), (m, n, k) in choices.items():
+        if m * n * k > 2**31:
+            continue  # keep the float64 reference cheap
+        a, b = _operands(rng, m, n, k, jnp.float32, False, True)
+        out = jaxgemm.matmul(a, b, transpose_b=True)
+        assert rel_error(out, _reference(a, b, False, True)) <= 1e-5, (m, n, k, bm, bn, split)
+
+
+SIMT_TILES = [(128, 128), (128, 64), (64, 64)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", SIMT_TILES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (129, 67, 1001), (300, 257, 64)])
+def test_gpu_every_simt_tile(tile, dtype, m, n, k):
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    rng = np.random.default_rng(hash((tile, m, n, k)) % 2**32)
+    for ta, tb in LAYOUTS:
+        for batch_a, batch_b in [((), ()), ((3,), (3,)), ((), (2,))]:
+            a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_a, batch_b)
+            config = GemmConfig(ta, tb, False, jnp.dtype(dtype), split_k=1, simt_tile=tile)
+            out = _gemm(a, b, config)
+            err = rel_error(out, _reference(a, b, ta, tb))
+            assert err <= TOLERANCE[jnp.dtype(dtype)], (ta, tb, batch_a, batch_b, err)
+
+
+@pytest.mark.gpu
+def test_gpu_unknown_tile_is_an_error_not_a_crash():
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    a = jnp.ones((8, 8), jnp.float32)
+    with pytest.raises(Exception, match="no SIMT tile 96x96"):
+        jax.block_until_ready(_gemm(a, a, GemmConfig(simt_tile=(96, 96))))
 
 
 @pytest.mark.gpu

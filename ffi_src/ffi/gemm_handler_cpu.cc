@@ -10,9 +10,11 @@ namespace jaxgemm {
 namespace {
 
 ffi::Error GemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d,
-                       bool transpose_a, bool transpose_b, bool tf32, float alpha, int64_t split_k) {
+                       bool transpose_a, bool transpose_b, bool tf32, float alpha, int64_t split_k, int64_t tile_m, int64_t tile_n) {
   auto problem = DecodeGemm(a, b, *d, transpose_a, transpose_b, tf32, alpha, split_k);
   if (!problem.has_value()) return problem.error();
+  (void)tile_m;  // kernel choice: meaningless for the reference
+  (void)tile_n;
   if (PoisonOutputs()) std::memset(d->untyped_data(), 0xff, d->size_bytes());
   if (problem->m == 0 || problem->n == 0 || problem->batch.count == 0) return ffi::Error::Success();
   CpuGemm(*problem);
@@ -31,4 +33,6 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmGemmCpu, jaxgemm::GemmCpuImpl,
                                   .Attr<bool>("transpose_b")
                                   .Attr<bool>("tf32")
                                   .Attr<float>("alpha")
-                                  .Attr<int64_t>("split_k"));
+                                  .Attr<int64_t>("split_k")
+                                  .Attr<int64_t>("tile_m")
+                                  .Attr<int64_t>("tile_n"));

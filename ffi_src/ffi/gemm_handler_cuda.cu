@@ -12,14 +12,14 @@ namespace {
 
 ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
                         ffi::Result<ffi::AnyBuffer> d, bool transpose_a, bool transpose_b, bool tf32,
-                        float alpha, int64_t split_k) {
+                        float alpha, int64_t split_k, int64_t tile_m, int64_t tile_n) {
   auto problem = DecodeGemm(a, b, *d, transpose_a, transpose_b, tf32, alpha, split_k);
   if (!problem.has_value()) return problem.error();
   if (PoisonOutputs()) {  // 0xff.. is NaN in f32, f16 and bf16: unwritten elements show
     JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(d->untyped_data(), 0xff, d->size_bytes(), stream));
   }
   std::string unsupported;
-  const cudaError_t status = RunGemm(*problem, stream, &unsupported);
+  const cudaError_t status = RunGemm(*problem, stream, SimtChoice{int(tile_m), int(tile_n)}, &unsupported);
   if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_gemm: " + unsupported);
   if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_gemm kernel launch");
   return ffi::Error::Success();
@@ -38,5 +38,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmGemmCuda, jaxgemm::GemmCudaImpl,
                                   .Attr<bool>("transpose_b")
                                   .Attr<bool>("tf32")
                                   .Attr<float>("alpha")
-                                  .Attr<int64_t>("split_k"),
+                                  .Attr<int64_t>("split_k")
+                                  .Attr<int64_t>("tile_m")
+                                  .Attr<int64_t>("tile_n"),
                               {xla::ffi::Traits::kCmdBufferCompatible});

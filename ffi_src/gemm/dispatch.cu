@@ -13,9 +13,9 @@ namespace jaxgemm {
 namespace {
 
 template <class TIn, class TOut>
-cudaError_t RunSimt(const GemmProblem& p, cudaStream_t stream, SimtChoice tile, bool has_128x64) {
+cudaError_t RunSimt(const GemmProblem& p, cudaStream_t stream, SimtChoice tile) {
   if (tile.bm == 128 && tile.bn == 128) return LaunchSimtGemm<SimtPolicy128x128, TIn, TOut>(p, stream);
-  if (tile.bm == 128 && tile.bn == 64 && has_128x64) return LaunchSimtGemm<SimtPolicy128x64, TIn, TOut>(p, stream);
+  if (tile.bm == 128 && tile.bn == 64) return LaunchSimtGemm<SimtPolicy128x64, TIn, TOut>(p, stream);
   return LaunchSimtGemm<SimtPolicy64x64, TIn, TOut>(p, stream);
 }
 
@@ -90,7 +90,7 @@ int CurrentDeviceSmCount() {
   return n;
 }
 
-cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, std::string* unsupported) {
+cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, SimtChoice forced, std::string* unsupported) {
   if (p.m == 0 || p.n == 0 || p.batch.count == 0) return cudaSuccess;
   if (p.k == 0) {
     return cudaMemsetAsync(p.d, 0, size_t(p.batch.count * p.m * p.n) * ElementBytes(p.out_type), stream);
@@ -100,14 +100,21 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, std::string* unsu
     return cudaErrorInvalidValue;
   }
   const int sm_count = CurrentDeviceSmCount();
-  const SimtChoice tile = ChooseSimtTile(p, sm_count > 0 ? sm_count : 132);
+  const SimtChoice tile = forced.bm != 0 ? forced : ChooseSimtTile(p, sm_count > 0 ? sm_count : 132);
+  const bool known = std::any_of(std::begin(kSimtCandidates), std::end(kSimtCandidates), [&](const SimtCandidate& c) {
+    return c.tile.bm == tile.bm && c.tile.bn == tile.bn;
+  });
+  if (!known) {
+    *unsupported = "no SIMT tile " + std::to_string(tile.bm) + "x" + std::to_string(tile.bn);
+    return cudaErrorInvalidValue;
+  }
   using E = ElementType;
-  if (p.in_type == E::kF32 && p.out_type == E::kF32) return RunSimt<float, float>(p, stream, tile, true);
-  if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunSimt<__half, __half>(p, stream, tile, false);
-  if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunSimt<__half, float>(p, stream, tile, false);
+  if (p.in_type == E::kF32 && p.out_type == E::kF32) return RunSimt<float, float>(p, stream, tile);
+  if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunSimt<__half, __half>(p, stream, tile);
+  if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunSimt<__half, float>(p, stream, tile);
   if (p.in_type == E::kBF16 && p.out_type == E::kBF16)
-    return RunSimt<__nv_bfloat16, __nv_bfloat16>(p, stream, tile, false);
-  if (p.in_type == E::kBF16 && p.out_type == E::kF32) return RunSimt<__nv_bfloat16, float>(p, stream, tile, false);
+    return RunSimt<__nv_bfloat16, __nv_bfloat16>(p, stream, tile);
+  if (p.in_type == E::kBF16 && p.out_type == E::kF32) return RunSimt<__nv_bfloat16, float>(p, stream, tile);
   *unsupported = std::string("no kernel for ") + ElementTypeName(p.in_type) + " inputs with " +
                  ElementTypeName(p.out_type) + " output";
   return cudaErrorInvalidValue;

@@ -23,8 +23,9 @@ int64_t ChooseSplitK(const GemmProblem& p, int sm_count);
 // Multiprocessors of the current device (cached per device), or 0 without a GPU.
 int CurrentDeviceSmCount();
 
-// Launches D = alpha * op(A) op(B). Returns a CUDA status; *unsupported is set (and
-// cudaErrorInvalidValue returned) when no kernel takes the problem's dtypes.
-cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, std::string* unsupported);
+// Launches D = alpha * op(A) op(B) with the heuristic's tile, or `forced` when it is not
+// {0, 0} (tests and tuning). Returns a CUDA status; *unsupported is set (and
+// cudaErrorInvalidValue returned) when no kernel takes the problem or the forced tile.
+cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, SimtChoice forced, std::string* unsupported);
 
 }  // namespace jaxgemm

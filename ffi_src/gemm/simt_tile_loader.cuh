@@ -23,7 +23,9 @@ struct SimtTileLoader {
   static_assert(kVecsPerThread >= 1 && kExtent * kBK % (4 * kThreads) == 0,
                 "each thread loads whole 4-element vectors");
   static_assert(kKContiguous ? kThreads % (kBK / 4) == 0 : kThreads % (kExtent / 4) == 0,
-                "a thread's k offset is the same for all its vectors");
+                "a thread's vectors are a fixed k distance apart");
+  // k distance between a thread's consecutive vectors (0 when they differ only in row).
+  static constexpr int kVecStepK = kKContiguous ? 0 : kThreads / (kExtent / 4);
 
   // Row i and first k of this thread's v-th vector. Neighbouring threads take neighbouring
   // addresses in global memory, so loads coalesce.
@@ -41,7 +43,7 @@ struct SimtTileLoader {
   // Per-vector state is set up once per tile so the k-loop only adds and compares.
   const T* ptr[kVecsPerThread];   // this thread's next vector
   int rows_left[kVecsPerThread];  // rows from this vector's first row to the matrix edge (capped)
-  int k_left;                     // K minus this thread's next k (K < 2^31 is checked on the host)
+  int k_left;                     // K minus the next k of vector 0 (K < 2^31 is checked on the host)
   int64_t k_step;                 // pointer advance per k-tile
   T regs[kVecsPerThread][4];
 
@@ -55,18 +57,19 @@ struct SimtTileLoader {
       Coord(v, &i, &k);
       ptr[v] = base + i * row_step + k * step;
       rows_left[v] = static_cast<int>(extent - i < kExtent ? extent - i : kExtent);
+      if (v == 0) k_left = static_cast<int>(k_size) - k;
     }
-    k_left = static_cast<int>(k_size) - k;
   }
 
   // Loads the next k-tile into registers; elements past M/N/K read as zero.
   __device__ __forceinline__ void LoadNext() {
 #pragma unroll
     for (int v = 0; v < kVecsPerThread; ++v) {
+      const int k_left_v = k_left - v * kVecStepK;
       if (kVectorized) {
         // Vector loads require ld % 4 == 0, so a vector is wholly inside or outside.
         Vec4<T> x;
-        if (rows_left[v] > 0 && k_left > 0) {
+        if (rows_left[v] > 0 && k_left_v > 0) {
           x = *reinterpret_cast<const Vec4<T>*>(ptr[v]);
         } else {
 #pragma unroll
@@ -77,7 +80,7 @@ struct SimtTileLoader {
       } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const bool ok = kKContiguous ? (rows_left[v] > 0 && k_left > j) : (rows_left[v] > j && k_left > 0);
+          const bool ok = kKContiguous ? (rows_left[v] > 0 && k_left_v > j) : (rows_left[v] > j && k_left_v > 0);
           regs[v][j] = ok ? ptr[v][j] : FromFloat<T>(0.f);
         }
       }
