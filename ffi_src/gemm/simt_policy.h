@@ -5,9 +5,9 @@
 
 namespace jaxgemm {
 
-template <int kBM_, int kBN_>
+template <int kBM_, int kBN_, int kBK_ = 8, int kMinBlocksPerSm_ = 0>
 struct SimtPolicy {
-  static constexpr int kBM = kBM_, kBN = kBN_, kBK = 8;
+  static constexpr int kBM = kBM_, kBN = kBN_, kBK = kBK_;
   static constexpr int kThreadTile = 8;
   static constexpr int kThreadsM = kBM / kThreadTile, kThreadsN = kBN / kThreadTile;
   static constexpr int kThreads = kThreadsM * kThreadsN;
@@ -15,8 +15,9 @@ struct SimtPolicy {
   // consecutive B vectors per shared load.
   static constexpr int kWarpThreadsM = 4, kWarpThreadsN = 8;
   static constexpr int kWarpsN = kThreadsN / kWarpThreadsN;
-  // Registers: 64 accumulators + 2x16 fragments + prefetch; 2 blocks of 256 threads fit.
-  static constexpr int kMinBlocksPerSm = 512 / kThreads;
+  // Registers: 64 accumulators + 2x16 fragments + prefetch; by default two 256-thread
+  // blocks share an SM (a 128-register cap).
+  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_ > 0 ? kMinBlocksPerSm_ : 512 / kThreads;
   static_assert(kThreadsN % kWarpThreadsN == 0 && kThreadsM % kWarpThreadsM == 0,
                 "the tile must hold whole 4x8-thread warps");
 };
