@@ -89,11 +89,12 @@ int main(int argc, char** argv) {
   std::vector<float> ref(size_t(p.m * p.n));
   CHECK(cudaMemcpy(ref.data(), d, ref.size() * 4, cudaMemcpyDeviceToHost));
   std::printf("M=%lld N=%lld K=%lld, row-major A and B\n", (long long)p.m, (long long)p.n, (long long)p.k);
-  Run<SimtPolicy<128, 128>>("128x128x8 (library)", p, ref);
-  Run<SimtPolicy<128, 128, 16>>("128x128x16", p, ref);
-  Run<SimtPolicy<128, 128, 8, 1>>("128x128x8 1 block/SM", p, ref);
-  Run<SimtPolicy<128, 128, 16, 1>>("128x128x16 1 block/SM", p, ref);
-  Run<SimtPolicy<128, 64>>("128x64x8", p, ref);
-  Run<SimtPolicy<64, 64>>("64x64x8", p, ref);
+  Run<SimtPolicy<128, 128>>("128x128x8 4 stages", p, ref);
+  Run<SimtPolicy<128, 128, 16, 0, 2>>("128x128x16 2 stages", p, ref);
+  Run<SimtPolicy<128, 128, 16, 0, 3>>("128x128x16 3 stages", p, ref);
+  Run<SimtPolicy<128, 128, 16, 1, 3>>("128x128x16 3 st 1 block/SM", p, ref);
+  Run<SimtPolicy<128, 128, 16, 1, 4>>("128x128x16 4 st 1 block/SM", p, ref);
+  Run<SimtPolicy<128, 64, 16, 0, 3>>("128x64x16 3 stages", p, ref);
+  Run<SimtPolicy<64, 64, 16, 0, 3>>("64x64x16 3 stages", p, ref);
   return 0;
 }

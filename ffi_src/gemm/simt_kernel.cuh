@@ -4,20 +4,32 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "gemm/epilogue.cuh"
 #include "gemm/problem.h"
 #include "gemm/simt_mainloop.cuh"
+#include "gemm/simt_multistage_mainloop.cuh"
 #include "gemm/tile_scheduler.cuh"
 
 namespace jaxgemm {
 
+// A policy with kStages > 0 streams float32 through a cp.async ring; otherwise tiles go
+// global -> registers -> float shared memory (16-bit inputs, which cp.async cannot convert).
+template <class Policy, class TIn, bool kTransA, bool kTransB, bool kVectorized>
+using SimtMainloopFor =
+    std::conditional_t<(Policy::kStages > 0),
+                       SimtMultistageMainloop<Policy, Policy::kStages, kTransA, kTransB, kVectorized>,
+                       SimtMainloop<Policy, TIn, kTransA, kTransB, kVectorized>>;
+
 template <class Policy, class TIn, class TOut, bool kTransA, bool kTransB, bool kVectorized>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
     SimtGemmKernel(const GemmProblem p, const typename LinearCombination<TOut>::Params epilogue) {
-  using Mainloop = SimtMainloop<Policy, TIn, kTransA, kTransB, kVectorized>;
+  using Mainloop = SimtMainloopFor<Policy, TIn, kTransA, kTransB, kVectorized>;
+  static_assert(Policy::kStages == 0 || std::is_same_v<TIn, float>, "the cp.async ring takes float32 only");
   constexpr int kBM = Policy::kBM, kBN = Policy::kBN;
-  __shared__ typename Mainloop::SharedStorage smem;
+  extern __shared__ __align__(16) unsigned char smem_bytes[];  // dynamic: may exceed 48 KB
+  auto& smem = *reinterpret_cast<typename Mainloop::SharedStorage*>(smem_bytes);
 
   int64_t tile_m, tile_n;
   GroupedRaster{(p.m + kBM - 1) / kBM, (p.n + kBN - 1) / kBN}.Tile(blockIdx.x, &tile_m, &tile_n);
@@ -87,9 +99,18 @@ cudaError_t LaunchSimtGemm(const GemmProblem& p, cudaStream_t stream) {
   const bool vec = p.lda % 4 == 0 && p.ldb % 4 == 0 && IsAligned(p.a, vec_bytes) && IsAligned(p.b, vec_bytes);
   typename LinearCombination<TOut>::Params epilogue{p.alpha};
 
+  cudaError_t status = cudaSuccess;
   auto launch = [&](auto trans_a, auto trans_b, auto vectorized) {
-    SimtGemmKernel<Policy, TIn, TOut, decltype(trans_a)::value, decltype(trans_b)::value,
-                   decltype(vectorized)::value><<<grid, block, 0, stream>>>(p, epilogue);
+    constexpr bool kTransA = decltype(trans_a)::value, kTransB = decltype(trans_b)::value;
+    constexpr bool kVec = decltype(vectorized)::value;
+    auto* kernel = SimtGemmKernel<Policy, TIn, TOut, kTransA, kTransB, kVec>;
+    constexpr int kSmemBytes = sizeof(typename SimtMainloopFor<Policy, TIn, kTransA, kTransB, kVec>::SharedStorage);
+    if (kSmemBytes > 48 * 1024) {
+      // Per kernel and device; cheap and idempotent, so done at every launch.
+      status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+      if (status != cudaSuccess) return;
+    }
+    kernel<<<grid, block, kSmemBytes, stream>>>(p, epilogue);
   };
   using T = std::true_type;
   using F = std::false_type;
@@ -101,7 +122,7 @@ cudaError_t LaunchSimtGemm(const GemmProblem& p, cudaStream_t stream) {
     }
   };
   vec ? with_layout(T{}) : with_layout(F{});
-  return cudaGetLastError();
+  return status != cudaSuccess ? status : cudaGetLastError();
 }
 
 }  // namespace jaxgemm
