@@ -1,7 +1,10 @@
 """jaxgemm: fused, differentiable CUDA GEMM kernels for JAX, through the XLA FFI."""
 
 from jaxgemm._ffi import WITH_CUDA
-from jaxgemm.gemm import GemmConfig, gemm_p, matmul
+from jaxgemm.activations import NAMES as ACTIVATIONS
+from jaxgemm.gemm import GemmConfig, gemm_p
+from jaxgemm.matmul import matmul
+from jaxgemm.nn import dense
 
-__all__ = ["GemmConfig", "WITH_CUDA", "gemm_p", "matmul"]
+__all__ = ["ACTIVATIONS", "GemmConfig", "WITH_CUDA", "dense", "gemm_p", "matmul"]
 __version__ = "0.1.0"

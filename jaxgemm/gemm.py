@@ -39,12 +39,10 @@ class GemmConfig:
     split_k: int | None = None
     # (tile_m, tile_n) of the CUDA SIMT kernel; None lets the handler's heuristic pick.
     simt_tile: tuple[int, int] | None = None
+    alpha: float = 1.0  # computes alpha * op(a) @ op(b)
 
 
 gemm_p = Primitive("jaxgemm_gemm")
-# Split-K's fp32 partial products, (*batch, split_k, m, n); only ever bound inside
-# gemm_p's lowering, so it needs no differentiation or batching rules.
-gemm_partials_p = Primitive("jaxgemm_gemm_partials")
 
 
 def _gemm_dims(a_shape, b_shape, config: GemmConfig):
@@ -79,24 +77,33 @@ def _gemm_abstract_eval(a, b, *, config: GemmConfig):
     return jax.core.ShapedArray(batch + (m, n), config.out_dtype)
 
 
-def _ffi_call(ctx, a, b, config: GemmConfig, split_k: int):
-    return jax.ffi.ffi_lowering("jaxgemm_gemm")(
-        ctx,
+def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig, out_shape, split_k: int = 1,
+                  activation: int = 0, beta: float = 0.0, want_aux: bool = False):
+    """The jaxgemm_gemm FFI call (ffi_src/ffi/gemm_decode.h has the contract): returns
+    (out, aux); absent operands and an unwanted aux travel as empty arrays. Unbatched
+    operands get a size-1 batch dim under vmap, which the kernels read with stride 0."""
+    out_dtype = jnp.float32 if split_k > 1 else config.out_dtype
+    empty = jnp.zeros((0,), out_dtype)
+    results = (
+        jax.ShapeDtypeStruct(out_shape, out_dtype),
+        jax.ShapeDtypeStruct(out_shape if want_aux else (0,), out_dtype),
+    )
+    return jax.ffi.ffi_call("jaxgemm_gemm", results, vmap_method="expand_dims")(
         a,
         b,
+        empty if c is None else c,
+        empty if bias is None else bias,
+        empty if residual is None else residual,
         transpose_a=bool(config.transpose_a),
         transpose_b=bool(config.transpose_b),
         tf32=bool(config.tf32),
-        alpha=np.float32(1.0),
+        alpha=np.float32(config.alpha),
+        beta=np.float32(beta),
+        activation=np.int64(activation),
         split_k=np.int64(split_k),
         tile_m=np.int64(config.simt_tile[0] if config.simt_tile else 0),
         tile_n=np.int64(config.simt_tile[1] if config.simt_tile else 0),
     )
-
-
-def _partials_abstract_eval(a, b, *, config: GemmConfig, split_k: int):
-    out = _gemm_abstract_eval(a, b, config=config)
-    return jax.core.ShapedArray(out.shape[:-2] + (split_k,) + out.shape[-2:], jnp.float32)
 
 
 def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
@@ -114,16 +121,18 @@ def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
 
 def _gemm_lowering(ctx, a, b, *, config: GemmConfig, platform: str):
     a_aval, b_aval = ctx.avals_in
+    (out_aval,) = ctx.avals_out
     split_k = _split_k_for(a_aval, b_aval, config, platform)
-    if split_k == 1:
-        return _ffi_call(ctx, a, b, config, 1)
 
-    def reduce_partials(a, b):
-        # Summed in a fixed order by XLA's reduction: deterministic.
-        partials = gemm_partials_p.bind(a, b, config=config, split_k=split_k)
+    def product(a, b):
+        if split_k == 1:
+            return call_gemm_ffi(a, b, config=config, out_shape=out_aval.shape)[0]
+        # Split-K: the fp32 partials, summed by XLA in a fixed order (deterministic).
+        shape = out_aval.shape[:-2] + (split_k,) + out_aval.shape[-2:]
+        partials = call_gemm_ffi(a, b, config=config, out_shape=shape, split_k=split_k)[0]
         return partials.sum(axis=-3).astype(config.out_dtype)
 
-    return mlir.lower_fun(reduce_partials, multiple_results=False)(ctx, a, b)
+    return mlir.lower_fun(product, multiple_results=False)(ctx, a, b)
 
 
 def _kernel_out_dtype(in_dtype, out_dtype):
@@ -189,7 +198,7 @@ def _gemm_batching_rule(args, dims, *, config: GemmConfig):
     return _gemm(a, b, config), 0
 
 
-def _unbroadcast(x, shape):
+def unbroadcast(x, shape):
     """Sums x over the dims along which an operand of `shape` was broadcast."""
     lead = x.ndim - len(shape)
     if lead:
@@ -200,26 +209,34 @@ def _unbroadcast(x, shape):
     return x.reshape(shape)
 
 
-def _transpose_lhs(ct, a, b, *, config: GemmConfig):
-    aval = a.aval
-    ct = ct.astype(aval.dtype)
-    cfg = dataclasses.replace(config, out_dtype=aval.dtype, split_k=None, simt_tile=None)
-    if config.transpose_a:  # A stored (K, M): dA = op(B) @ ct^T
+def grad_lhs(ct, b, a_shape, a_dtype, config: GemmConfig):
+    """Cotangent of `a` in alpha * op(a) @ op(b), given the output cotangent `ct`."""
+    ct = ct.astype(a_dtype)
+    cfg = dataclasses.replace(config, out_dtype=jnp.dtype(a_dtype), split_k=None, simt_tile=None)
+    if config.transpose_a:  # A stored (K, M): dA = alpha * op(B) @ ct^T
         da = _gemm(b, ct, dataclasses.replace(cfg, transpose_a=config.transpose_b, transpose_b=True))
-    else:  # dA = ct @ op(B)^T
+    else:  # dA = alpha * ct @ op(B)^T
         da = _gemm(ct, b, dataclasses.replace(cfg, transpose_a=False, transpose_b=not config.transpose_b))
-    return _unbroadcast(da, aval.shape)
+    return unbroadcast(da, a_shape)
+
+
+def grad_rhs(ct, a, b_shape, b_dtype, config: GemmConfig):
+    """Cotangent of `b` in alpha * op(a) @ op(b), given the output cotangent `ct`."""
+    ct = ct.astype(b_dtype)
+    cfg = dataclasses.replace(config, out_dtype=jnp.dtype(b_dtype), split_k=None, simt_tile=None)
+    if config.transpose_b:  # B stored (N, K): dB = alpha * ct^T @ op(A)
+        db = _gemm(ct, a, dataclasses.replace(cfg, transpose_a=True, transpose_b=config.transpose_a))
+    else:  # dB = alpha * op(A)^T @ ct
+        db = _gemm(a, ct, dataclasses.replace(cfg, transpose_a=not config.transpose_a, transpose_b=False))
+    return unbroadcast(db, b_shape)
+
+
+def _transpose_lhs(ct, a, b, *, config: GemmConfig):
+    return grad_lhs(ct, b, a.aval.shape, a.aval.dtype, config)
 
 
 def _transpose_rhs(ct, a, b, *, config: GemmConfig):
-    aval = b.aval
-    ct = ct.astype(aval.dtype)
-    cfg = dataclasses.replace(config, out_dtype=aval.dtype, split_k=None, simt_tile=None)
-    if config.transpose_b:  # B stored (N, K): dB = ct^T @ op(A)
-        db = _gemm(ct, a, dataclasses.replace(cfg, transpose_a=True, transpose_b=config.transpose_a))
-    else:  # dB = op(A)^T @ ct
-        db = _gemm(a, ct, dataclasses.replace(cfg, transpose_a=not config.transpose_a, transpose_b=False))
-    return _unbroadcast(db, aval.shape)
+    return grad_rhs(ct, a, b.aval.shape, b.aval.dtype, config)
 
 
 @functools.partial(jax.jit, static_argnames="config")
@@ -230,101 +247,7 @@ def _gemm_impl(a, b, *, config: GemmConfig):
 
 gemm_p.def_impl(_gemm_impl)
 gemm_p.def_abstract_eval(_gemm_abstract_eval)
-gemm_partials_p.def_abstract_eval(_partials_abstract_eval)
 batching.primitive_batchers[gemm_p] = _gemm_batching_rule
 ad.defbilinear(gemm_p, _transpose_lhs, _transpose_rhs)
 for _platform in ("cpu", "cuda"):
     mlir.register_lowering(gemm_p, functools.partial(_gemm_lowering, platform=_platform), platform=_platform)
-    mlir.register_lowering(
-        gemm_partials_p,
-        lambda ctx, a, b, *, config, split_k: _ffi_call(ctx, a, b, config, split_k),
-        platform=_platform,
-    )
-
-
-_TF32_PRECISIONS = {"tensorfloat32", "tf32", "default", "high", "bfloat16_3x"}
-_EXACT_PRECISIONS = {"highest", "float32"}
-
-
-def _wants_tf32(precision) -> bool:
-    """None/"highest" -> exact fp32; "tensorfloat32" or an explicit DEFAULT/HIGH -> tf32."""
-    if precision is None:
-        return False
-    if isinstance(precision, (tuple, list)) and len(precision) == 2:
-        return _wants_tf32(precision[0]) or _wants_tf32(precision[1])
-    if isinstance(precision, lax.Precision):
-        return precision != lax.Precision.HIGHEST
-    if isinstance(precision, str):
-        name = precision.lower()
-        if name in _TF32_PRECISIONS:
-            return True
-        if name in _EXACT_PRECISIONS:
-            return False
-    raise ValueError(
-        f"jaxgemm.matmul: unknown precision {precision!r}; use None, 'highest', 'tensorfloat32' "
-        "or a jax.lax.Precision"
-    )
-
-
-def _check_dtype(dtype, what: str):
-    dtype = jnp.dtype(dtype)
-    if dtype not in SUPPORTED_DTYPES:
-        names = ", ".join(str(d) for d in SUPPORTED_DTYPES)
-        raise TypeError(f"jaxgemm.matmul: {what} dtype {dtype} is not supported; use one of {names}")
-    return dtype
-
-
-def matmul(a, b, *, transpose_a=False, transpose_b=False, precision=None, out_dtype=None):
-    """Matrix product with `jnp.matmul` semantics, on jaxgemm's kernels.
-
-    Args:
-      a: array of shape (..., M, K), or (..., K, M) with `transpose_a`; 1-D is a vector.
-      b: array of shape (..., K, N), or (..., N, K) with `transpose_b`; 1-D is a vector.
-        Leading batch dims broadcast against each other like `jnp.matmul`.
-      transpose_a, transpose_b: use the transpose of the last two dims of the operand,
-        read in place (no transposed copy is made).
-      precision: for float32 inputs, None or "highest" computes in exact fp32;
-        "tensorfloat32" (or an explicit `lax.Precision.DEFAULT`/`HIGH`) allows tf32.
-      out_dtype: result dtype; defaults to the promoted input dtype.
-
-    Returns:
-      The product, accumulated in float32, of shape (*batch, M, N) (vector dims removed).
-
-    Raises:
-      TypeError: unsupported dtypes (float32, float16 and bfloat16 are supported).
-      ValueError: rank-0 operands, mismatched inner dims or non-broadcastable batch dims.
-    """
-    a = jnp.asarray(a)
-    b = jnp.asarray(b)
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError(f"jaxgemm.matmul: operands must have rank >= 1, got shapes {a.shape} and {b.shape}")
-    dtype = _check_dtype(jnp.result_type(a.dtype, b.dtype), "input")
-    out_dtype = dtype if out_dtype is None else _check_dtype(out_dtype, "output")
-    tf32 = _wants_tf32(precision) and dtype == jnp.float32
-    a_vector, b_vector = a.ndim == 1, b.ndim == 1
-    if a_vector:
-        a, transpose_a = a[None, :], False
-    if b_vector:
-        b, transpose_b = b[:, None], False
-    a, b = a.astype(dtype), b.astype(dtype)
-    config = GemmConfig(bool(transpose_a), bool(transpose_b), tf32, out_dtype)
-    m, k, n, kb = _gemm_dims(a.shape, b.shape, config)
-    if k != kb:
-        raise ValueError(
-            f"jaxgemm.matmul: inner dimensions differ: a{a.shape} (transpose_a={transpose_a}) has "
-            f"K={k}, b{b.shape} (transpose_b={transpose_b}) has K={kb}"
-        )
-    rank = max(a.ndim, b.ndim)
-    batch_a = (1,) * (rank - a.ndim) + a.shape[:-2]
-    batch_b = (1,) * (rank - b.ndim) + b.shape[:-2]
-    if _broadcast_batch(batch_a, batch_b) is None:
-        raise ValueError(
-            f"jaxgemm.matmul: batch dims do not broadcast: a{a.shape[:-2]} vs b{b.shape[:-2]} "
-            f"(full shapes a{a.shape}, b{b.shape})"
-        )
-    out = _gemm(a, b, config)
-    if a_vector:
-        out = out[..., 0, :]
-    if b_vector:
-        out = out[..., 0]
-    return out

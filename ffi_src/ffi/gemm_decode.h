@@ -1,5 +1,9 @@
 // Decodes the jaxgemm_gemm call (buffers + attributes) into a GemmProblem; shared by the
-// CPU and CUDA handlers so both check the same contract.
+// CPU and CUDA handlers so both check the same contract:
+//   a: (*batch_a, rows, cols), b: (*batch_b, rows, cols), out: (*batch, m, n) [(*batch, S, m, n)
+//   for split_k = S > 1], c and residual: (*batch_x, m, n), bias: (*batch_x, n), aux like out.
+// Every batch dim of an operand is 1 (broadcast) or the output's. An epilogue operand or
+// aux with no elements is absent.
 #pragma once
 #include <algorithm>
 #include <string>
@@ -11,109 +15,141 @@ namespace jaxgemm {
 
 namespace ffi = xla::ffi;
 
+struct GemmAttrs {
+  bool transpose_a = false, transpose_b = false, tf32 = false;
+  float alpha = 1.f, beta = 0.f;
+  int64_t activation = 0, split_k = 1;
+};
+
 inline std::string ShapeString(ffi::AnyBuffer::Dimensions dims) {
   std::string s = "(";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
   return s + (dims.size() == 1 ? ",)" : ")");
 }
 
-inline ffi::ErrorOr<ElementType> ToElementType(ffi::DataType t, const char* what) {
+inline bool ToElementType(ffi::DataType t, ElementType* out) {
   switch (t) {
-    case ffi::DataType::F32: return ElementType::kF32;
-    case ffi::DataType::F16: return ElementType::kF16;
-    case ffi::DataType::BF16: return ElementType::kBF16;
-    default:
-      return ffi::Unexpected(ffi::Error::InvalidArgument(
-          std::string("jaxgemm_gemm: unsupported dtype for ") + what));
+    case ffi::DataType::F32: *out = ElementType::kF32; return true;
+    case ffi::DataType::F16: *out = ElementType::kF16; return true;
+    case ffi::DataType::BF16: *out = ElementType::kBF16; return true;
+    default: return false;
   }
 }
 
-// a: (*batch_a, rows, cols), b: (*batch_b, rows, cols), d: (*batch, m, n), equal ranks;
-// each batch dim of a and b is 1 (broadcast) or the output's.
 inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
-                                            const ffi::AnyBuffer& d, bool transpose_a,
-                                            bool transpose_b, bool tf32, float alpha,
-                                            int64_t split_k) {
+                                            const ffi::AnyBuffer& c, const ffi::AnyBuffer& bias,
+                                            const ffi::AnyBuffer& residual, const ffi::AnyBuffer& d,
+                                            const ffi::AnyBuffer& aux, const GemmAttrs& attrs) {
   auto da = a.dimensions(), db = b.dimensions(), dd = d.dimensions();
-  auto shapes = [&] {
-    return " (a" + ShapeString(da) + ", b" + ShapeString(db) + ", out" + ShapeString(dd) + ")";
-  };
   auto fail = [&](const std::string& why) {
-    return ffi::Unexpected(ffi::Error::InvalidArgument("jaxgemm_gemm: " + why + shapes()));
+    return ffi::Unexpected(ffi::Error::InvalidArgument("jaxgemm_gemm: " + why + " (a" + ShapeString(da) + ", b" +
+                                                       ShapeString(db) + ", out" + ShapeString(dd) + ")"));
   };
+  const bool split = attrs.split_k > 1;
   const size_t rank = da.size();
-  if (split_k < 1) return fail("split_k must be >= 1");
-  // With split_k > 1 the output has an extra dim of S partial products before (m, n).
-  const size_t split_dims = split_k > 1 ? 1 : 0;
-  if (rank < 2 || db.size() != rank || dd.size() != rank + split_dims) {
+  if (attrs.split_k < 1) return fail("split_k must be >= 1");
+  if (rank < 2 || db.size() != rank || dd.size() != rank + (split ? 1 : 0)) {
     return fail("operands need equal ranks >= 2 (plus a split dim in the output when split_k > 1)");
   }
-  if (split_k > 1 && (d.element_type() != ffi::DataType::F32 || dd[rank - 2] != split_k)) {
-    return fail("split-K partials must be float32 with a dim of size split_k before (m, n)");
-  }
-  if (a.element_type() != b.element_type()) return fail("a and b must have the same dtype");
-  auto in_type = ToElementType(a.element_type(), "a/b");
-  if (!in_type.has_value()) return ffi::Unexpected(in_type.error());
-  auto out_type = ToElementType(d.element_type(), "out");
-  if (!out_type.has_value()) return ffi::Unexpected(out_type.error());
-
   GemmProblem p;
-  p.in_type = *in_type;
-  p.out_type = *out_type;
-  p.trans_a = transpose_a;
-  p.trans_b = transpose_b;
-  p.tf32 = tf32;
-  p.alpha = alpha;
+  if (a.element_type() != b.element_type() || !ToElementType(a.element_type(), &p.in_type)) {
+    return fail("a and b need one dtype of float32, float16, bfloat16");
+  }
+  if (!ToElementType(d.element_type(), &p.out_type)) return fail("unsupported output dtype");
+  if (!IsActivation(static_cast<int>(attrs.activation))) return fail("unknown activation id");
+  if (split && p.out_type != ElementType::kF32) return fail("split-K partials must be float32");
+
+  p.trans_a = attrs.transpose_a;
+  p.trans_b = attrs.transpose_b;
+  p.tf32 = attrs.tf32;
   const int64_t a_rows = da[rank - 2], a_cols = da[rank - 1];
   const int64_t b_rows = db[rank - 2], b_cols = db[rank - 1];
-  p.m = transpose_a ? a_cols : a_rows;
-  p.k = transpose_a ? a_rows : a_cols;
-  p.n = transpose_b ? b_rows : b_cols;
-  const int64_t kb = transpose_b ? b_cols : b_rows;
-  if (kb != p.k) return fail("inner dimensions differ");
-  if (dd[rank - 2 + split_dims] != p.m || dd[rank - 1 + split_dims] != p.n) return fail("output shape is not (m, n)");
-  p.split_k = split_k;
+  p.m = p.trans_a ? a_cols : a_rows;
+  p.k = p.trans_a ? a_rows : a_cols;
+  p.n = p.trans_b ? b_rows : b_cols;
+  if ((p.trans_b ? b_cols : b_rows) != p.k) return fail("inner dimensions differ");
+  if (dd[dd.size() - 2] != p.m || dd[dd.size() - 1] != p.n) return fail("output shape is not (m, n)");
+  if (split && dd[rank - 2] != attrs.split_k) return fail("the split dim of the output is not split_k");
   p.lda = a_cols;
   p.ldb = b_cols;
   p.ldd = p.n;
+  p.split_k = attrs.split_k;
 
-  // Walk batch dims innermost first, dropping size-1 output dims and merging a dim into
-  // its inner neighbour when both operands are contiguous across the two.
-  int64_t stride_a = a_rows * a_cols, stride_b = b_rows * b_cols;
-  int64_t dims[16], sa[16], sb[16];
+  // Epilogue operands: present when non-empty; the output's dtype and batch-broadcastable.
+  const size_t batch_rank = rank - 2;
+  const ffi::AnyBuffer* operands[kBatchOperands] = {&a, &b, &c, &bias, &residual};
+  const char* names[kBatchOperands] = {"a", "b", "c", "bias", "residual"};
+  bool present[kBatchOperands] = {true, true, false, false, false};
+  for (int o = kOperandC; o < kBatchOperands; ++o) {
+    const ffi::AnyBuffer& x = *operands[o];
+    if (x.element_count() == 0) continue;
+    if (split) return fail("split-K takes no epilogue operands");
+    auto dx = x.dimensions();
+    const size_t matrix_rank = o == kOperandBias ? 1 : 2;
+    ElementType t;
+    if (!ToElementType(x.element_type(), &t) || t != p.out_type) return fail(std::string(names[o]) + " needs the output's dtype");
+    if (dx.size() != batch_rank + matrix_rank || dx[dx.size() - 1] != p.n || (matrix_rank == 2 && dx[dx.size() - 2] != p.m)) {
+      return fail(std::string(names[o]) + " has shape " + ShapeString(dx));
+    }
+    present[o] = true;
+  }
+  const bool has_aux = aux.element_count() > 0;
+  if (has_aux && (aux.element_type() != d.element_type() || aux.dimensions().size() != dd.size() || split)) {
+    return fail("aux must match the output");
+  }
+
+  // Batch dims, innermost first: drop size-1 output dims, merge a dim into its inner
+  // neighbour when every operand is contiguous across the two.
+  int64_t stride[kBatchOperands];
+  for (int o = 0; o < kBatchOperands; ++o) {
+    if (!present[o]) continue;
+    auto dx = operands[o]->dimensions();
+    stride[o] = o == kOperandBias ? dx[dx.size() - 1] : dx[dx.size() - 2] * dx[dx.size() - 1];
+  }
+  int64_t dims[16], strides[kBatchOperands][16];
   int n = 0;
-  for (int i = static_cast<int>(rank) - 3; i >= 0; --i) {
+  p.batch.count = 1;
+  for (int i = static_cast<int>(batch_rank) - 1; i >= 0; --i) {
     const int64_t out = dd[i];
-    const int64_t expected = da[i] == 1 ? db[i] : da[i];
-    if ((db[i] != 1 && db[i] != expected) || out != expected) return fail("batch dims do not broadcast");
-    const int64_t s_a = da[i] == 1 ? 0 : stride_a, s_b = db[i] == 1 ? 0 : stride_b;
-    stride_a *= da[i];
-    stride_b *= db[i];
-    if (out == 1) continue;
-    if (n > 0 && s_a == sa[n - 1] * dims[n - 1] && s_b == sb[n - 1] * dims[n - 1]) {
+    int64_t s[kBatchOperands] = {};
+    for (int o = 0; o < kBatchOperands; ++o) {
+      if (!present[o]) continue;
+      const int64_t x = operands[o]->dimensions()[i];
+      if (x != 1 && x != out) return fail(std::string("batch dims of ") + names[o] + " do not broadcast");
+      s[o] = x == 1 ? 0 : stride[o];
+      stride[o] *= x;
+    }
+    p.batch.count *= out;
+    if (out == 1 || out == 0) continue;
+    bool merge = n > 0;
+    for (int o = 0; o < kBatchOperands && merge; ++o) merge = s[o] == strides[o][n - 1] * dims[n - 1];
+    if (merge) {
       dims[n - 1] *= out;
       continue;
     }
     if (n == 16) return fail("too many batch dims");
     dims[n] = out;
-    sa[n] = s_a;
-    sb[n] = s_b;
+    for (int o = 0; o < kBatchOperands; ++o) strides[o][n] = s[o];
     ++n;
   }
   if (n > kMaxBatchDims) return fail("more than 4 alternating broadcast batch dims");
   p.batch.rank = n;
   for (int j = 0; j < n; ++j) {  // stored outermost first
     p.batch.dims[j] = dims[n - 1 - j];
-    p.batch.stride_a[j] = sa[n - 1 - j];
-    p.batch.stride_b[j] = sb[n - 1 - j];
-    p.batch.count *= p.batch.dims[j];
+    for (int o = 0; o < kBatchOperands; ++o) p.batch.stride[o][j] = strides[o][n - 1 - j];
   }
-  for (size_t i = 0; i + 2 < rank; ++i) {
-    if (dd[i] == 0) p.batch.count = 0;
-  }
+
   p.a = a.untyped_data();
   p.b = b.untyped_data();
   p.d = d.untyped_data();
+  p.epilogue.alpha = attrs.alpha;
+  p.epilogue.beta = attrs.beta;
+  p.epilogue.activation = static_cast<Activation>(attrs.activation);
+  p.epilogue.c = present[kOperandC] ? c.untyped_data() : nullptr;
+  p.epilogue.bias = present[kOperandBias] ? bias.untyped_data() : nullptr;
+  p.epilogue.residual = present[kOperandResidual] ? residual.untyped_data() : nullptr;
+  p.epilogue.aux = has_aux ? aux.untyped_data() : nullptr;
+  if (!p.epilogue.c) p.epilogue.beta = 0.f;
   return p;
 }
 

@@ -9,13 +9,19 @@
 namespace jaxgemm {
 namespace {
 
-ffi::Error GemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> d,
-                       bool transpose_a, bool transpose_b, bool tf32, float alpha, int64_t split_k, int64_t tile_m, int64_t tile_n) {
-  auto problem = DecodeGemm(a, b, *d, transpose_a, transpose_b, tf32, alpha, split_k);
-  if (!problem.has_value()) return problem.error();
+ffi::Error GemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c, ffi::AnyBuffer bias,
+                       ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> d, ffi::Result<ffi::AnyBuffer> aux,
+                       bool transpose_a, bool transpose_b, bool tf32, float alpha, float beta, int64_t activation,
+                       int64_t split_k, int64_t tile_m, int64_t tile_n) {
   (void)tile_m;  // kernel choice: meaningless for the reference
   (void)tile_n;
-  if (PoisonOutputs()) std::memset(d->untyped_data(), 0xff, d->size_bytes());
+  const GemmAttrs attrs{transpose_a, transpose_b, tf32, alpha, beta, activation, split_k};
+  auto problem = DecodeGemm(a, b, c, bias, residual, *d, *aux, attrs);
+  if (!problem.has_value()) return problem.error();
+  if (PoisonOutputs()) {
+    std::memset(d->untyped_data(), 0xff, d->size_bytes());
+    if (aux->size_bytes()) std::memset(aux->untyped_data(), 0xff, aux->size_bytes());
+  }
   if (problem->m == 0 || problem->n == 0 || problem->batch.count == 0) return ffi::Error::Success();
   CpuGemm(*problem);
   return ffi::Error::Success();
@@ -26,13 +32,19 @@ ffi::Error GemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::Result<ffi::AnyB
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmGemmCpu, jaxgemm::GemmCpuImpl,
                               xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()
-                                  .Arg<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()  // a
+                                  .Arg<xla::ffi::AnyBuffer>()  // b
+                                  .Arg<xla::ffi::AnyBuffer>()  // c (empty: none)
+                                  .Arg<xla::ffi::AnyBuffer>()  // bias (empty: none)
+                                  .Arg<xla::ffi::AnyBuffer>()  // residual (empty: none)
+                                  .Ret<xla::ffi::AnyBuffer>()  // out
+                                  .Ret<xla::ffi::AnyBuffer>()  // aux = pre-activation (empty: not wanted)
                                   .Attr<bool>("transpose_a")
                                   .Attr<bool>("transpose_b")
                                   .Attr<bool>("tf32")
                                   .Attr<float>("alpha")
+                                  .Attr<float>("beta")
+                                  .Attr<int64_t>("activation")
                                   .Attr<int64_t>("split_k")
                                   .Attr<int64_t>("tile_m")
                                   .Attr<int64_t>("tile_n"));

@@ -10,13 +10,16 @@
 namespace jaxgemm {
 namespace {
 
-ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
-                        ffi::Result<ffi::AnyBuffer> d, bool transpose_a, bool transpose_b, bool tf32,
-                        float alpha, int64_t split_k, int64_t tile_m, int64_t tile_n) {
-  auto problem = DecodeGemm(a, b, *d, transpose_a, transpose_b, tf32, alpha, split_k);
+ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
+                        ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> d,
+                        ffi::Result<ffi::AnyBuffer> aux, bool transpose_a, bool transpose_b, bool tf32, float alpha,
+                        float beta, int64_t activation, int64_t split_k, int64_t tile_m, int64_t tile_n) {
+  const GemmAttrs attrs{transpose_a, transpose_b, tf32, alpha, beta, activation, split_k};
+  auto problem = DecodeGemm(a, b, c, bias, residual, *d, *aux, attrs);
   if (!problem.has_value()) return problem.error();
   if (PoisonOutputs()) {  // 0xff.. is NaN in f32, f16 and bf16: unwritten elements show
     JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(d->untyped_data(), 0xff, d->size_bytes(), stream));
+    if (aux->size_bytes()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));
   }
   std::string unsupported;
   const cudaError_t status = RunGemm(*problem, stream, SimtChoice{int(tile_m), int(tile_n)}, &unsupported);
@@ -31,13 +34,19 @@ ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmGemmCuda, jaxgemm::GemmCudaImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()
-                                  .Arg<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()  // a
+                                  .Arg<xla::ffi::AnyBuffer>()  // b
+                                  .Arg<xla::ffi::AnyBuffer>()  // c (empty: none)
+                                  .Arg<xla::ffi::AnyBuffer>()  // bias (empty: none)
+                                  .Arg<xla::ffi::AnyBuffer>()  // residual (empty: none)
+                                  .Ret<xla::ffi::AnyBuffer>()  // out
+                                  .Ret<xla::ffi::AnyBuffer>()  // aux = pre-activation (empty: not wanted)
                                   .Attr<bool>("transpose_a")
                                   .Attr<bool>("transpose_b")
                                   .Attr<bool>("tf32")
                                   .Attr<float>("alpha")
+                                  .Attr<float>("beta")
+                                  .Attr<int64_t>("activation")
                                   .Attr<int64_t>("split_k")
                                   .Attr<int64_t>("tile_m")
                                   .Attr<int64_t>("tile_n"),

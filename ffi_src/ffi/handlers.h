@@ -3,6 +3,8 @@
 #include "xla/ffi/api/ffi.h"
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxgemmGemmCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxgemmBiasActGradCpu);
 #if defined(JAXGEMM_WITH_CUDA)
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxgemmGemmCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxgemmBiasActGradCuda);
 #endif

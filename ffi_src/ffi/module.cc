@@ -23,12 +23,14 @@ NB_MODULE(_jaxgemm, m) {
   m.def("cpu_registrations", []() {
     nb::dict d;
     d["jaxgemm_gemm"] = EncapsulateFfiHandler(JaxgemmGemmCpu);
+    d["jaxgemm_bias_act_grad"] = EncapsulateFfiHandler(JaxgemmBiasActGradCpu);
     return d;
   });
   m.def("cuda_registrations", []() {
     nb::dict d;
 #if defined(JAXGEMM_WITH_CUDA)
     d["jaxgemm_gemm"] = EncapsulateFfiHandler(JaxgemmGemmCuda);
+    d["jaxgemm_bias_act_grad"] = EncapsulateFfiHandler(JaxgemmBiasActGradCuda);
 #endif
     return d;
   });

@@ -20,6 +20,25 @@ void PackPanel(const void* x, ElementType t, bool trans, int64_t ld, int64_t r0,
   }
 }
 
+// Row `row` of batch z: z = alpha*acc + beta*C + bias; D = act(z) + residual; Aux = z.
+void ApplyEpilogue(const GemmProblem& p, int64_t z, int64_t row, const float* acc, char* d) {
+  const EpilogueParams& e = p.epilogue;
+  const ElementType t = p.out_type;
+  const int64_t row_offset = row * p.ldd;  // within this batch index's m x n slab
+  const int64_t slab = z * p.m * p.n;
+  const int64_t off_c = p.batch.Offset(z, kOperandC), off_bias = p.batch.Offset(z, kOperandBias);
+  const int64_t off_res = p.batch.Offset(z, kOperandResidual);
+  for (int64_t col = 0; col < p.n; ++col) {
+    float v = e.alpha * acc[col];
+    if (e.c) v += e.beta * LoadAsFloat(e.c, off_c + row_offset + col, t);
+    if (e.bias) v += LoadAsFloat(e.bias, off_bias + col, t);
+    if (e.aux) StoreFromFloat(e.aux, slab + row_offset + col, v, t);
+    v = ApplyActivation(e.activation, v);
+    if (e.residual) v += LoadAsFloat(e.residual, off_res + row_offset + col, t);
+    StoreFromFloat(d, row_offset + col, v, t);
+  }
+}
+
 }  // namespace
 
 void CpuGemm(const GemmProblem& p) {
@@ -28,8 +47,7 @@ void CpuGemm(const GemmProblem& p) {
   std::vector<float> b_panel, a_panel, acc(static_cast<size_t>(n));
   int64_t packed_b = -1;  // offset of the B chunk in b_panel: a broadcast B is packed once
   for (int64_t z = 0; z < p.batch.count; ++z) {
-    int64_t off_a, off_b;
-    p.batch.Offsets(z, &off_a, &off_b);
+    const int64_t off_a = p.batch.Offset(z, kOperandA), off_b = p.batch.Offset(z, kOperandB);
     for (int64_t s = 0; s < p.split_k; ++s) {
       const int64_t k = p.split_k > 1 ? p.ChunkK(s) : p.k;
       const int64_t chunk_a = p.split_k > 1 ? p.ChunkOffsetA(s) : 0;
@@ -54,9 +72,7 @@ void CpuGemm(const GemmProblem& p) {
             const float* b_row = b_panel.data() + kk * n;
             for (int64_t c = 0; c < n; ++c) acc[c] += av * b_row[c];
           }
-          for (int64_t c = 0; c < n; ++c) {
-            StoreFromFloat(d, (r0 + r) * p.ldd + c, p.alpha * acc[c], p.out_type);
-          }
+          ApplyEpilogue(p, z, r0 + r, acc.data(), d);
         }
       }
     }

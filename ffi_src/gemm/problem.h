@@ -1,43 +1,55 @@
 // One GEMM problem, as the handlers decode it and every kernel (CPU and GPU) reads it:
-//   D[z] = alpha * op(A[z]) * op(B[z])   for every batch index z,
-// with op(X) = X or X^T, all matrices dense row-major, 64-bit sizes.
+//   z = alpha * op(A) op(B) + beta * C + bias,  D = act(z) + residual,  Aux = z
+// for every batch index, with op(X) = X or X^T, all matrices dense row-major, 64-bit sizes.
+// C, bias, residual and Aux are optional (null); bias has length N (one per column).
 // With split_k = S > 1, K is cut into S chunks and D holds S fp32 partial products per
-// batch index, D[z][s] = alpha * op(A[z])[:, chunk s] * op(B[z])[chunk s, :]; the caller
-// reduces them (deterministically) afterwards.
+// batch index, D[b][s] = alpha * op(A)[:, chunk s] op(B)[chunk s, :], with no epilogue
+// operands; the caller reduces them (deterministically) and applies the epilogue.
 #pragma once
 #include <cstdint>
 
+#include "common/activation.h"
 #include "common/element_type.h"
-
-#if defined(__CUDACC__)
-#define JG_HOST_DEVICE __host__ __device__
-#else
-#define JG_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace jaxgemm {
 
 constexpr int kMaxBatchDims = 4;
+
+// The operands that carry batch dims, in BatchLayout::stride order. D and Aux are dense
+// with the output's batch dims.
+enum BatchOperand : int { kOperandA = 0, kOperandB, kOperandC, kOperandBias, kOperandResidual, kBatchOperands };
 
 // Batch dims broadcast like jnp.matmul: an operand's stride is 0 along a dim it lacks.
 struct BatchLayout {
   int rank = 0;
   int64_t count = 1;
   int64_t dims[kMaxBatchDims] = {};
-  int64_t stride_a[kMaxBatchDims] = {};
-  int64_t stride_b[kMaxBatchDims] = {};
+  int64_t stride[kBatchOperands][kMaxBatchDims] = {};
 
-  // Element offsets of batch z (row-major over dims) into A and B.
-  JG_HOST_DEVICE void Offsets(int64_t z, int64_t* off_a, int64_t* off_b) const {
-    int64_t oa = 0, ob = 0;
+  // Element offset of batch index z (row-major over dims) into `operand`.
+  JG_HOST_DEVICE int64_t Offset(int64_t z, int operand) const {
+    int64_t off = 0;
     for (int d = rank - 1; d >= 0; --d) {
-      int64_t i = z % dims[d];
+      off += (z % dims[d]) * stride[operand][d];
       z /= dims[d];
-      oa += i * stride_a[d];
-      ob += i * stride_b[d];
     }
-    *off_a = oa;
-    *off_b = ob;
+    return off;
+  }
+};
+
+// What the epilogue adds to alpha * op(A) op(B); all pointers have the output's dtype.
+struct EpilogueParams {
+  float alpha = 1.f;
+  float beta = 0.f;
+  Activation activation = Activation::kNone;
+  const void* c = nullptr;
+  const void* bias = nullptr;
+  const void* residual = nullptr;
+  void* aux = nullptr;
+
+  bool IsIdentity() const {
+    return beta == 0.f && activation == Activation::kNone && !c && !bias && !residual && !aux;
   }
 };
 
@@ -52,7 +64,7 @@ struct GemmProblem {
   const void* a = nullptr;
   const void* b = nullptr;
   void* d = nullptr;
-  float alpha = 1.f;
+  EpilogueParams epilogue;
   int64_t split_k = 1;
 
   // K elements per split chunk: a multiple of 8 so every chunk starts vector-aligned.

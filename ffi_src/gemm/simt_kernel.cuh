@@ -24,7 +24,7 @@ using SimtMainloopFor =
 
 template <class Policy, class TIn, class TOut, bool kTransA, bool kTransB, bool kVectorized>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
-    SimtGemmKernel(const GemmProblem p, const typename LinearCombination<TOut>::Params epilogue) {
+    SimtGemmKernel(const GemmProblem p) {
   using Mainloop = SimtMainloopFor<Policy, TIn, kTransA, kTransB, kVectorized>;
   static_assert(Policy::kStages == 0 || std::is_same_v<TIn, float>, "the cp.async ring takes float32 only");
   constexpr int kBM = Policy::kBM, kBN = Policy::kBN;
@@ -39,16 +39,17 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
   const int ty = warp / Policy::kWarpsN * Policy::kWarpThreadsM + lane / Policy::kWarpThreadsN;
   const int tx = warp % Policy::kWarpsN * Policy::kWarpThreadsN + lane % Policy::kWarpThreadsN;
 
-  const bool vector_store = p.ldd % 4 == 0 && IsAligned(p.d, 4 * sizeof(TOut));
+  // Vector stores need every row start of D (and Aux) 4-element aligned.
+  const bool vector_store = p.ldd % 4 == 0 && IsAligned(p.d, 4 * sizeof(TOut)) &&
+                            IsAligned(p.epilogue.aux, 4 * sizeof(TOut));
 
   // blockIdx.y walks (batch index, split-K chunk) pairs; D holds one m x n slab per pair.
   const int64_t slabs = p.batch.count * p.split_k;
   for (int64_t z = blockIdx.y; z < slabs; z += gridDim.y) {
     const int64_t split = z % p.split_k;
-    int64_t off_a, off_b;
-    p.batch.Offsets(z / p.split_k, &off_a, &off_b);
-    const TIn* a = static_cast<const TIn*>(p.a) + off_a + p.ChunkOffsetA(split);
-    const TIn* b = static_cast<const TIn*>(p.b) + off_b + p.ChunkOffsetB(split);
+    const int64_t batch = z / p.split_k;
+    const TIn* a = static_cast<const TIn*>(p.a) + p.batch.Offset(batch, kOperandA) + p.ChunkOffsetA(split);
+    const TIn* b = static_cast<const TIn*>(p.b) + p.batch.Offset(batch, kOperandB) + p.ChunkOffsetB(split);
     const int64_t k_size = p.split_k > 1 ? p.ChunkK(split) : p.k;
     typename Mainloop::LoaderA load_a(a + (kTransA ? m0 : m0 * p.lda), p.lda, p.m - m0, k_size);
     typename Mainloop::LoaderB load_b(b + (kTransB ? n0 * p.ldb : n0), p.ldb, p.n - n0, k_size);
@@ -61,8 +62,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
     }
     Mainloop::Run(load_a, load_b, k_size, smem, acc, ty, tx);
 
-    // Epilogue: each warp writes 4 rows x 8 consecutive 4-element vectors per store.
-    TOut* d = static_cast<TOut*>(p.d) + z * p.m * p.n;
+    // Epilogue: each warp writes 4 rows x 8 consecutive 4-element vectors per store. With
+    // split-K, slab z holds partial sums (no epilogue operands, by contract).
+    typename GemmEpilogue<TOut>::Offsets off = GemmEpilogue<TOut>::ForBatch(p, batch);
+    off.out = z * p.m * p.n;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int64_t row = m0 + i / 4 * (kBM / 2) + ty * 4 + i % 4;
@@ -70,18 +73,9 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t col = n0 + h * (kBN / 2) + tx * 4;
-        TOut* out = d + row * p.ldd + col;
-        if (vector_store && col + 4 <= p.n) {
-          Vec4<TOut> v;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) v.v[j] = LinearCombination<TOut>::Apply(epilogue, acc[i][h * 4 + j]);
-          *reinterpret_cast<Vec4<TOut>*>(out) = v;
-        } else {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            if (col + j < p.n) out[j] = LinearCombination<TOut>::Apply(epilogue, acc[i][h * 4 + j]);
-          }
-        }
+        if (col >= p.n) continue;
+        const float4 v = make_float4(acc[i][h * 4], acc[i][h * 4 + 1], acc[i][h * 4 + 2], acc[i][h * 4 + 3]);
+        GemmEpilogue<TOut>::Store(p, off, row, col, v, vector_store);
       }
     }
     __syncthreads();  // shared memory is reused by the next batch index
@@ -97,7 +91,6 @@ cudaError_t LaunchSimtGemm(const GemmProblem& p, cudaStream_t stream) {
   // Vector loads need every row start 4-element aligned: base pointers and pitches.
   const int vec_bytes = 4 * sizeof(TIn);
   const bool vec = p.lda % 4 == 0 && p.ldb % 4 == 0 && IsAligned(p.a, vec_bytes) && IsAligned(p.b, vec_bytes);
-  typename LinearCombination<TOut>::Params epilogue{p.alpha};
 
   cudaError_t status = cudaSuccess;
   auto launch = [&](auto trans_a, auto trans_b, auto vectorized) {
@@ -110,7 +103,7 @@ cudaError_t LaunchSimtGemm(const GemmProblem& p, cudaStream_t stream) {
       status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
       if (status != cudaSuccess) return;
     }
-    kernel<<<grid, block, kSmemBytes, stream>>>(p, epilogue);
+    kernel<<<grid, block, kSmemBytes, stream>>>(p);
   };
   using T = std::true_type;
   using F = std::false_type;

@@ -1,0 +1,37 @@
+"""Activation names, their FFI ids (ffi_src/common/activation.h) and JAX definitions.
+
+The JAX definitions are the reference the tests compare against and the epilogue applied
+after a split-K reduction; the kernels use the shared C++ math.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+_IDS = {None: 0, "relu": 1, "gelu": 2, "gelu_exact": 3, "silu": 4, "sigmoid": 5, "tanh": 6}
+
+_FUNCTIONS = {
+    None: lambda z: z,
+    "relu": jax.nn.relu,
+    "gelu": lambda z: jax.nn.gelu(z, approximate=True),
+    "gelu_exact": lambda z: jax.nn.gelu(z, approximate=False),
+    "silu": jax.nn.silu,
+    "sigmoid": jax.nn.sigmoid,
+    "tanh": jnp.tanh,
+}
+
+NAMES = tuple(name for name in _IDS if name is not None)
+
+
+def activation_id(name: str | None) -> int:
+    """The FFI id of `name`; ValueError naming the choices for an unknown one."""
+    if name not in _IDS:
+        raise ValueError(f"unknown activation {name!r}; use None or one of {', '.join(NAMES)}")
+    return _IDS[name]
+
+
+def apply(name: str | None, z):
+    """`name`(z) in JAX (float32 math for half inputs, like the kernels)."""
+    activation_id(name)
+    return _FUNCTIONS[name](z)

@@ -1,0 +1,145 @@
+"""GEMMs with a fused epilogue, and their gradient.
+
+    z = alpha * op(a) @ op(b) + beta * c + bias,   y = act(z) + residual,   aux = z
+
+The forward pass is one jaxgemm_gemm kernel. The backward pass computes
+dz = dy * act'(z) (+ the cotangent of aux) and the bias gradient in one fused kernel
+(jaxgemm_bias_act_grad), then dgrad and wgrad with jaxgemm's GEMMs in the input dtype with
+fp32 accumulation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgemm import activations
+from jaxgemm.gemm import GemmConfig, _kernel_out_dtype, call_gemm_ffi, grad_lhs, grad_rhs, unbroadcast
+
+# Rows per block of the bias/activation backward; more blocks than SMs for large M.
+_ROWS_PER_CHUNK = 256
+_MAX_CHUNKS = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class EpilogueConfig:
+    """Static epilogue options (hashable: a nondiff argument of the custom VJP)."""
+
+    activation: str | None = None
+    beta: float = 0.0
+    want_aux: bool = False
+
+
+def bias_act_grad(dy, z, extra, activation: str | None):
+    """(dz, dbias) for dy, z of shape (*batch, rows, n): dz = dy * act'(z) (+ extra),
+    dbias (*batch, n) in float32, summed over rows in a fixed order."""
+    rows, n = dy.shape[-2:]
+    chunks = max(1, min(_MAX_CHUNKS, math.ceil(rows / _ROWS_PER_CHUNK)))
+    results = (
+        jax.ShapeDtypeStruct(dy.shape, dy.dtype),
+        jax.ShapeDtypeStruct(dy.shape[:-2] + (chunks, n), jnp.float32),
+    )
+    dz, partials = jax.ffi.ffi_call("jaxgemm_bias_act_grad", results, vmap_method="expand_dims")(
+        dy,
+        z,
+        jnp.zeros((0,), dy.dtype) if extra is None else extra.astype(dy.dtype),
+        activation=np.int64(activations.activation_id(activation)),
+    )
+    return dz, partials.sum(axis=-2)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _fused(config: GemmConfig, epi: EpilogueConfig, a, b, c, bias, residual):
+    y, aux = _forward(config, epi, a, b, c, bias, residual, epi.want_aux)
+    return (y, aux) if epi.want_aux else y
+
+
+def _forward(config, epi, a, b, c, bias, residual, want_aux):
+    m, n = a.shape[-1 if config.transpose_a else -2], b.shape[-2 if config.transpose_b else -1]
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return call_gemm_ffi(
+        a,
+        b,
+        c,
+        bias,
+        residual,
+        config=config,
+        out_shape=batch + (m, n),
+        activation=activations.activation_id(epi.activation),
+        beta=epi.beta,
+        want_aux=want_aux,
+    )
+
+
+def _fused_fwd(config, epi, a, b, c, bias, residual):
+    keep_z = epi.want_aux or epi.activation is not None
+    y, z = _forward(config, epi, a, b, c, bias, residual, keep_z)
+    out = (y, z) if epi.want_aux else y
+    return out, (a, b, c, bias, residual, z if epi.activation is not None else None)
+
+
+def _fused_bwd(config, epi, saved, ct):
+    a, b, c, bias, residual, z = saved
+    dy, daux = ct if epi.want_aux else (ct, None)
+    if epi.activation is None:
+        dz = dy if daux is None else dy + daux.astype(dy.dtype)
+        dbias = None if bias is None else dz.astype(jnp.float32).sum(axis=-2)
+    else:
+        dz, dbias = bias_act_grad(dy, z, daux, epi.activation)
+    return (
+        grad_lhs(dz, b, a.shape, a.dtype, config),
+        grad_rhs(dz, a, b.shape, b.dtype, config),
+        None if c is None else unbroadcast(epi.beta * dz, c.shape).astype(c.dtype),
+        None if bias is None else unbroadcast(dbias, bias.shape).astype(bias.dtype),
+        None if residual is None else unbroadcast(dy, residual.shape).astype(residual.dtype),
+    )
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)
+
+
+def fused_matmul(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfig):
+    """Canonicalizes shapes (equal ranks, batch folded into M when b and bias are shared)
+    and runs the fused GEMM; returns y, or (y, aux) with `epi.want_aux`. Shapes are
+    validated by the caller (jaxgemm.matmul)."""
+    m = a.shape[-1] if config.transpose_a else a.shape[-2]
+    n = b.shape[-2] if config.transpose_b else b.shape[-1]
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    out_shape = batch + (m, n)
+    kernel_dtype = _kernel_out_dtype(a.dtype, config.out_dtype)
+    kernel_config = dataclasses.replace(config, out_dtype=kernel_dtype)
+    rank = len(out_shape)
+
+    def as_matrix_operand(x):  # c, residual: the output's rank, matrix dims exact
+        if x is None:
+            return None
+        x = x.astype(kernel_dtype)
+        if x.shape[-2:] != (m, n):
+            return jnp.broadcast_to(x, out_shape)
+        return x.reshape((1,) * (rank - x.ndim) + x.shape)
+
+    c, residual = as_matrix_operand(c), as_matrix_operand(residual)
+    if bias is not None:
+        bias = bias.astype(kernel_dtype)
+        bias = bias.reshape((1,) * (rank - 1 - bias.ndim) + bias.shape)
+    a = a.reshape((1,) * (rank - a.ndim) + a.shape)
+    b = b.reshape((1,) * (rank - b.ndim) + b.shape)
+
+    b_shared = all(d == 1 for d in b.shape[:-2])
+    bias_shared = bias is None or all(d == 1 for d in bias.shape[:-1])
+    if rank > 2 and not config.transpose_a and b_shared and bias_shared:
+        # One large GEMM: batch folded into M (c and residual follow the output's layout).
+        fold = lambda x: None if x is None else jnp.broadcast_to(x, out_shape).reshape(-1, n)  # noqa: E731
+        a2 = a.reshape(-1, a.shape[-1])
+        b2 = b.reshape(b.shape[-2:])
+        bias2 = None if bias is None else bias.reshape(n)
+        out = _fused(kernel_config, epi, a2, b2, fold(c), bias2, fold(residual))
+        out = jax.tree_util.tree_map(lambda x: x.reshape(out_shape), out)
+    else:
+        out = _fused(kernel_config, epi, a, b, c, bias, residual)
+    return jax.tree_util.tree_map(lambda x: x.astype(config.out_dtype), out)
