@@ -44,7 +44,9 @@ def bias_act_grad(dy, z, extra, activation: str | None):
         jax.ShapeDtypeStruct(dy.shape, dy.dtype),
         jax.ShapeDtypeStruct(dy.shape[:-2] + (chunks, n), jnp.float32),
     )
-    dz, partials = jax.ffi.ffi_call("jaxgemm_bias_act_grad", results, vmap_method="expand_dims")(
+    # Under vmap dy may be unbatched (e.g. the cotangent of a sum) while z is batched; the
+    # kernel wants them alike, and both are output-sized anyway.
+    dz, partials = jax.ffi.ffi_call("jaxgemm_bias_act_grad", results, vmap_method="broadcast_all")(
         dy,
         z,
         jnp.zeros((0,), dy.dtype) if extra is None else extra.astype(dy.dtype),

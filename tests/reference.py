@@ -32,3 +32,25 @@ def rel_error(out, ref):
 
 def op(x, transpose):
     return np.swapaxes(x, -1, -2) if transpose else x
+
+
+def _erf(x):
+    from math import erf
+
+    return np.vectorize(erf, otypes=[np.float64])(x)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# float64 activations, written independently of jax.nn.
+ACTIVATIONS = {
+    None: lambda z: z,
+    "relu": lambda z: np.maximum(z, 0.0),
+    "gelu": lambda z: 0.5 * z * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (z + 0.044715 * z**3))),
+    "gelu_exact": lambda z: 0.5 * z * (1.0 + _erf(z / np.sqrt(2.0))),
+    "silu": lambda z: z * _sigmoid(z),
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+}
