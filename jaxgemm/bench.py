@@ -1,17 +1,18 @@
 """Benchmark: jaxgemm vs XLA on the same inputs, in one process.
 
-    python -m jaxgemm.bench [--suite simt|half|smoke|all] [--iterations 50] [--json out.json]
+    python -m jaxgemm.bench [--suite simt,epilogue,half,smoke,all] [--iterations 50] [--json out.json]
 
 Kernel time comes from CUPTI (`jax.experimental.mosaic.gpu.profiler.measure`): the sum of
 the kernels one call launches, median over iterations. Without it (e.g. on a CPU) the
-median wall-clock time of a jitted call is used, and the table says so. `xla/ours` > 1
-means jaxgemm is faster.
+median wall-clock time of a jitted call is used, and the table says so. `base/ours` > 1
+means jaxgemm is faster than the baseline (XLA, unless the row says otherwise).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import statistics
 import sys
@@ -23,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxgemm
+from jaxgemm import activations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +37,19 @@ class Case:
     transpose_a: bool = False
     transpose_b: bool = False
     precision: str | None = None  # jaxgemm's and XLA's precision for float32
+    # "matmul": vs XLA's dot; "fused": matmul + bias + activation + aux vs jaxgemm's plain
+    # matmul; "dense" / "dense_f32acc": dense forward + backward vs XLA, in the input dtype
+    # or with preferred_element_type=float32 then a cast.
+    kind: str = "matmul"
+    activation: str | None = None
 
     @property
     def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k
+        return 2.0 * self.m * self.n * self.k * (3 if self.kind.startswith("dense") else 1)
+
+    @property
+    def baseline(self) -> str:
+        return {"fused": "jaxgemm plain", "dense_f32acc": "XLA f32-acc"}.get(self.kind, "XLA")
 
 
 def _simt_suite() -> list[Case]:
@@ -57,7 +68,15 @@ SUITES: dict[str, Callable[[], list[Case]]] = {
     "simt": _simt_suite,
     "half": lambda: [Case(f"{d} 4096^3", 4096, 4096, 4096, d) for d in ("bfloat16", "float16")],
 }
-SUITES["all"] = lambda: SUITES["simt"]() + SUITES["half"]()
+SUITES["epilogue"] = lambda: [
+    Case("f32 4096^3 bias+gelu+aux", 4096, 4096, 4096, kind="fused", activation="gelu"),
+    Case("bf16 4096^3 bias+gelu+aux", 4096, 4096, 4096, "bfloat16", kind="fused", activation="gelu"),
+    Case("bf16 4096^3 dense gelu", 4096, 4096, 4096, "bfloat16", kind="dense", activation="gelu"),
+    Case("bf16 4096^3 dense gelu", 4096, 4096, 4096, "bfloat16", kind="dense_f32acc", activation="gelu"),
+    Case("bf16 4096^3 dense relu", 4096, 4096, 4096, "bfloat16", kind="dense", activation="relu"),
+    Case("f32 4096^3 dense gelu", 4096, 4096, 4096, kind="dense", activation="gelu"),
+]
+SUITES["all"] = lambda: SUITES["simt"]() + SUITES["half"]() + SUITES["epilogue"]()
 
 
 def _xla_precision(case: Case):
@@ -67,14 +86,46 @@ def _xla_precision(case: Case):
 
 
 def _inputs(case: Case, seed: int):
-    ka, kb = jax.random.split(jax.random.key(seed))
+    ka, kb, kc, kd = jax.random.split(jax.random.key(seed), 4)
+    dtype = jnp.dtype(case.dtype)
+    if case.kind.startswith("dense"):
+        return (
+            jax.random.normal(ka, (case.m, case.k), dtype),
+            jax.random.normal(kb, (case.k, case.n), dtype) / float(np.sqrt(case.k)),
+            jax.random.normal(kc, (case.n,), dtype),
+            jax.random.normal(kd, (case.m, case.n), dtype),
+        )
     a_shape = (case.k, case.m) if case.transpose_a else (case.m, case.k)
     b_shape = (case.n, case.k) if case.transpose_b else (case.k, case.n)
-    dtype = jnp.dtype(case.dtype)
-    return jax.random.normal(ka, a_shape, dtype), jax.random.normal(kb, b_shape, dtype)
+    a, b = jax.random.normal(ka, a_shape, dtype), jax.random.normal(kb, b_shape, dtype)
+    return (a, b, jax.random.normal(kc, (case.n,), dtype)) if case.kind == "fused" else (a, b)
+
+
+def _dense_fwd_bwd(layer):
+    def run(x, w, bias, ct):
+        y, vjp = jax.vjp(layer, x, w, bias)
+        return y, vjp(ct)
+
+    return run
 
 
 def _functions(case: Case):
+    """(ours, baseline), both jitted, taking _inputs(case)."""
+    act = functools.partial(activations.apply, case.activation)
+    if case.kind == "fused":
+        fused = lambda a, b, bias: jaxgemm.matmul(a, b, bias=bias, activation=case.activation, return_pre_activation=True)  # noqa: E731
+        plain = lambda a, b, bias: jaxgemm.matmul(a, b)  # noqa: E731
+        return jax.jit(fused), jax.jit(plain)
+    if case.kind.startswith("dense"):
+        ours = _dense_fwd_bwd(lambda x, w, b: jaxgemm.dense(x, w, b, case.activation))
+        if case.kind == "dense":
+            xla = _dense_fwd_bwd(lambda x, w, b: act(jnp.dot(x, w, precision=_xla_precision(case)) + b))
+        else:
+            xla = _dense_fwd_bwd(
+                lambda x, w, b: act(jnp.dot(x, w, preferred_element_type=jnp.float32) + b).astype(x.dtype)
+            )
+        return jax.jit(ours), jax.jit(xla)
+
     def ours(a, b):
         return jaxgemm.matmul(
             a, b, transpose_a=case.transpose_a, transpose_b=case.transpose_b, precision=case.precision
@@ -127,10 +178,11 @@ def _rel_error(x, ref) -> float:
 
 
 def run_case(case: Case, iterations: int, seed: int = 0) -> dict:
-    a, b = _inputs(case, seed)
+    args = _inputs(case, seed)
     ours, xla = _functions(case)
-    ours_ms, method = time_ms(ours, (a, b), iterations)
-    xla_ms, _ = time_ms(xla, (a, b), iterations)
+    ours_ms, method = time_ms(ours, args, iterations)
+    xla_ms, _ = time_ms(xla, args, iterations)
+    first = lambda out: jax.tree_util.tree_leaves(out)[0]  # noqa: E731  (y, or the product)
     return {
         **dataclasses.asdict(case),
         "ours_ms": ours_ms,
@@ -138,34 +190,42 @@ def run_case(case: Case, iterations: int, seed: int = 0) -> dict:
         "ours_tflops": case.flops / ours_ms / 1e9,
         "xla_tflops": case.flops / xla_ms / 1e9,
         "xla_over_ours": xla_ms / ours_ms,
-        "rel_err_vs_xla": _rel_error(ours(a, b), xla(a, b)),
+        "baseline": case.baseline,
+        "rel_err_vs_xla": _rel_error(first(ours(*args)), first(xla(*args))) if case.kind != "fused" else float("nan"),
         "timer": method,
     }
 
 
 def format_table(rows: list[dict]) -> str:
-    header = f"{'case':<22} {'M x N x K':>20} {'ours ms':>9} {'xla ms':>9} {'ours TF/s':>9} {'xla TF/s':>9} {'xla/ours':>8} {'rel err':>8}"
+    header = (
+        f"{'case':<26} {'M x N x K':>17} {'baseline':>13} {'ours ms':>9} {'base ms':>9} {'ours TF/s':>9} "
+        f"{'base TF/s':>9} {'base/ours':>9} {'rel err':>8}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         shape = f"{r['m']}x{r['n']}x{r['k']}"
         lines.append(
-            f"{r['name']:<22} {shape:>20} {r['ours_ms']:>9.3f} {r['xla_ms']:>9.3f} "
-            f"{r['ours_tflops']:>9.1f} {r['xla_tflops']:>9.1f} {r['xla_over_ours']:>8.3f} {r['rel_err_vs_xla']:>8.1e}"
+            f"{r['name']:<26} {shape:>17} {r['baseline']:>13} {r['ours_ms']:>9.3f} {r['xla_ms']:>9.3f} "
+            f"{r['ours_tflops']:>9.1f} {r['xla_tflops']:>9.1f} {r['xla_over_ours']:>9.3f} {r['rel_err_vs_xla']:>8.1e}"
         )
     if rows:
         ratios = [r["xla_over_ours"] for r in rows]
         geo = float(np.exp(np.mean(np.log(ratios))))
-        lines.append(f"geometric mean xla/ours: {geo:.3f} (timer: {rows[0]['timer']}, device: {jax.devices()[0].device_kind})")
+        lines.append(f"geometric mean base/ours: {geo:.3f} (timer: {rows[0]['timer']}, device: {jax.devices()[0].device_kind})")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", default="simt", choices=sorted(SUITES))
+    parser.add_argument("--suite", default="simt", help=f"comma-separated, of: {', '.join(sorted(SUITES))}")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
-    cases = SUITES[args.suite]()
+    names = args.suite.split(",")
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        parser.error(f"unknown suite(s) {unknown}; choose from {sorted(SUITES)}")
+    cases = [case for n in names for case in SUITES[n]()]
     rows = []
     for i, case in enumerate(cases):
         print(f"\r[{i + 1}/{len(cases)}] {case.name:<30}", end="", file=sys.stderr, flush=True)

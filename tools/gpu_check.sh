@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # On a GPU machine, in one call: build and install jaxgemm, run every test (GPU ones
 # included), read the flagship kernel's SASS, run the benchmark; a short summary last.
-#   tools/gpu_check.sh [bench suite, default simt]
+#   tools/gpu_check.sh [bench suites, default simt,epilogue]
 # Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-suite=${1:-simt}
+suite=${1:-simt,epilogue}
 out=${OUT:-/tmp/jaxgemm_check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
