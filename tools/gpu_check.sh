@@ -28,7 +28,7 @@ tests_line=$(tail -1 "$out/tests.log")
 echo "tests: $(( $(date +%s) - start )) s"
 
 so=$($py -c "import glob, os, jaxgemm; print(glob.glob(os.path.join(os.path.dirname(jaxgemm.__file__), '_jaxgemm*.so'))[0])")
-flagship='_ZN7jaxgemm14SimtGemmKernelINS_10SimtPolicyILi128ELi128ELi16ELi0ELi3EEEffLb0ELb0ELb1EEEvNS_11GemmProblemENS_17LinearCombinationIT1_E6ParamsE'
+flagship='_ZN7jaxgemm14SimtGemmKernelINS_10SimtPolicyILi128ELi128ELi16ELi0ELi3EEEffLb0ELb0ELb1EEEvNS_11GemmProblemE'
 cuobjdump -sass -fun "$flagship" "$so" >"$out/flagship.sass" 2>&1
 sass_line="flagship SASS (128x128 f32 NN): FFMA=$(grep -c FFMA "$out/flagship.sass") LDS.128=$(grep -c 'LDS.128' "$out/flagship.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/flagship.sass")"
 
