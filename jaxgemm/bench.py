@@ -66,7 +66,17 @@ def _simt_suite() -> list[Case]:
 SUITES: dict[str, Callable[[], list[Case]]] = {
     "smoke": lambda: [Case("f32 1024^3", 1024, 1024, 1024), Case("bf16 1024^3", 1024, 1024, 1024, "bfloat16")],
     "simt": _simt_suite,
-    "half": lambda: [Case(f"{d} 4096^3", 4096, 4096, 4096, d) for d in ("bfloat16", "float16")],
+    "half": lambda: [
+        Case(f"{short} {name}", m, n, k, d)
+        for d, short in (("bfloat16", "bf16"), ("float16", "f16"))
+        for name, (m, n, k) in {
+            "8192^3": (8192, 8192, 8192),
+            "4096x8192x4096": (4096, 8192, 4096),
+            "4096^3": (4096, 4096, 4096),
+            "2048^3": (2048, 2048, 2048),
+        }.items()
+    ]
+    + [Case("bf16 4096^3 NT", 4096, 4096, 4096, "bfloat16", transpose_b=True)],
 }
 SUITES["epilogue"] = lambda: [
     Case("f32 4096^3 bias+gelu+aux", 4096, 4096, 4096, kind="fused", activation="gelu"),

@@ -325,10 +325,12 @@ SIMT_TILES = [(128, 128), (128, 64), (64, 64)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", SIMT_TILES)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "tile,dtype", [(t, jnp.float32) for t in SIMT_TILES] + [((128, 128), jnp.float16), ((128, 128), jnp.bfloat16)]
+)
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (129, 67, 1001), (300, 257, 64)])
 def test_gpu_every_simt_tile(tile, dtype, m, n, k):
+    """Every SIMT kernel (16-bit inputs have one: they use it when rows are unaligned)."""
     from jaxgemm.gemm import GemmConfig, _gemm
 
     rng = np.random.default_rng(hash((tile, m, n, k)) % 2**32)
@@ -379,3 +381,29 @@ def test_split_k_partials_sum_to_product(split_k, ta, tb, dtype):
     assert rel_error(out, _reference(a, b, ta, tb)) <= TOLERANCE[jnp.dtype(dtype)]
     text = jax.jit(lambda a, b: _gemm(a, b, config)).lower(a, b).as_text()
     assert f"split_k = {split_k}" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("m,n,k", [(8, 8, 8), (1000, 1000, 1000), (136, 264, 40), (2048, 1024, 4096)])
+def test_gpu_tensor_core_path(m, n, k, dtype):
+    """Leading dims that are multiples of 8 take the sm80 mma.sync kernel; ragged tiles."""
+    rng = np.random.default_rng(hash((m, n, k)) % 2**32)
+    for ta, tb in LAYOUTS:
+        for batch_a, batch_b in [((), ()), ((2,), ()), ((), (2,))]:
+            a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_a, batch_b)
+            for out_dtype in (dtype, jnp.float32):
+                out = jaxgemm.matmul(a, b, transpose_a=ta, transpose_b=tb, out_dtype=out_dtype)
+                err = rel_error(out, _reference(a, b, ta, tb))
+                assert err <= TOLERANCE[jnp.dtype(dtype)], (ta, tb, batch_a, batch_b, out_dtype, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split_k", [2, 5])
+def test_gpu_tensor_core_split_k(split_k):
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    rng = np.random.default_rng(19)
+    a, b = _operands(rng, 128, 256, 4000, jnp.bfloat16, False, False)
+    out = _gemm(a, b, GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), split_k=split_k))
+    assert rel_error(out, _reference(a, b)) <= 1e-2

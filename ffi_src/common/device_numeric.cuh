@@ -18,11 +18,13 @@ template <> __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(fl
   return __float2bfloat16_rn(x);
 }
 
-// Four consecutive elements; one 128-bit (f32) or 64-bit (16-bit types) memory access.
-template <class T>
-struct alignas(4 * sizeof(T)) Vec4 {
-  T v[4];
+// N consecutive elements moved by one memory access (e.g. 4 floats: 128 bits).
+template <class T, int N>
+struct alignas(N * sizeof(T)) Vec {
+  T v[N];
 };
+template <class T>
+using Vec4 = Vec<T, 4>;
 
 __host__ __device__ __forceinline__ bool IsAligned(const void* p, int bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;

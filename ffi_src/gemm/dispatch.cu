@@ -8,19 +8,23 @@
 #include <cmath>
 #include <type_traits>
 
+#include "gemm/sm80_launch.h"
 #include "gemm/simt_launch.h"
 
 namespace jaxgemm {
 namespace {
 
+// 16-bit inputs reach SIMT only when tensor cores cannot take them (unaligned rows): one
+// tile is built for them, to keep the build small.
 template <class TIn, class TOut>
 cudaError_t RunSimt(const GemmProblem& p, cudaStream_t stream, SimtChoice tile) {
-  if (tile.bm == 128 && tile.bn == 128) {
-    if constexpr (std::is_same_v<TIn, float>) return LaunchSimtGemm<SimtPolicy128x128F32, TIn, TOut>(p, stream);
+  if constexpr (std::is_same_v<TIn, float>) {
+    if (tile.bm == 128 && tile.bn == 64) return LaunchSimtGemm<SimtPolicy128x64, TIn, TOut>(p, stream);
+    if (tile.bm == 64 && tile.bn == 64) return LaunchSimtGemm<SimtPolicy64x64, TIn, TOut>(p, stream);
+    return LaunchSimtGemm<SimtPolicy128x128F32, TIn, TOut>(p, stream);
+  } else {
     return LaunchSimtGemm<SimtPolicy128x128, TIn, TOut>(p, stream);
   }
-  if (tile.bm == 128 && tile.bn == 64) return LaunchSimtGemm<SimtPolicy128x64, TIn, TOut>(p, stream);
-  return LaunchSimtGemm<SimtPolicy64x64, TIn, TOut>(p, stream);
 }
 
 }  // namespace
@@ -102,6 +106,15 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, SimtChoice forced
   if (p.k > INT32_MAX - 64) {
     *unsupported = "K >= 2^31 is not supported";
     return cudaErrorInvalidValue;
+  }
+  // 16-bit inputs with 16-byte row starts run on tensor cores; a forced SIMT tile (tests,
+  // tuning) or any other layout takes the SIMT kernels.
+  if (forced.bm == 0 && Sm80Supports(p)) {
+    using E = ElementType;
+    if (p.in_type == E::kF16 && p.out_type == E::kF16) return LaunchSm80Gemm<__half, __half>(p, stream);
+    if (p.in_type == E::kF16 && p.out_type == E::kF32) return LaunchSm80Gemm<__half, float>(p, stream);
+    if (p.in_type == E::kBF16 && p.out_type == E::kBF16) return LaunchSm80Gemm<__nv_bfloat16, __nv_bfloat16>(p, stream);
+    if (p.in_type == E::kBF16 && p.out_type == E::kF32) return LaunchSm80Gemm<__nv_bfloat16, float>(p, stream);
   }
   const int sm_count = CurrentDeviceSmCount();
   const SimtChoice tile = forced.bm != 0 ? forced : ChooseSimtTile(p, sm_count > 0 ? sm_count : 132);

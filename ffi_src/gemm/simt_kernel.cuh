@@ -74,8 +74,8 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
       for (int h = 0; h < 2; ++h) {
         const int64_t col = n0 + h * (kBN / 2) + tx * 4;
         if (col >= p.n) continue;
-        const float4 v = make_float4(acc[i][h * 4], acc[i][h * 4 + 1], acc[i][h * 4 + 2], acc[i][h * 4 + 3]);
-        GemmEpilogue<TOut>::Store(p, off, row, col, v, vector_store);
+        const float v[4] = {acc[i][h * 4], acc[i][h * 4 + 1], acc[i][h * 4 + 2], acc[i][h * 4 + 3]};
+        GemmEpilogue<TOut>::Store<4>(p, off, row, col, v, vector_store);
       }
     }
     __syncthreads();  // shared memory is reused by the next batch index

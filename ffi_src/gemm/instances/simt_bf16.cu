@@ -6,10 +6,6 @@ namespace jaxgemm {
 
 #define JG_INSTANTIATE(Policy, TOut) template cudaError_t LaunchSimtGemm<Policy, __nv_bfloat16, TOut>(const GemmProblem&, cudaStream_t);
 JG_INSTANTIATE(SimtPolicy128x128, __nv_bfloat16)
-JG_INSTANTIATE(SimtPolicy128x64, __nv_bfloat16)
-JG_INSTANTIATE(SimtPolicy64x64, __nv_bfloat16)
 JG_INSTANTIATE(SimtPolicy128x128, float)
-JG_INSTANTIATE(SimtPolicy128x64, float)
-JG_INSTANTIATE(SimtPolicy64x64, float)
 
 }  // namespace jaxgemm
