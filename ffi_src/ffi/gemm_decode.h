@@ -7,6 +7,7 @@
 #pragma once
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "gemm/problem.h"
 #include "xla/ffi/api/ffi.h"
@@ -20,6 +21,28 @@ struct GemmAttrs {
   float alpha = 1.f, beta = 0.f;
   int64_t activation = 0, split_k = 1;
 };
+
+// The operands, results and attributes of jaxgemm_gemm, after any context the platform's
+// handler binds first.
+template <class Binding>
+auto BindGemmCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // a
+      .template Arg<ffi::AnyBuffer>()            // b
+      .template Arg<ffi::AnyBuffer>()            // c (empty: none)
+      .template Arg<ffi::AnyBuffer>()            // bias (empty: none)
+      .template Arg<ffi::AnyBuffer>()            // residual (empty: none)
+      .template Ret<ffi::AnyBuffer>()            // out
+      .template Ret<ffi::AnyBuffer>()            // aux = pre-activation (empty: not wanted)
+      .template Attr<bool>("transpose_a")
+      .template Attr<bool>("transpose_b")
+      .template Attr<bool>("tf32")
+      .template Attr<float>("alpha")
+      .template Attr<float>("beta")
+      .template Attr<int64_t>("activation")
+      .template Attr<int64_t>("split_k")
+      .template Attr<int64_t>("tile_m")
+      .template Attr<int64_t>("tile_n");
+}
 
 inline std::string ShapeString(ffi::AnyBuffer::Dimensions dims) {
   std::string s = "(";

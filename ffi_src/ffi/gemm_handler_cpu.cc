@@ -31,20 +31,4 @@ ffi::Error GemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c, ffi
 }  // namespace jaxgemm
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmGemmCpu, jaxgemm::GemmCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()  // a
-                                  .Arg<xla::ffi::AnyBuffer>()  // b
-                                  .Arg<xla::ffi::AnyBuffer>()  // c (empty: none)
-                                  .Arg<xla::ffi::AnyBuffer>()  // bias (empty: none)
-                                  .Arg<xla::ffi::AnyBuffer>()  // residual (empty: none)
-                                  .Ret<xla::ffi::AnyBuffer>()  // out
-                                  .Ret<xla::ffi::AnyBuffer>()  // aux = pre-activation (empty: not wanted)
-                                  .Attr<bool>("transpose_a")
-                                  .Attr<bool>("transpose_b")
-                                  .Attr<bool>("tf32")
-                                  .Attr<float>("alpha")
-                                  .Attr<float>("beta")
-                                  .Attr<int64_t>("activation")
-                                  .Attr<int64_t>("split_k")
-                                  .Attr<int64_t>("tile_m")
-                                  .Attr<int64_t>("tile_n"));
+                              jaxgemm::BindGemmCall(xla::ffi::Ffi::Bind()));

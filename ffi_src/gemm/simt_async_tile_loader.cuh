@@ -9,31 +9,17 @@
 #include <cstdint>
 
 #include "common/ptx.cuh"
+#include "gemm/simt_tile_loader.cuh"
 
 namespace jaxgemm {
 
 template <int kExtent, int kBK, int kThreads, bool kKContiguous, bool kVectorized>
-struct SimtAsyncTileLoader {
-  static constexpr int kSmemStride = kExtent + 4;
-  static constexpr int kSmemFloats = kBK * kSmemStride;
-  static constexpr int kVecsPerThread = kExtent * kBK / (4 * kThreads);
-  static_assert(kVecsPerThread >= 1 && kExtent * kBK % (4 * kThreads) == 0,
-                "each thread copies whole 4-element vectors");
-  static_assert(kKContiguous ? kThreads % (kBK / 4) == 0 : kThreads % (kExtent / 4) == 0,
-                "a thread's vectors are a fixed k distance apart");
-  static constexpr int kVecStepK = kKContiguous ? 0 : kThreads / (kExtent / 4);
-
-  // Row i and first k of this thread's v-th 4-element vector (as in SimtTileLoader).
-  __device__ __forceinline__ static void Coord(int v, int* i, int* k) {
-    const int linear = v * kThreads + static_cast<int>(threadIdx.x);
-    if (kKContiguous) {
-      *i = linear / (kBK / 4);
-      *k = linear % (kBK / 4) * 4;
-    } else {
-      *k = linear / (kExtent / 4);
-      *i = linear % (kExtent / 4) * 4;
-    }
-  }
+struct SimtAsyncTileLoader : SimtTileMap<kExtent, kBK, kThreads, kKContiguous> {
+  using Map = SimtTileMap<kExtent, kBK, kThreads, kKContiguous>;
+  using Map::Coord;
+  using Map::kSmemStride;
+  using Map::kVecsPerThread;
+  using Map::kVecStepK;
 
   const float* ptr[kVecsPerThread];
   int rows_left[kVecsPerThread];

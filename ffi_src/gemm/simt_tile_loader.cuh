@@ -11,17 +11,17 @@
 
 namespace jaxgemm {
 
-// kKContiguous: consecutive K elements are adjacent in memory (row-major A, transposed B);
-// otherwise consecutive rows of the tile are (transposed A, row-major B). Either way a
-// thread's 4-element vector is 4 adjacent elements in memory.
-// kVectorized: leading dimension and base allow one 4-element vector load.
-template <class T, int kExtent, int kBK, int kThreads, bool kKContiguous, bool kVectorized>
-struct SimtTileLoader {
+// Which 4-element vectors of a kExtent x kBK operand tile each thread moves; shared by
+// SimtTileLoader and SimtAsyncTileLoader. kKContiguous: consecutive K elements are adjacent
+// in memory (row-major A, transposed B); otherwise consecutive rows of the tile are
+// (transposed A, row-major B). Either way a vector is 4 adjacent elements in memory.
+template <int kExtent, int kBK, int kThreads, bool kKContiguous>
+struct SimtTileMap {
   static constexpr int kSmemStride = kExtent + 4;
   static constexpr int kSmemFloats = kBK * kSmemStride;
   static constexpr int kVecsPerThread = kExtent * kBK / (4 * kThreads);
   static_assert(kVecsPerThread >= 1 && kExtent * kBK % (4 * kThreads) == 0,
-                "each thread loads whole 4-element vectors");
+                "each thread moves whole 4-element vectors");
   static_assert(kKContiguous ? kThreads % (kBK / 4) == 0 : kThreads % (kExtent / 4) == 0,
                 "a thread's vectors are a fixed k distance apart");
   // k distance between a thread's consecutive vectors (0 when they differ only in row).
@@ -39,6 +39,16 @@ struct SimtTileLoader {
       *i = linear % (kExtent / 4) * 4;
     }
   }
+};
+
+// kVectorized: leading dimension and base allow one 4-element vector load.
+template <class T, int kExtent, int kBK, int kThreads, bool kKContiguous, bool kVectorized>
+struct SimtTileLoader : SimtTileMap<kExtent, kBK, kThreads, kKContiguous> {
+  using Map = SimtTileMap<kExtent, kBK, kThreads, kKContiguous>;
+  using Map::Coord;
+  using Map::kSmemStride;
+  using Map::kVecsPerThread;
+  using Map::kVecStepK;
 
   // Per-vector state is set up once per tile so the k-loop only adds and compares.
   const T* ptr[kVecsPerThread];   // this thread's next vector
