@@ -14,37 +14,21 @@
 namespace jaxgemm {
 
 template <int kExtent, int kBK, int kThreads, bool kKContiguous, bool kVectorized>
-struct SimtAsyncTileLoader : SimtTileMap<kExtent, kBK, kThreads, kKContiguous> {
-  using Map = SimtTileMap<kExtent, kBK, kThreads, kKContiguous>;
-  using Map::Coord;
-  using Map::kSmemStride;
-  using Map::kVecsPerThread;
-  using Map::kVecStepK;
-
-  const float* ptr[kVecsPerThread];
-  int rows_left[kVecsPerThread];
-  int k_left;  // K minus the next k of vector 0
-  int64_t k_step;
-
-  __device__ __forceinline__ SimtAsyncTileLoader(const float* base, int64_t ld, int64_t extent, int64_t k_size) {
-    const int64_t step = kKContiguous ? 1 : ld, row_step = kKContiguous ? ld : 1;
-    k_step = kBK * step;
-    int i = 0, k = 0;
-#pragma unroll
-    for (int v = 0; v < kVecsPerThread; ++v) {
-      Coord(v, &i, &k);
-      ptr[v] = base + i * row_step + k * step;
-      rows_left[v] = static_cast<int>(extent - i < kExtent ? extent - i : kExtent);
-      if (v == 0) k_left = static_cast<int>(k_size) - k;
-    }
-  }
+struct SimtAsyncTileLoader : SimtTileCursor<float, kExtent, kBK, kThreads, kKContiguous> {
+  using Cursor = SimtTileCursor<float, kExtent, kBK, kThreads, kKContiguous>;
+  using Cursor::Cursor;
+  using Cursor::k_left;
+  using Cursor::ptr;
+  using Cursor::rows_left;
+  static constexpr int kVecsPerThread = Cursor::kVecsPerThread, kVecStepK = Cursor::kVecStepK;
+  static constexpr int kSmemStride = Cursor::kSmemStride;
 
   // Starts copying the next k-tile into `smem`; out-of-range elements become zeros.
   __device__ __forceinline__ void IssueNext(float* smem) {
 #pragma unroll
     for (int v = 0; v < kVecsPerThread; ++v) {
       int i, k;
-      Coord(v, &i, &k);
+      Cursor::Coord(v, &i, &k);
       const int k_left_v = k_left - v * kVecStepK;
       if (kKContiguous) {
 #pragma unroll
@@ -62,9 +46,8 @@ struct SimtAsyncTileLoader : SimtTileMap<kExtent, kBK, kThreads, kKContiguous> {
           CpAsync4(smem + k * kSmemStride + i + j, ok ? ptr[v] + j : ptr[0], ok);
         }
       }
-      ptr[v] += k_step;
     }
-    k_left -= kBK;
+    this->Advance();
   }
 };
 

@@ -41,35 +41,51 @@ struct SimtTileMap {
   }
 };
 
-// kVectorized: leading dimension and base allow one 4-element vector load.
-template <class T, int kExtent, int kBK, int kThreads, bool kKContiguous, bool kVectorized>
-struct SimtTileLoader : SimtTileMap<kExtent, kBK, kThreads, kKContiguous> {
+// Where a thread's vectors are in global memory, set up once per tile so that the k-loop
+// only adds and compares; shared by both SIMT loaders.
+template <class T, int kExtent, int kBK, int kThreads, bool kKContiguous>
+struct SimtTileCursor : SimtTileMap<kExtent, kBK, kThreads, kKContiguous> {
   using Map = SimtTileMap<kExtent, kBK, kThreads, kKContiguous>;
-  using Map::Coord;
-  using Map::kSmemStride;
-  using Map::kVecsPerThread;
-  using Map::kVecStepK;
+  static constexpr int kVecs = Map::kVecsPerThread;
 
-  // Per-vector state is set up once per tile so the k-loop only adds and compares.
-  const T* ptr[kVecsPerThread];   // this thread's next vector
-  int rows_left[kVecsPerThread];  // rows from this vector's first row to the matrix edge (capped)
-  int k_left;                     // K minus the next k of vector 0 (K < 2^31 is checked on the host)
-  int64_t k_step;                 // pointer advance per k-tile
-  T regs[kVecsPerThread][4];
+  const T* ptr[kVecs];   // this thread's next vectors
+  int rows_left[kVecs];  // rows from a vector's first row to the matrix edge (capped)
+  int k_left;            // K minus the next k of vector 0 (K < 2^31 is checked on the host)
+  int64_t k_step;        // pointer advance per k-tile
 
   // base: the tile's row 0 at k = 0; ld: row pitch; extent: rows that exist from row 0.
-  __device__ __forceinline__ SimtTileLoader(const T* base, int64_t ld, int64_t extent, int64_t k_size) {
+  __device__ __forceinline__ SimtTileCursor(const T* base, int64_t ld, int64_t extent, int64_t k_size) {
     const int64_t step = kKContiguous ? 1 : ld, row_step = kKContiguous ? ld : 1;
     k_step = kBK * step;
     int i = 0, k = 0;
 #pragma unroll
-    for (int v = 0; v < kVecsPerThread; ++v) {
-      Coord(v, &i, &k);
+    for (int v = 0; v < kVecs; ++v) {
+      Map::Coord(v, &i, &k);
       ptr[v] = base + i * row_step + k * step;
       rows_left[v] = static_cast<int>(extent - i < kExtent ? extent - i : kExtent);
       if (v == 0) k_left = static_cast<int>(k_size) - k;
     }
   }
+
+  __device__ __forceinline__ void Advance() {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) ptr[v] += k_step;
+    k_left -= kBK;
+  }
+};
+
+// kVectorized: leading dimension and base allow one 4-element vector load.
+template <class T, int kExtent, int kBK, int kThreads, bool kKContiguous, bool kVectorized>
+struct SimtTileLoader : SimtTileCursor<T, kExtent, kBK, kThreads, kKContiguous> {
+  using Cursor = SimtTileCursor<T, kExtent, kBK, kThreads, kKContiguous>;
+  using Cursor::Cursor;
+  using Cursor::k_left;
+  using Cursor::ptr;
+  using Cursor::rows_left;
+  static constexpr int kVecsPerThread = Cursor::kVecsPerThread, kVecStepK = Cursor::kVecStepK;
+  static constexpr int kSmemStride = Cursor::kSmemStride;
+
+  T regs[kVecsPerThread][4];
 
   // Loads the next k-tile into registers; elements past M/N/K read as zero.
   __device__ __forceinline__ void LoadNext() {
@@ -94,16 +110,15 @@ struct SimtTileLoader : SimtTileMap<kExtent, kBK, kThreads, kKContiguous> {
           regs[v][j] = ok ? ptr[v][j] : FromFloat<T>(0.f);
         }
       }
-      ptr[v] += k_step;
     }
-    k_left -= kBK;
+    this->Advance();
   }
 
   __device__ __forceinline__ void Store(float* smem) const {
 #pragma unroll
     for (int v = 0; v < kVecsPerThread; ++v) {
       int i, k;
-      Coord(v, &i, &k);
+      Cursor::Coord(v, &i, &k);
       if (kKContiguous) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) smem[(k + j) * kSmemStride + i] = ToFloat(regs[v][j]);
