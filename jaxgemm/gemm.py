@@ -1,10 +1,11 @@
-"""`jaxgemm.matmul` and the `gemm_p` primitive behind it.
+"""The `gemm_p` primitive: alpha * op(a) @ op(b), bilinear, with its rules.
 
 The primitive takes operands in a canonical form, `a: (*batch_a, rows, cols)` and
 `b: (*batch_b, rows, cols)` of equal rank, where every batch dim of an operand is 1
-(broadcast, read with stride 0 by the kernel) or the output's. `matmul` turns `jnp.matmul`
-arguments into that form with free reshapes only, and every rule (batching, transpose)
-goes back through the same `_gemm` helper.
+(broadcast, read with stride 0 by the kernel) or the output's. `_gemm` turns broadcasting
+operands into that form with free reshapes only, and every rule (batching, transpose)
+goes back through it. `jaxgemm.matmul` (matmul.py) is the public entry; fused epilogues
+live in epilogue.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 

@@ -9,7 +9,7 @@ from jaxgemm import activations
 from jaxgemm.epilogue import EpilogueConfig, fused_matmul
 from jaxgemm.gemm import SUPPORTED_DTYPES, GemmConfig, _broadcast_batch, _gemm, _gemm_dims
 
-_TF32_PRECISIONS = {"tensorfloat32", "tf32", "default", "high", "bfloat16_3x"}
+_TF32_PRECISIONS = {"tensorfloat32", "tf32", "default", "high"}
 _EXACT_PRECISIONS = {"highest", "float32"}
 
 
