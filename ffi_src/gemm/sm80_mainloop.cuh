@@ -3,6 +3,10 @@
 // fragments, fp32 accumulators. 8 warps as 2 (M) x 4 (N), each owning a 64 x 32 tile =
 // 4 x 4 mma tiles.
 #pragma once
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
 #include "common/ptx.cuh"
 #include "gemm/sm80_tile.cuh"
 
