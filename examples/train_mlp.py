@@ -1,15 +1,15 @@
 """Train a small MLP on scikit-learn's digits with every matmul done by jaxgemm.
 
-This shows that `jaxgemm.matmul` is a drop-in replacement for `jnp.matmul`
-inside a real training loop: the forward pass, the backward pass produced by
-`jax.value_and_grad`, and the `jax.jit`-compiled update step all go through
-jaxgemm's kernels. With `--dtype bfloat16` the matmul operands are cast to
+This shows `jaxgemm.dense` (one fused matmul + bias + activation kernel) as a
+drop-in layer inside a real training loop: the forward pass, the backward pass
+produced by `jax.value_and_grad`, and the `jax.jit`-compiled update step all go
+through jaxgemm's kernels. With `--dtype bfloat16` the matmul operands are cast to
 bfloat16 (products still accumulate in float32) while the parameters and the
 optimizer state stay in float32, the usual mixed-precision setup.
 
 The data is the 8x8 digits set bundled with scikit-learn, so nothing is
 downloaded. A 64 -> 256 -> 256 -> 10 ReLU network trained with Adam reaches
-about 97% test accuracy in a few seconds on a CPU.
+about 98% test accuracy in seconds on a CPU.
 
     python examples/train_mlp.py [--epochs 30] [--dtype bfloat16]
 """
@@ -54,11 +54,12 @@ def init_params(key, sizes=LAYER_SIZES):
 def forward(params, x, dtype):
     h = x
     for i, (w, b) in enumerate(params):
-        # Only the matmul operands are cast: accumulating in float32 and
-        # keeping float32 master weights is what makes bfloat16 train well.
-        h = jaxgemm.matmul(h.astype(dtype), w.astype(dtype), out_dtype=jnp.float32) + b
-        if i < len(params) - 1:
-            h = jax.nn.relu(h)
+        # One fused kernel per layer: matmul + bias + relu (the last layer's logits
+        # have no activation); its backward uses jaxgemm's fused kernels too. Only the
+        # matmul operands are cast: accumulating in float32 and keeping float32 master
+        # weights is what makes bfloat16 train well.
+        activation = "relu" if i < len(params) - 1 else None
+        h = jaxgemm.dense(h.astype(dtype), w.astype(dtype), b, activation, out_dtype=jnp.float32)
     return h
 
 
