@@ -19,7 +19,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgemm import activations
-from jaxgemm.gemm import GemmConfig, _kernel_out_dtype, call_gemm_ffi, grad_lhs, grad_rhs, unbroadcast
+from jaxgemm.gemm import (
+    GemmConfig,
+    _broadcast_batch,
+    _gemm_dims,
+    _kernel_out_dtype,
+    call_gemm_ffi,
+    grad_lhs,
+    grad_rhs,
+    unbroadcast,
+)
 
 # Rows per block of the bias/activation backward; more blocks than SMs for large M.
 _ROWS_PER_CHUNK = 256
@@ -61,9 +70,13 @@ def _fused(config: GemmConfig, epi: EpilogueConfig, a, b, c, bias, residual):
     return (y, aux) if epi.want_aux else y
 
 
+def _out_shape(a, b, config):
+    """Output shape for equal-rank operands (batch dims 1 or shared)."""
+    m, _, n, _ = _gemm_dims(a.shape, b.shape, config)
+    return _broadcast_batch(a.shape[:-2], b.shape[:-2]) + (m, n)
+
+
 def _forward(config, epi, a, b, c, bias, residual, want_aux):
-    m, n = a.shape[-1 if config.transpose_a else -2], b.shape[-2 if config.transpose_b else -1]
-    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     return call_gemm_ffi(
         a,
         b,
@@ -71,7 +84,7 @@ def _forward(config, epi, a, b, c, bias, residual, want_aux):
         bias,
         residual,
         config=config,
-        out_shape=batch + (m, n),
+        out_shape=_out_shape(a, b, config),
         activation=activations.activation_id(epi.activation),
         beta=epi.beta,
         want_aux=want_aux,
@@ -109,13 +122,13 @@ def fused_matmul(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfi
     """Canonicalizes shapes (equal ranks, batch folded into M when b and bias are shared)
     and runs the fused GEMM; returns y, or (y, aux) with `epi.want_aux`. Shapes are
     validated by the caller (jaxgemm.matmul)."""
-    m = a.shape[-1] if config.transpose_a else a.shape[-2]
-    n = b.shape[-2] if config.transpose_b else b.shape[-1]
-    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out_shape = batch + (m, n)
+    rank = max(a.ndim, b.ndim)
+    a = a.reshape((1,) * (rank - a.ndim) + a.shape)
+    b = b.reshape((1,) * (rank - b.ndim) + b.shape)
+    out_shape = _out_shape(a, b, config)
+    m, n = out_shape[-2:]
     kernel_dtype = _kernel_out_dtype(a.dtype, config.out_dtype)
     kernel_config = dataclasses.replace(config, out_dtype=kernel_dtype)
-    rank = len(out_shape)
 
     def as_matrix_operand(x):  # c, residual: the output's rank, matrix dims exact
         if x is None:
@@ -129,8 +142,6 @@ def fused_matmul(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfi
     if bias is not None:
         bias = bias.astype(kernel_dtype)
         bias = bias.reshape((1,) * (rank - 1 - bias.ndim) + bias.shape)
-    a = a.reshape((1,) * (rank - a.ndim) + a.shape)
-    b = b.reshape((1,) * (rank - b.ndim) + b.shape)
 
     b_shared = all(d == 1 for d in b.shape[:-2])
     bias_shared = bias is None or all(d == 1 for d in bias.shape[:-1])
