@@ -19,6 +19,16 @@ def simt_config(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int,
     return tuple(_jaxgemm.simt_config(m, n, k, batch, sm_count))
 
 
+def tensor_core_split_k(m: int, n: int, k: int, batch: int, sm_count: int) -> int:
+    """split_k the CUDA heuristic picks for a 16-bit problem on the tensor-core kernels."""
+    return int(_jaxgemm.tensor_core_split_k(m, n, k, batch, sm_count))
+
+
+def cuda_compute_capability() -> int:
+    """10 * major + minor of the current CUDA device; 0 without CUDA or a GPU."""
+    return int(_jaxgemm.cuda_compute_capability()) if WITH_CUDA else 0
+
+
 def _register() -> None:
     for name, capsule in _jaxgemm.cpu_registrations().items():
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")

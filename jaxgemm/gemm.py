@@ -37,10 +37,20 @@ class GemmConfig:
     out_dtype: Any = jnp.dtype(jnp.float32)
     # K chunks computed in parallel and summed afterwards; None lets the GPU lowering pick.
     split_k: int | None = None
-    # (tile_m, tile_n) of the CUDA SIMT kernel; None lets the handler's heuristic pick.
-    simt_tile: tuple[int, int] | None = None
+    # CUDA kernel family ("simt", "sm80", "sm90") and its (tile_m, tile_n): for tests and
+    # tuning; None lets the handler's heuristic pick.
+    kernel: str | None = None
+    tile: tuple[int, int] | None = None
     alpha: float = 1.0  # computes alpha * op(a) @ op(b)
 
+    def __post_init__(self):
+        if self.kernel not in KERNEL_FAMILIES:
+            raise ValueError(f"GemmConfig.kernel must be one of {sorted(k for k in KERNEL_FAMILIES if k)} or None, "
+                             f"got {self.kernel!r}")
+
+
+# GemmConfig.kernel -> the handler's KernelFamily id (ffi_src/gemm/dispatch.h).
+KERNEL_FAMILIES = {None: 0, "simt": 1, "sm80": 2, "sm90": 3}
 
 gemm_p = Primitive("jaxgemm_gemm")
 
@@ -101,8 +111,9 @@ def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig,
         beta=np.float32(beta),
         activation=np.int64(activation),
         split_k=np.int64(split_k),
-        tile_m=np.int64(config.simt_tile[0] if config.simt_tile else 0),
-        tile_n=np.int64(config.simt_tile[1] if config.simt_tile else 0),
+        tile_m=np.int64(config.tile[0] if config.tile else 0),
+        tile_n=np.int64(config.tile[1] if config.tile else 0),
+        kernel=np.int64(KERNEL_FAMILIES[config.kernel]),
     )
 
 
@@ -116,6 +127,8 @@ def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
         return 1
     m, k, n, _ = _gemm_dims(a_aval.shape, b_aval.shape, config)
     batch = math.prod(_broadcast_batch(a_aval.shape[:-2], b_aval.shape[:-2]))
+    if a_aval.dtype != jnp.float32 and config.kernel != "simt":
+        return _ffi.tensor_core_split_k(m, n, k, batch, sm_count)
     return int(_ffi.simt_config(m, n, k, batch, sm_count)[2])
 
 
@@ -212,7 +225,7 @@ def unbroadcast(x, shape):
 def grad_lhs(ct, b, a_shape, a_dtype, config: GemmConfig):
     """Cotangent of `a` in alpha * op(a) @ op(b), given the output cotangent `ct`."""
     ct = ct.astype(a_dtype)
-    cfg = dataclasses.replace(config, out_dtype=jnp.dtype(a_dtype), split_k=None, simt_tile=None)
+    cfg = dataclasses.replace(config, out_dtype=jnp.dtype(a_dtype), split_k=None, kernel=None, tile=None)
     if config.transpose_a:  # A stored (K, M): dA = alpha * op(B) @ ct^T
         da = _gemm(b, ct, dataclasses.replace(cfg, transpose_a=config.transpose_b, transpose_b=True))
     else:  # dA = alpha * ct @ op(B)^T
@@ -223,7 +236,7 @@ def grad_lhs(ct, b, a_shape, a_dtype, config: GemmConfig):
 def grad_rhs(ct, a, b_shape, b_dtype, config: GemmConfig):
     """Cotangent of `b` in alpha * op(a) @ op(b), given the output cotangent `ct`."""
     ct = ct.astype(b_dtype)
-    cfg = dataclasses.replace(config, out_dtype=jnp.dtype(b_dtype), split_k=None, simt_tile=None)
+    cfg = dataclasses.replace(config, out_dtype=jnp.dtype(b_dtype), split_k=None, kernel=None, tile=None)
     if config.transpose_b:  # B stored (N, K): dB = alpha * ct^T @ op(A)
         db = _gemm(ct, a, dataclasses.replace(cfg, transpose_a=True, transpose_b=config.transpose_a))
     else:  # dB = alpha * op(A)^T @ ct

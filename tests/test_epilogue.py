@@ -221,12 +221,18 @@ def test_bad_dense_arguments():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "tile,dtype",
-    [(t, jnp.float32) for t in [(128, 128), (128, 64), (64, 64)]]
-    + [((128, 128), jnp.float16), ((128, 128), jnp.bfloat16), (None, jnp.float16), (None, jnp.bfloat16)],
+    "kernel_tile,dtype",
+    [(("simt", t), jnp.float32) for t in [(128, 128), (128, 64), (64, 64)]]
+    + [(k, d) for k in [("simt", (128, 128)), ("sm80", None), ("sm90", (128, 128)), ("sm90", (128, 256)), (None, None)]
+       for d in (jnp.float16, jnp.bfloat16)],
 )
-def test_gpu_epilogue_on_every_kernel(tile, dtype):
-    """tile None: the heuristic, i.e. tensor cores for 16-bit inputs (aligned rows here)."""
+def test_gpu_epilogue_on_every_kernel(kernel_tile, dtype):
+    """kernel None: the heuristic, i.e. tensor cores for 16-bit inputs (aligned rows here)."""
+    from jaxgemm import _ffi
+
+    kernel, tile = kernel_tile
+    if kernel == "sm90" and _ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
     from jaxgemm.epilogue import EpilogueConfig, fused_matmul
     from jaxgemm.gemm import GemmConfig
 
@@ -235,7 +241,7 @@ def test_gpu_epilogue_on_every_kernel(tile, dtype):
     for act in ACTS:
         a, b = random(rng, (m, k), dtype), random(rng, (n, k), dtype)
         bias, c, res = random(rng, (n,), dtype), random(rng, (m, n), dtype), random(rng, (m, n), dtype)
-        config = GemmConfig(False, True, False, jnp.dtype(dtype), simt_tile=tile, alpha=1.5)
+        config = GemmConfig(False, True, False, jnp.dtype(dtype), kernel=kernel, tile=tile, alpha=1.5)
         y, z = fused_matmul(a, b, c, bias, res, config, EpilogueConfig(act, 0.25, True))
         ry, rz = _epilogue_reference(a, b, False, True, bias, act, 1.5, 0.25, c, res)
         tol = TOLERANCE[jnp.dtype(dtype)]

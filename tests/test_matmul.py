@@ -337,7 +337,7 @@ def test_gpu_every_simt_tile(tile, dtype, m, n, k):
     for ta, tb in LAYOUTS:
         for batch_a, batch_b in [((), ()), ((3,), (3,)), ((), (2,))]:
             a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_a, batch_b)
-            config = GemmConfig(ta, tb, False, jnp.dtype(dtype), split_k=1, simt_tile=tile)
+            config = GemmConfig(ta, tb, False, jnp.dtype(dtype), split_k=1, kernel="simt", tile=tile)
             out = _gemm(a, b, config)
             err = rel_error(out, _reference(a, b, ta, tb))
             assert err <= TOLERANCE[jnp.dtype(dtype)], (ta, tb, batch_a, batch_b, err)
@@ -349,7 +349,74 @@ def test_gpu_unknown_tile_is_an_error_not_a_crash():
 
     a = jnp.ones((8, 8), jnp.float32)
     with pytest.raises(Exception, match="no SIMT tile 96x96"):
-        jax.block_until_ready(_gemm(a, a, GemmConfig(simt_tile=(96, 96))))
+        jax.block_until_ready(_gemm(a, a, GemmConfig(kernel="simt", tile=(96, 96))))
+
+
+def _skip_unless_hopper(kernel):
+    from jaxgemm import _ffi
+
+    if kernel == "sm90" and _ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+
+
+# (kernel family, tile): every tensor-core kernel the heuristic can pick.
+TENSOR_CORE_KERNELS = [("sm80", None), ("sm90", (128, 128)), ("sm90", (128, 256))]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("kernel,tile", TENSOR_CORE_KERNELS)
+def test_gpu_every_tensor_core_kernel(kernel, tile, dtype):
+    """Each tensor-core kernel, forced, over layouts x shapes ragged against its tiles x
+    batching (incl. a broadcast operand) x output dtype x split-K."""
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    _skip_unless_hopper(kernel)
+    rng = np.random.default_rng(hash((kernel, tile, str(dtype))) % 2**32)
+    shapes = [(8, 8, 8), (136, 264, 72), (392, 200, 1000), (1000, 520, 4104)]
+    batches = [((), ()), ((3,), (3,)), ((), (2,)), ((2,), ())]
+    for i, ((m, n, k), (ta, tb)) in enumerate(itertools.product(shapes, LAYOUTS)):
+        batch_a, batch_b = batches[i % len(batches)]
+        out_dtype = jnp.dtype(dtype) if i % 2 == 0 else jnp.dtype(jnp.float32)
+        split_k = 3 if i % 3 == 2 else 1
+        a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_a, batch_b)
+        config = GemmConfig(ta, tb, False, out_dtype, split_k=split_k, kernel=kernel, tile=tile)
+        out = _gemm(a, b, config)
+        assert out.dtype == out_dtype
+        err = rel_error(out, _reference(a, b, ta, tb))
+        assert err <= TOLERANCE[jnp.dtype(dtype)], (m, n, k, ta, tb, batch_a, batch_b, out_dtype, split_k, err)
+
+
+@pytest.mark.gpu
+def test_gpu_tensor_core_heuristic_choices():
+    """Shapes where the heuristic splits K or picks either sm90 tile come out right."""
+    from jaxgemm import _ffi
+
+    sms = _ffi.cuda_sm_count()
+    assert _ffi.tensor_core_split_k(128, 8192, 8192, 1, sms) > 1
+    assert _ffi.tensor_core_split_k(8192, 8192, 8192, 1, sms) == 1
+    rng = np.random.default_rng(18)
+    for m, n, k in [(16, 8192, 8192), (128, 4096, 8192), (2048, 2048, 512), (4096, 4096, 256)]:
+        a, b = _operands(rng, m, n, k, jnp.bfloat16, False, False)
+        out = jaxgemm.matmul(a, b)
+        assert rel_error(out, _reference(a, b)) <= TOLERANCE[jnp.dtype(jnp.bfloat16)], (m, n, k)
+
+
+@pytest.mark.gpu
+def test_gpu_forced_kernel_that_cannot_run_is_an_error():
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    a = jnp.ones((8, 12), jnp.bfloat16)  # rows of 24 bytes: no TMA, no 16-byte cp.async
+    for kernel in ("sm80", "sm90"):
+        with pytest.raises(Exception, match=f"the {kernel} kernel cannot take"):
+            jax.block_until_ready(_gemm(a, a, GemmConfig(transpose_b=True, out_dtype=jnp.dtype(jnp.bfloat16), kernel=kernel)))
+
+
+def test_unknown_kernel_family_is_a_value_error():
+    from jaxgemm.gemm import GemmConfig
+
+    with pytest.raises(ValueError, match="GemmConfig.kernel"):
+        GemmConfig(kernel="sm70")
 
 
 @pytest.mark.gpu

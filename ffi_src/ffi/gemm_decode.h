@@ -41,7 +41,8 @@ auto BindGemmCall(Binding binding) {
       .template Attr<int64_t>("activation")
       .template Attr<int64_t>("split_k")
       .template Attr<int64_t>("tile_m")
-      .template Attr<int64_t>("tile_n");
+      .template Attr<int64_t>("tile_n")
+      .template Attr<int64_t>("kernel");  // KernelFamily id (gemm/dispatch.h); 0: heuristic
 }
 
 inline std::string ShapeString(ffi::AnyBuffer::Dimensions dims) {

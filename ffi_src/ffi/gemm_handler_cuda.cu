@@ -13,7 +13,8 @@ namespace {
 ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
                         ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> d,
                         ffi::Result<ffi::AnyBuffer> aux, bool transpose_a, bool transpose_b, bool tf32, float alpha,
-                        float beta, int64_t activation, int64_t split_k, int64_t tile_m, int64_t tile_n) {
+                        float beta, int64_t activation, int64_t split_k, int64_t tile_m, int64_t tile_n,
+                        int64_t kernel) {
   const GemmAttrs attrs{transpose_a, transpose_b, tf32, alpha, beta, activation, split_k};
   auto problem = DecodeGemm(a, b, c, bias, residual, *d, *aux, attrs);
   if (!problem.has_value()) return problem.error();
@@ -21,8 +22,12 @@ ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
     JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(d->untyped_data(), 0xff, d->size_bytes(), stream));
     if (aux->size_bytes()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));
   }
+  if (kernel < 0 || kernel > static_cast<int64_t>(KernelFamily::kSm90)) {
+    return ffi::Error::InvalidArgument("jaxgemm_gemm: unknown kernel family id " + std::to_string(kernel));
+  }
   std::string unsupported;
-  const cudaError_t status = RunGemm(*problem, stream, SimtChoice{int(tile_m), int(tile_n)}, &unsupported);
+  const KernelRequest request{static_cast<KernelFamily>(kernel), int(tile_m), int(tile_n)};
+  const cudaError_t status = RunGemm(*problem, stream, request, &unsupported);
   if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_gemm: " + unsupported);
   if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_gemm kernel launch");
   return ffi::Error::Success();

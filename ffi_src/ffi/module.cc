@@ -47,6 +47,15 @@ NB_MODULE(_jaxgemm, m) {
     const jaxgemm::SimtChoice c = jaxgemm::ChooseSimtTile(p, sm_count);
     return nb::make_tuple(c.bm, c.bn, p.split_k);
   });
+  m.def("tensor_core_split_k", [](int64_t m_, int64_t n, int64_t k, int64_t batch, int sm_count) {
+    jaxgemm::GemmProblem p;
+    p.m = m_;
+    p.n = n;
+    p.k = k;
+    p.batch.count = batch;
+    return jaxgemm::ChooseTensorCoreSplitK(p, sm_count);
+  });
+  m.def("cuda_compute_capability", &jaxgemm::CurrentDeviceComputeCapability);
   m.def("cuda_sm_count", &jaxgemm::CurrentDeviceSmCount);
 #endif
   m.attr("with_cuda") =

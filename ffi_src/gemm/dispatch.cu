@@ -8,8 +8,9 @@
 #include <cmath>
 #include <type_traits>
 
-#include "gemm/sm80_launch.h"
 #include "gemm/simt_launch.h"
+#include "gemm/sm80_launch.h"
+#include "gemm/sm90_launch.h"
 
 namespace jaxgemm {
 namespace {
@@ -88,36 +89,133 @@ int64_t ChooseSplitK(const GemmProblem& p, int sm_count) {
   return best;
 }
 
-int CurrentDeviceSmCount() {
-  static std::atomic<int> cache[64] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  int n = cache[device].load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) return 0;
-    cache[device].store(n, std::memory_order_relaxed);
+// Tensor-core tiles are 128 x 128 at the smallest (sm80 and sm90). A wave model like the
+// SIMT one: the busiest SM's tiles times each tile's K, plus 5% per doubling of the split
+// for the pass over the fp32 partials.
+int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count) {
+  const double tiles = double((p.m + 127) / 128) * double((p.n + 127) / 128) * double(p.batch.count);
+  int64_t best = 1;
+  double best_cost = 0;
+  for (int64_t split = 1; split <= 16; split *= 2) {
+    GemmProblem q = p;
+    q.split_k = split;
+    if (split > 1 && q.KChunk() < 512) break;  // chunks too short to amortize the pipeline fill
+    const double k = double(split > 1 ? q.KChunk() : p.k);
+    const double cost = std::ceil(tiles * split / sm_count) * k * (1.0 + 0.05 * std::log2(double(split)));
+    if (best_cost == 0 || cost < best_cost) {
+      best_cost = cost;
+      best = split;
+    }
   }
-  return n;
+  return best;
 }
 
-cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, SimtChoice forced, std::string* unsupported) {
+// 128 x 256 tiles do half the shared-memory traffic per FMA of 128 x 128 ones (~10% faster
+// when both fill the GPU), but leave SMs idle sooner on small grids.
+int ChooseSm90TileN(const GemmProblem& p, int sm_count) {
+  const double slabs = double(p.batch.count) * double(p.split_k);
+  const double tiles_wide = double((p.m + 127) / 128) * double((p.n + 255) / 256) * slabs;
+  const double tiles_narrow = double((p.m + 127) / 128) * double((p.n + 127) / 128) * slabs;
+  const double cost_wide = std::ceil(tiles_wide / sm_count) * 256.0;
+  const double cost_narrow = std::ceil(tiles_narrow / sm_count) * 128.0 / 0.9;
+  return cost_wide <= cost_narrow ? 256 : 128;
+}
+
+namespace {
+
+// Per-device attribute cache (devices 0..63).
+int CachedDeviceAttribute(std::atomic<int> (&cache)[64], int (*query)(int device)) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  int v = cache[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = query(device);
+    if (v > 0) cache[device].store(v, std::memory_order_relaxed);
+  }
+  return v > 0 ? v : 0;
+}
+
+}  // namespace
+
+int CurrentDeviceSmCount() {
+  static std::atomic<int> cache[64] = {};
+  return CachedDeviceAttribute(cache, [](int device) {
+    int n = 0;
+    return cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess ? n : 0;
+  });
+}
+
+int CurrentDeviceComputeCapability() {
+  static std::atomic<int> cache[64] = {};
+  return CachedDeviceAttribute(cache, [](int device) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+      return 0;
+    }
+    return 10 * major + minor;
+  });
+}
+
+namespace {
+
+template <class TIn, class TOut>
+cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, int tile_n, int sm_count) {
+  if (sm90) return LaunchSm90Gemm<TIn, TOut>(p, tile_n ? tile_n : ChooseSm90TileN(p, sm_count), sm_count, stream);
+  return LaunchSm80Gemm<TIn, TOut>(p, stream);
+}
+
+}  // namespace
+
+cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, std::string* unsupported) {
   if (p.m == 0 || p.n == 0 || p.batch.count == 0) return cudaSuccess;
   // K == 0 needs no special case: the kernels then apply the epilogue to zero sums.
   if (p.k > INT32_MAX - 64) {
     *unsupported = "K >= 2^31 is not supported";
     return cudaErrorInvalidValue;
   }
-  // 16-bit inputs with 16-byte row starts run on tensor cores; a forced SIMT tile (tests,
-  // tuning) or any other layout takes the SIMT kernels.
-  if (forced.bm == 0 && Sm80Supports(p)) {
-    using E = ElementType;
-    if (p.in_type == E::kF16 && p.out_type == E::kF16) return LaunchSm80Gemm<__half, __half>(p, stream);
-    if (p.in_type == E::kF16 && p.out_type == E::kF32) return LaunchSm80Gemm<__half, float>(p, stream);
-    if (p.in_type == E::kBF16 && p.out_type == E::kBF16) return LaunchSm80Gemm<__nv_bfloat16, __nv_bfloat16>(p, stream);
-    if (p.in_type == E::kBF16 && p.out_type == E::kF32) return LaunchSm80Gemm<__nv_bfloat16, float>(p, stream);
+  using E = ElementType;
+  using F = KernelFamily;
+  const int sm_count_raw = CurrentDeviceSmCount();
+  const int sm_count = sm_count_raw > 0 ? sm_count_raw : 132;
+  // sm_90a code runs on compute capability 9.0 only.
+  const bool hopper = CurrentDeviceComputeCapability() == 90;
+
+  // 16-bit inputs with 16-byte row starts run on tensor cores: sm90 (TMA + wgmma) on Hopper
+  // when TMA can address them, sm80 (mma.sync) otherwise.
+  const bool half = p.in_type != E::kF32;
+  const bool sm90_ok = half && hopper && Sm90Supports(p);
+  const bool sm80_ok = half && Sm80Supports(p);
+  bool sm90 = false;
+  switch (request.family) {
+    case F::kAuto: sm90 = sm90_ok; break;
+    case F::kSm90:
+      if (!sm90_ok || (request.tile_n != 0 && request.tile_n != 128 && request.tile_n != 256)) {
+        *unsupported = "the sm90 kernel cannot take this problem, device or tile";
+        return cudaErrorInvalidValue;
+      }
+      sm90 = true;
+      break;
+    case F::kSm80:
+      if (!sm80_ok) {
+        *unsupported = "the sm80 kernel cannot take this problem";
+        return cudaErrorInvalidValue;
+      }
+      break;
+    case F::kSimt: break;
   }
-  const int sm_count = CurrentDeviceSmCount();
-  const SimtChoice tile = forced.bm != 0 ? forced : ChooseSimtTile(p, sm_count > 0 ? sm_count : 132);
+  if (request.family != F::kSimt && (sm90 || sm80_ok)) {
+    const int tile_n = request.family == F::kSm90 ? request.tile_n : 0;
+    if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunTensorCore<__half, __half>(p, stream, sm90, tile_n, sm_count);
+    if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunTensorCore<__half, float>(p, stream, sm90, tile_n, sm_count);
+    if (p.in_type == E::kBF16 && p.out_type == E::kBF16)
+      return RunTensorCore<__nv_bfloat16, __nv_bfloat16>(p, stream, sm90, tile_n, sm_count);
+    if (p.in_type == E::kBF16 && p.out_type == E::kF32)
+      return RunTensorCore<__nv_bfloat16, float>(p, stream, sm90, tile_n, sm_count);
+  }
+  const SimtChoice tile = request.family == F::kSimt && request.tile_m != 0
+                              ? SimtChoice{request.tile_m, request.tile_n}
+                              : ChooseSimtTile(p, sm_count);
   const bool known = std::any_of(std::begin(kSimtCandidates), std::end(kSimtCandidates), [&](const SimtCandidate& c) {
     return c.tile.bm == tile.bm && c.tile.bn == tile.bn;
   });
@@ -125,7 +223,6 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, SimtChoice forced
     *unsupported = "no SIMT tile " + std::to_string(tile.bm) + "x" + std::to_string(tile.bn);
     return cudaErrorInvalidValue;
   }
-  using E = ElementType;
   if (p.in_type == E::kF32 && p.out_type == E::kF32) return RunSimt<float, float>(p, stream, tile);
   if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunSimt<__half, __half>(p, stream, tile);
   if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunSimt<__half, float>(p, stream, tile);

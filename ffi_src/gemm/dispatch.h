@@ -12,6 +12,14 @@ struct SimtChoice {
   int bm, bn;
 };
 
+// A kernel family asked for by the caller (tests, tuning); kAuto lets the heuristic pick.
+enum class KernelFamily : int { kAuto = 0, kSimt = 1, kSm80 = 2, kSm90 = 3 };
+
+struct KernelRequest {
+  KernelFamily family = KernelFamily::kAuto;
+  int tile_m = 0, tile_n = 0;  // 0: the heuristic's tile for the family
+};
+
 // The SIMT threadblock tile for a problem (with its split_k) on a GPU with `sm_count`
 // multiprocessors.
 SimtChoice ChooseSimtTile(const GemmProblem& p, int sm_count);
@@ -20,12 +28,21 @@ SimtChoice ChooseSimtTile(const GemmProblem& p, int sm_count);
 // output alone has too few tiles to fill the GPU; 1 otherwise. Ignores p.split_k.
 int64_t ChooseSplitK(const GemmProblem& p, int sm_count);
 
+// K chunks for the tensor-core kernels (same contract as ChooseSplitK).
+int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count);
+
+// The sm90 kernel's tile width (128 or 256) for a problem (with its split_k).
+int ChooseSm90TileN(const GemmProblem& p, int sm_count);
+
 // Multiprocessors of the current device (cached per device), or 0 without a GPU.
 int CurrentDeviceSmCount();
 
-// Launches D = alpha * op(A) op(B) with the heuristic's tile, or `forced` when it is not
-// {0, 0} (tests and tuning). Returns a CUDA status; *unsupported is set (and
-// cudaErrorInvalidValue returned) when no kernel takes the problem or the forced tile.
-cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, SimtChoice forced, std::string* unsupported);
+// Compute capability of the current device as 10 * major + minor (cached), or 0.
+int CurrentDeviceComputeCapability();
+
+// Launches D = alpha * op(A) op(B) with the heuristic's kernel, or the requested one.
+// Returns a CUDA status; *unsupported is set (and cudaErrorInvalidValue returned) when no
+// kernel takes the problem or the request.
+cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, std::string* unsupported);
 
 }  // namespace jaxgemm

@@ -67,10 +67,11 @@ struct GemmProblem {
   EpilogueParams epilogue;
   int64_t split_k = 1;
 
-  // K elements per split chunk: a multiple of 8 so every chunk starts vector-aligned.
+  // K elements per split chunk: a multiple of 64, so every chunk starts vector-aligned and
+  // whole k-tiles of every kernel (up to 64 deep) stay inside their chunk.
   JG_HOST_DEVICE int64_t KChunk() const {
     const int64_t c = (k + split_k - 1) / split_k;
-    return (c + 7) / 8 * 8;
+    return (c + 63) / 64 * 64;
   }
   // Element offsets of the start of chunk s in A and B.
   JG_HOST_DEVICE int64_t ChunkOffsetA(int64_t s) const { return s * KChunk() * (trans_a ? lda : 1); }

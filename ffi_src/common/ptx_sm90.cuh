@@ -1,0 +1,108 @@
+// Hopper (sm_90 / sm_90a) PTX wrappers, one instruction each: mbarriers, TMA tile loads,
+// wgmma synchronization, setmaxnreg, and the wgmma shared-memory matrix descriptor.
+// Only meaningful in device code compiled for sm_90a; callers guard with JG_SM90_ENABLED.
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "common/ptx.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define JG_SM90_ENABLED 1
+#endif
+
+namespace jaxgemm {
+
+#if defined(JG_SM90_ENABLED)
+
+__device__ __forceinline__ void MbarrierInit(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(bar)), "r"(count));
+}
+
+// Makes initialized mbarriers visible to the async proxy (TMA) and the other threads.
+__device__ __forceinline__ void FenceMbarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void MbarrierArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SharedAddress(bar)) : "memory");
+}
+
+// Arrives and tells the barrier to also wait for `bytes` of asynchronous (TMA) writes.
+__device__ __forceinline__ void MbarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedAddress(bar)), "r"(bytes)
+               : "memory");
+}
+
+// Spins until the barrier's phase with the given parity has completed. A fresh barrier
+// counts its (virtual) previous phase, parity 1, as completed.
+__device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(SharedAddress(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// TMA: one box of the tensor map at coordinates (innermost first) into shared memory;
+// completion is signalled to `bar` as transaction bytes. Out-of-bounds elements read as 0.
+__device__ __forceinline__ void TmaLoad2d(void* smem, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(SharedAddress(smem)),
+      "l"(map), "r"(c0), "r"(c1), "r"(SharedAddress(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void TmaLoad3d(void* smem, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(SharedAddress(smem)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(SharedAddress(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+// Orders this warpgroup's register writes before the wgmma that reads them.
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+
+__device__ __forceinline__ void WgmmaCommitGroup() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+
+// Waits until at most kPending committed wgmma groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void WgmmaWaitGroup() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void SetMaxRegistersIncrease() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void SetMaxRegistersDecrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+#endif  // JG_SM90_ENABLED
+
+// wgmma matrix descriptor for a 128-byte-swizzled operand tile (layout type 1):
+// start address, leading- and stride-dimension byte offsets, all in 16-byte units.
+// K-major: rows of 64 16-bit elements (128 B), 8-row groups `stride_bytes` apart.
+// MN-major: rows of 64 MN-elements per k, 8-k groups `stride_bytes` apart and 64-wide MN
+// blocks `leading_bytes` apart.
+__host__ __device__ constexpr uint64_t SmemDescriptorSw128(uint32_t smem_address, uint32_t leading_bytes,
+                                                           uint32_t stride_bytes) {
+  return uint64_t((smem_address & 0x3FFFF) >> 4) | (uint64_t(leading_bytes >> 4) << 16) |
+         (uint64_t(stride_bytes >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+}  // namespace jaxgemm

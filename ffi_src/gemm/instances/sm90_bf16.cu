@@ -1,0 +1,9 @@
+// sm90 (TMA + wgmma) GEMM instantiations for bf16 inputs.
+#include "gemm/sm90_kernel.cuh"
+
+namespace jaxgemm {
+
+template cudaError_t LaunchSm90Gemm<__nv_bfloat16, __nv_bfloat16>(const GemmProblem&, int, int, cudaStream_t);
+template cudaError_t LaunchSm90Gemm<__nv_bfloat16, float>(const GemmProblem&, int, int, cudaStream_t);
+
+}  // namespace jaxgemm

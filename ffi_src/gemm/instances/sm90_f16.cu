@@ -1,0 +1,9 @@
+// sm90 (TMA + wgmma) GEMM instantiations for f16 inputs.
+#include "gemm/sm90_kernel.cuh"
+
+namespace jaxgemm {
+
+template cudaError_t LaunchSm90Gemm<__half, __half>(const GemmProblem&, int, int, cudaStream_t);
+template cudaError_t LaunchSm90Gemm<__half, float>(const GemmProblem&, int, int, cudaStream_t);
+
+}  // namespace jaxgemm

@@ -1,0 +1,291 @@
+// The sm90 (Hopper) GEMM kernel for 16-bit inputs: a persistent, warp-specialized kernel.
+// Warpgroup 0 is the producer: one thread streams A and B k-tiles with TMA into a ring of
+// shared-memory stages (full/empty mbarriers). Warpgroups 1 and 2 are consumers: each
+// multiplies its 64-row half of the 128 x kBN tile with wgmma (operands straight from the
+// 128-byte-swizzled stages, fp32 accumulators in registers) and applies the shared epilogue.
+// The ring runs across output tiles, so the producer loads the next tile during the
+// consumers' epilogue. Stored layouts are used as they are: a transposed operand is
+// MN-major in shared memory and wgmma reads it with its transpose bit.
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "common/ptx_sm90.cuh"
+#include "gemm/epilogue.cuh"
+#include "gemm/problem.h"
+#include "gemm/sm90_launch.h"
+#include "gemm/sm90_tensor_map.h"
+#include "gemm/sm90_wgmma.cuh"
+#include "gemm/tile_scheduler.cuh"
+
+namespace jaxgemm {
+
+template <int kTileN>
+struct Sm90Policy {
+  static constexpr int kBM = 128, kBN = kTileN, kBK = 64;  // kBK * 2 bytes = one 128 B swizzle row
+  static constexpr int kConsumers = 2;                     // warpgroups, 64 tile rows each
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kTileABytes = kBM * kBK * 2, kTileBBytes = kBN * kBK * 2;
+  static constexpr int kStageBytes = kTileABytes + kTileBBytes;
+  static constexpr int kStages = (192 * 1024) / kStageBytes;  // 4 for 128x256, 6 for 128x128
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
+  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + 1024;
+  // 2 x 232 + 40 registers x 128 threads fits the 64 K register file.
+  static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+  // Bytes between 64-element blocks of an MN-major operand (one TMA box of 64 x 64).
+  static constexpr int kMnBlockBytes = 64 * kBK * 2;
+};
+
+// Which operand tiles a thread block works on, in the order every role walks them.
+struct Sm90Work {
+  int64_t m0, n0, batch, k_begin;
+  int k_tiles;
+};
+
+template <class P>
+struct Sm90Schedule {
+  int64_t tiles_m, tiles_n, total;
+
+  __host__ __device__ static Sm90Schedule For(const GemmProblem& p) {
+    Sm90Schedule s;
+    s.tiles_m = (p.m + P::kBM - 1) / P::kBM;
+    s.tiles_n = (p.n + P::kBN - 1) / P::kBN;
+    s.total = s.tiles_m * s.tiles_n * p.batch.count * p.split_k;
+    return s;
+  }
+
+  // Tile t: slab z = batch * split_k + split, then the output tile in grouped raster order.
+  __device__ __forceinline__ Sm90Work Get(const GemmProblem& p, int64_t t, int64_t* slab) const {
+    const int64_t per_slab = tiles_m * tiles_n;
+    const int64_t z = t / per_slab;
+    int64_t tm, tn;
+    GroupedRaster{tiles_m, tiles_n}.Tile(t - z * per_slab, &tm, &tn);
+    const int64_t split = z % p.split_k;
+    const int64_t k_size = p.split_k > 1 ? p.ChunkK(split) : p.k;
+    *slab = z;
+    return {tm * P::kBM, tn * P::kBN, z / p.split_k, p.split_k > 1 ? split * p.KChunk() : 0,
+            static_cast<int>((k_size + P::kBK - 1) / P::kBK)};
+  }
+};
+
+// Whether each operand's tensor map has a batch dim (3-D) or is shared by all batches.
+struct Sm90Batching {
+  bool a, b;
+};
+
+#if defined(JG_SM90_ENABLED)
+
+template <class TIn, int kN, int kTransA, int kTransB>
+__device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  constexpr bool kBf16 = std::is_same_v<TIn, __nv_bfloat16>;
+  if constexpr (kN == 256 && kBf16) WgmmaM64N256K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (kN == 256 && !kBf16) WgmmaM64N256K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (kN == 128 && kBf16) WgmmaM64N128K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (kN == 128 && !kBf16) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+}
+
+// Producer: one thread issues every TMA load of the ring.
+template <class P, bool kTransA, bool kTransB>
+__device__ __forceinline__ void Sm90Produce(const GemmProblem& p, const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                            Sm90Batching batched, unsigned char* tiles_a, unsigned char* tiles_b,
+                                            uint64_t* full, uint64_t* empty) {
+  const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t t = blockIdx.x; t < schedule.total; t += gridDim.x) {
+    int64_t slab;
+    const Sm90Work w = schedule.Get(p, t, &slab);
+    const int batch = static_cast<int>(w.batch);
+    for (int kt = 0; kt < w.k_tiles; ++kt) {
+      MbarrierWait(&empty[stage], phase ^ 1);
+      MbarrierArriveExpectTx(&full[stage], P::kStageBytes);
+      const int k0 = static_cast<int>(w.k_begin) + kt * P::kBK;
+      unsigned char* sa = tiles_a + stage * P::kTileABytes;
+      unsigned char* sb = tiles_b + stage * P::kTileBBytes;
+      auto load = [&](void* dst, const CUtensorMap* map, bool has_batch, int c0, int c1) {
+        if (has_batch) {
+          TmaLoad3d(dst, map, &full[stage], c0, c1, batch);
+        } else {
+          TmaLoad2d(dst, map, &full[stage], c0, c1);
+        }
+      };
+      if (!kTransA) {  // [m][k] rows: one box of kBM rows
+        load(sa, map_a, batched.a, k0, static_cast<int>(w.m0));
+      } else {  // [k][m]: 64-wide m blocks
+#pragma unroll
+        for (int j = 0; j < P::kBM / 64; ++j) load(sa + j * P::kMnBlockBytes, map_a, batched.a, static_cast<int>(w.m0) + 64 * j, k0);
+      }
+      if (kTransB) {  // [n][k] rows
+        load(sb, map_b, batched.b, k0, static_cast<int>(w.n0));
+      } else {  // [k][n]: 64-wide n blocks
+#pragma unroll
+        for (int j = 0; j < P::kBN / 64; ++j) load(sb + j * P::kMnBlockBytes, map_b, batched.b, static_cast<int>(w.n0) + 64 * j, k0);
+      }
+      if (++stage == P::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
+// Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile.
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB>
+__device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsigned char* tiles_a,
+                                            unsigned char* tiles_b, uint64_t* full, uint64_t* empty) {
+  // Descriptor geometry: K-major tiles step 32 B per k16 inside the swizzled row; MN-major
+  // tiles step two 8-row (1 KB) groups.
+  // The leading byte offset matters only for MN-major tiles (the 64-wide block stride).
+  constexpr uint32_t kStepA = kTransA ? 2048 : 32, kStepB = kTransB ? 32 : 2048;
+  constexpr uint32_t kLeadA = kTransA ? P::kMnBlockBytes : 16, kLeadB = kTransB ? 16 : P::kMnBlockBytes;
+  const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  const bool vector_store = p.ldd % 2 == 0 && IsAligned(p.d, 2 * sizeof(TOut)) &&
+                            IsAligned(p.epilogue.aux, 2 * sizeof(TOut));
+  const uint32_t smem_a = SharedAddress(tiles_a) + wg * 64 * P::kBK * 2;
+  const uint32_t smem_b = SharedAddress(tiles_b);
+  int stage = 0;
+  uint32_t phase = 0;
+  float acc[P::kBN / 2];
+  for (int64_t t = blockIdx.x; t < schedule.total; t += gridDim.x) {
+    int64_t slab;
+    const Sm90Work w = schedule.Get(p, t, &slab);
+    if (w.k_tiles == 0) {
+#pragma unroll
+      for (int i = 0; i < P::kBN / 2; ++i) acc[i] = 0.f;
+    }
+    int previous = -1;
+    for (int kt = 0; kt < w.k_tiles; ++kt) {
+      MbarrierWait(&full[stage], phase);
+      const uint32_t a = smem_a + stage * P::kTileABytes, b = smem_b + stage * P::kTileBBytes;
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < P::kBK / 16; ++kk) {
+        const uint64_t desc_a = SmemDescriptorSw128(a + kk * kStepA, kLeadA, 1024);
+        const uint64_t desc_b = SmemDescriptorSw128(b + kk * kStepB, kLeadB, 1024);
+        Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc, desc_a, desc_b, (kt | kk) != 0);
+      }
+      WgmmaCommitGroup();
+      // Keep one group in flight: the previous k-tile's group is done, its stage is free.
+      WgmmaWaitGroup<1>();
+      if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
+      previous = stage;
+      if (++stage == P::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    WgmmaWaitGroup<0>();
+    if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
+
+    // wgmma accumulator layout (per warp, like mma.sync's m16n8): acc[4 j + 2 h + e] is
+    // row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e.
+    typename GemmEpilogue<TOut>::Offsets off = GemmEpilogue<TOut>::ForBatch(p, w.batch);
+    off.out = slab * p.m * p.n;
+    const int64_t row0 = w.m0 + wg * 64 + warp * 16 + lane / 4;
+    const int64_t col0 = w.n0 + 2 * (lane % 4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + 8 * h;
+      if (row >= p.m) continue;
+#pragma unroll
+      for (int j = 0; j < P::kBN / 8; ++j) {
+        const int64_t col = col0 + 8 * j;
+        if (col >= p.n) continue;
+        const float v[2] = {acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]};
+        GemmEpilogue<TOut>::template Store<2>(p, off, row, col, v, vector_store);
+      }
+    }
+  }
+}
+
+#endif  // JG_SM90_ENABLED
+
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB>
+__global__ void __launch_bounds__(P::kThreads, 1)
+    Sm90GemmKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                   const GemmProblem p, Sm90Batching batched) {
+#if defined(JG_SM90_ENABLED)
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(tiles_b + P::kStages * P::kTileBBytes);
+  uint64_t* empty = full + P::kStages;
+  const int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    PrefetchTensorMap(&map_a);
+    PrefetchTensorMap(&map_b);
+    for (int s = 0; s < P::kStages; ++s) {
+      MbarrierInit(&full[s], 1);                    // the producer's expect_tx arrival
+      MbarrierInit(&empty[s], 4 * P::kConsumers);   // one arrival per consumer warp
+    }
+    FenceMbarrierInit();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    SetMaxRegistersDecrease<P::kProducerRegisters>();
+    if (threadIdx.x == 0) Sm90Produce<P, kTransA, kTransB>(p, &map_a, &map_b, batched, tiles_a, tiles_b, full, empty);
+  } else {
+    SetMaxRegistersIncrease<P::kConsumerRegisters>();
+    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty);
+  }
+#endif
+}
+
+template <class TIn, class TOut>
+cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_n, int sm_count, cudaStream_t stream) {
+  int64_t stride_a = 0, stride_b = 0;
+  if (!SingleBatchStride(p.batch, kOperandA, &stride_a) || !SingleBatchStride(p.batch, kOperandB, &stride_b)) {
+    return cudaErrorInvalidValue;
+  }
+  const Sm90Batching batched{stride_a != 0 && p.batch.count > 1, stride_b != 0 && p.batch.count > 1};
+  // Stored A is m x k (k x m when transposed), stored B k x n (n x k when transposed).
+  TmaMatrix a{p.a, p.in_type, p.trans_a ? p.m : p.k, p.trans_a ? p.k : p.m, p.lda};
+  TmaMatrix b{p.b, p.in_type, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.ldb};
+  if (batched.a) a.batch = p.batch.count, a.batch_stride = stride_a;
+  if (batched.b) b.batch = p.batch.count, b.batch_stride = stride_b;
+
+  cudaError_t status = cudaSuccess;
+  auto launch = [&](auto policy, auto trans_a, auto trans_b) {
+    using P = decltype(policy);
+    constexpr bool kTransA = decltype(trans_a)::value, kTransB = decltype(trans_b)::value;
+    CUtensorMap map_a, map_b;
+    // A box: kBM rows of 64 k, or 64 m x 64 k blocks; B likewise with kBN.
+    status = EncodeTmaMap(&map_a, a, 64, kTransA ? P::kBK : P::kBM);
+    if (status == cudaSuccess) status = EncodeTmaMap(&map_b, b, 64, kTransB ? P::kBN : P::kBK);
+    if (status != cudaSuccess) return;
+    auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB>;
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes);
+    if (status != cudaSuccess) return;
+    const int64_t tiles = Sm90Schedule<P>::For(p).total;
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, std::max(sm_count, 1)));
+    kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_a, map_b, p, batched);
+  };
+  auto with_layout = [&](auto policy) {
+    using T = std::true_type;
+    using F = std::false_type;
+    if (p.trans_a) {
+      p.trans_b ? launch(policy, T{}, T{}) : launch(policy, T{}, F{});
+    } else {
+      p.trans_b ? launch(policy, F{}, T{}) : launch(policy, F{}, F{});
+    }
+  };
+  if (tile_n == 256) {
+    with_layout(Sm90Policy<256>{});
+  } else if (tile_n == 128) {
+    with_layout(Sm90Policy<128>{});
+  } else {
+    return cudaErrorInvalidValue;
+  }
+  return status != cudaSuccess ? status : cudaGetLastError();
+}
+
+}  // namespace jaxgemm

@@ -1,0 +1,39 @@
+// Host-side entry to the sm90 (Hopper: TMA + wgmma) kernels; instantiated in gemm/instances/.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gemm/problem.h"
+
+namespace jaxgemm {
+
+// The batch stride (elements) of `operand` when its batch offsets are one stride times the
+// batch index (0: broadcast); false when the batch dims need more than one stride.
+inline bool SingleBatchStride(const BatchLayout& batch, int operand, int64_t* stride) {
+  *stride = 0;
+  if (batch.rank == 0) return true;
+  for (int d = 0; d < batch.rank - 1; ++d) {
+    if (batch.stride[operand][d] != batch.stride[operand][d + 1] * batch.dims[d + 1]) return false;
+  }
+  *stride = batch.stride[operand][batch.rank - 1];
+  return true;
+}
+
+// Whether TMA can address the operands: 16-bit inputs, 16-byte row pitches, bases and batch
+// strides, 32-bit coordinates.
+inline bool Sm90Supports(const GemmProblem& p) {
+  int64_t stride_a, stride_b;
+  return p.in_type != ElementType::kF32 && p.k > 0 && p.lda % 8 == 0 && p.ldb % 8 == 0 &&
+         reinterpret_cast<uintptr_t>(p.a) % 16 == 0 && reinterpret_cast<uintptr_t>(p.b) % 16 == 0 &&
+         p.m < INT32_MAX && p.n < INT32_MAX && p.k < INT32_MAX - 256 && p.batch.count < INT32_MAX &&
+         SingleBatchStride(p.batch, kOperandA, &stride_a) && SingleBatchStride(p.batch, kOperandB, &stride_b) &&
+         stride_a % 8 == 0 && stride_b % 8 == 0;
+}
+
+// Launches the persistent sm90 kernel with a 128 x tile_n threadblock tile (tile_n: 128 or
+// 256) on `sm_count` multiprocessors.
+template <class TIn, class TOut>
+cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_n, int sm_count, cudaStream_t stream);
+
+}  // namespace jaxgemm
