@@ -24,6 +24,7 @@ NB_MODULE(_jaxgemm, m) {
     nb::dict d;
     d["jaxgemm_gemm"] = EncapsulateFfiHandler(JaxgemmGemmCpu);
     d["jaxgemm_bias_act_grad"] = EncapsulateFfiHandler(JaxgemmBiasActGradCpu);
+    d["jaxgemm_conv"] = EncapsulateFfiHandler(JaxgemmConvCpu);
     return d;
   });
   m.def("cuda_registrations", []() {
@@ -31,6 +32,7 @@ NB_MODULE(_jaxgemm, m) {
 #if defined(JAXGEMM_WITH_CUDA)
     d["jaxgemm_gemm"] = EncapsulateFfiHandler(JaxgemmGemmCuda);
     d["jaxgemm_bias_act_grad"] = EncapsulateFfiHandler(JaxgemmBiasActGradCuda);
+    d["jaxgemm_conv"] = EncapsulateFfiHandler(JaxgemmConvCuda);
 #endif
     return d;
   });

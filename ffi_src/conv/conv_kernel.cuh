@@ -1,0 +1,191 @@
+// The implicit-GEMM conv kernels: the GEMM kernels' wiring (tile scheduler -> mainloop ->
+// shared epilogue) with the conv's A loaders, one (group, split) slab per blockIdx.y, and
+// their launchers. The output of a group is the m x n block of D at column group * n.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "conv/implicit_gemm.h"
+#include "conv/launch.h"
+#include "conv/simt_conv_loaders.cuh"
+#include "conv/simt_conv_mainloop.cuh"
+#include "conv/sm80_conv_loaders.cuh"
+#include "gemm/epilogue.cuh"
+#include "gemm/simt_policy.h"
+#include "gemm/simt_tile_loader.cuh"
+#include "gemm/sm80_mainloop.cuh"
+#include "gemm/tile_scheduler.cuh"
+
+namespace jaxgemm {
+
+// The k range of slab `part` (wgrad's split; the whole k otherwise).
+__device__ __forceinline__ void ConvChunk(const ConvGemm& g, int64_t part, int64_t* begin, int64_t* size) {
+  *begin = part * g.k_chunk;
+  const int64_t left = g.k - *begin;
+  *size = left < 0 ? 0 : (left < g.k_chunk ? left : g.k_chunk);
+}
+
+template <class TOut>
+__device__ __forceinline__ typename GemmEpilogue<TOut>::Offsets ConvOutOffsets(const ConvGemm& g, int64_t group,
+                                                                               int64_t part) {
+  return {part * g.out_split_stride + group * g.n, 0, group * g.n, group * g.n};
+}
+
+// Vector stores of kWidth need every group's and partial's columns kWidth-aligned.
+template <class TOut, int kWidth>
+bool ConvVectorStore(const ConvGemm& g) {
+  return g.out.ldd % kWidth == 0 && g.n % kWidth == 0 && g.out_split_stride % kWidth == 0 &&
+         IsAligned(g.out.d, kWidth * sizeof(TOut)) && IsAligned(g.out.epilogue.aux, kWidth * sizeof(TOut));
+}
+
+template <class TIn, class TOut, ConvKind kKind>
+__global__ void __launch_bounds__(Sm80Policy::kThreads, 1) Sm80ConvKernel(const ConvGemm g, bool vector_store) {
+  constexpr bool kWgrad = kKind == ConvKind::kWgrad;
+  using Mainloop = Sm80Mainloop<TIn, /*kTransA=*/kWgrad, /*kTransB=*/false>;
+  using P = Sm80Policy;
+  static_assert(P::kThreads == 256, "the loaders' thread maps assume 256 threads");
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  auto& smem = *reinterpret_cast<typename Mainloop::SharedStorage*>(smem_bytes);
+
+  int64_t tile_m, tile_n;
+  GroupedRaster{(g.m + P::kBM - 1) / P::kBM, (g.n + P::kBN - 1) / P::kBN}.Tile(blockIdx.x, &tile_m, &tile_n);
+  const int64_t m0 = tile_m * P::kBM, n0 = tile_n * P::kBN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp_m = warp % P::kWarpsM, warp_n = warp / P::kWarpsM;
+
+  for (int64_t z = blockIdx.y; z < g.groups * g.split; z += gridDim.y) {
+    const int64_t group = z / g.split, part = z % g.split;
+    int64_t k_begin, k_size;
+    ConvChunk(g, part, &k_begin, &k_size);
+    const TIn* b = static_cast<const TIn*>(g.b) + group * g.n + n0 + k_begin * g.ldb;
+    typename Mainloop::LoaderB load_b(b, g.ldb, g.n - n0, k_size);
+    typename Mainloop::Accumulators acc;
+#pragma unroll
+    for (int mi = 0; mi < P::kMmaM; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < P::kMmaN; ++ni)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
+    if constexpr (kWgrad) {
+      Sm80WgradLoader<TIn, typename Mainloop::TileA> load_a(g, group, m0, k_begin, k_size);
+      Mainloop::Run(load_a, load_b, k_size, smem, acc);
+    } else {
+      Sm80Im2colLoader<TIn, typename Mainloop::TileA, kKind == ConvKind::kDgrad> load_a(g, group, m0);
+      Mainloop::Run(load_a, load_b, k_size, smem, acc);
+    }
+
+    // mma accumulator layout: d[0..1] at (row g, cols 2t, 2t+1), d[2..3] at row g + 8.
+    const typename GemmEpilogue<TOut>::Offsets off = ConvOutOffsets<TOut>(g, group, part);
+#pragma unroll
+    for (int mi = 0; mi < P::kMmaM; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t row = m0 + warp_m * P::kWarpM + mi * 16 + lane / 4 + half * 8;
+        if (row >= g.m) continue;
+#pragma unroll
+        for (int ni = 0; ni < P::kMmaN; ++ni) {
+          const int64_t col = n0 + warp_n * P::kWarpN + ni * 8 + lane % 4 * 2;
+          if (col >= g.n) continue;
+          const float v[2] = {acc[mi][ni][half * 2], acc[mi][ni][half * 2 + 1]};
+          GemmEpilogue<TOut>::template Store<2>(g.out, off, row, col, v, vector_store);
+        }
+      }
+    }
+  }
+}
+
+template <class TIn, class TOut, ConvKind kKind, bool kVec>
+__global__ void __launch_bounds__(SimtPolicy128x128::kThreads, 1) SimtConvKernel(const ConvGemm g, bool vector_store) {
+  using Policy = SimtPolicy128x128;
+  using Mainloop = SimtConvMainloop<Policy>;
+  constexpr int kBM = Policy::kBM, kBN = Policy::kBN, kBK = Policy::kBK, kThreads = Policy::kThreads;
+  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  auto& smem = *reinterpret_cast<typename Mainloop::SharedStorage*>(smem_bytes);
+
+  int64_t tile_m, tile_n;
+  GroupedRaster{(g.m + kBM - 1) / kBM, (g.n + kBN - 1) / kBN}.Tile(blockIdx.x, &tile_m, &tile_n);
+  const int64_t m0 = tile_m * kBM, n0 = tile_n * kBN;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int ty = warp / Policy::kWarpsN * Policy::kWarpThreadsM + lane / Policy::kWarpThreadsN;
+  const int tx = warp % Policy::kWarpsN * Policy::kWarpThreadsN + lane % Policy::kWarpThreadsN;
+
+  for (int64_t z = blockIdx.y; z < g.groups * g.split; z += gridDim.y) {
+    const int64_t group = z / g.split, part = z % g.split;
+    int64_t k_begin, k_size;
+    ConvChunk(g, part, &k_begin, &k_size);
+    const TIn* b = static_cast<const TIn*>(g.b) + group * g.n + n0 + k_begin * g.ldb;
+    SimtTileLoader<TIn, kBN, kBK, kThreads, /*kKContiguous=*/false, kVec> load_b(b, g.ldb, g.n - n0, k_size);
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+    if constexpr (kKind == ConvKind::kWgrad) {
+      SimtWgradLoader<TIn, kBM, kBK, kThreads, kVec> load_a(g, group, m0, k_begin, k_size);
+      Mainloop::Run(load_a, load_b, k_size, smem, acc, ty, tx);
+    } else {
+      SimtIm2colLoader<TIn, kBM, kBK, kThreads, kKind == ConvKind::kDgrad, kVec> load_a(g, group, m0);
+      Mainloop::Run(load_a, load_b, k_size, smem, acc, ty, tx);
+    }
+
+    const typename GemmEpilogue<TOut>::Offsets off = ConvOutOffsets<TOut>(g, group, part);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t row = m0 + i / 4 * (kBM / 2) + ty * 4 + i % 4;
+      if (row >= g.m) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t col = n0 + h * (kBN / 2) + tx * 4;
+        if (col >= g.n) continue;
+        const float v[4] = {acc[i][h * 4], acc[i][h * 4 + 1], acc[i][h * 4 + 2], acc[i][h * 4 + 3]};
+        GemmEpilogue<TOut>::template Store<4>(g.out, off, row, col, v, vector_store);
+      }
+    }
+    __syncthreads();  // shared memory is reused by the next slab
+  }
+}
+
+inline dim3 ConvGrid(const ConvGemm& g, int bm, int bn) {
+  const int64_t tiles = ((g.m + bm - 1) / bm) * ((g.n + bn - 1) / bn);
+  return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(g.groups * g.split, 65535)));
+}
+
+template <class TIn, class TOut, ConvKind kKind>
+cudaError_t LaunchSm80Conv(const ConvGemm& g, cudaStream_t stream) {
+  using P = Sm80Policy;
+  constexpr bool kWgrad = kKind == ConvKind::kWgrad;
+  if (((g.m + P::kBM - 1) / P::kBM) * ((g.n + P::kBN - 1) / P::kBN) > INT32_MAX) return cudaErrorInvalidConfiguration;
+  auto* kernel = Sm80ConvKernel<TIn, TOut, kKind>;
+  constexpr int kSmemBytes = sizeof(typename Sm80Mainloop<TIn, kWgrad, false>::SharedStorage);
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (status != cudaSuccess) return status;
+  kernel<<<ConvGrid(g, P::kBM, P::kBN), P::kThreads, kSmemBytes, stream>>>(g, ConvVectorStore<TOut, 2>(g));
+  return cudaGetLastError();
+}
+
+template <class TIn, class TOut, ConvKind kKind>
+cudaError_t LaunchSimtConv(const ConvGemm& g, cudaStream_t stream) {
+  using Policy = SimtPolicy128x128;
+  if (((g.m + Policy::kBM - 1) / Policy::kBM) * ((g.n + Policy::kBN - 1) / Policy::kBN) > INT32_MAX) {
+    return cudaErrorInvalidConfiguration;
+  }
+  // 4-element vectors: float32 only (16-bit inputs reach SIMT only with odd channel
+  // counts), channels per group and pitches multiples of 4, 16-byte aligned bases.
+  const bool vec = std::is_same_v<TIn, float> && g.a_cg % 4 == 0 && g.a_pitch % 4 == 0 && g.n % 4 == 0 &&
+                   g.ldb % 4 == 0 && IsAligned(g.a, 16) && IsAligned(g.b, 16);
+  constexpr int kSmemBytes = sizeof(typename SimtConvMainloop<Policy>::SharedStorage);
+  const dim3 grid = ConvGrid(g, Policy::kBM, Policy::kBN);
+  const bool vector_store = ConvVectorStore<TOut, 4>(g);
+  if constexpr (std::is_same_v<TIn, float>) {
+    if (vec) {
+      SimtConvKernel<TIn, TOut, kKind, true><<<grid, Policy::kThreads, kSmemBytes, stream>>>(g, vector_store);
+      return cudaGetLastError();
+    }
+  }
+  SimtConvKernel<TIn, TOut, kKind, false><<<grid, Policy::kThreads, kSmemBytes, stream>>>(g, vector_store);
+  return cudaGetLastError();
+}
+
+}  // namespace jaxgemm

@@ -1,0 +1,61 @@
+#include "conv/dispatch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "conv/implicit_gemm.h"
+#include "conv/launch.h"
+
+namespace jaxgemm {
+namespace {
+
+template <class TIn, class TOut>
+cudaError_t Launch(const ConvProblem& p, const ConvGemm& g, cudaStream_t stream) {
+  const bool tensor_cores = Sm80ConvSupports(g, p.in_type);
+  switch (p.kind) {
+    case ConvKind::kFprop:
+      return tensor_cores ? LaunchSm80Conv<TIn, TOut, ConvKind::kFprop>(g, stream)
+                          : LaunchSimtConv<TIn, TOut, ConvKind::kFprop>(g, stream);
+    case ConvKind::kDgrad:
+      if constexpr (std::is_same_v<TIn, TOut>) {
+        return tensor_cores ? LaunchSm80Conv<TIn, TOut, ConvKind::kDgrad>(g, stream)
+                            : LaunchSimtConv<TIn, TOut, ConvKind::kDgrad>(g, stream);
+      }
+      break;
+    case ConvKind::kWgrad:
+      if constexpr (std::is_same_v<TOut, float>) {
+        return tensor_cores ? LaunchSm80Conv<TIn, float, ConvKind::kWgrad>(g, stream)
+                            : LaunchSimtConv<TIn, float, ConvKind::kWgrad>(g, stream);
+      }
+      break;
+  }
+  return cudaErrorInvalidValue;  // ruled out by the decoder
+}
+
+}  // namespace
+
+cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, std::string* unsupported) {
+  const ConvGemm g = MakeConvGemm(p);
+  if (g.m == 0 || g.n == 0) return cudaSuccess;  // nothing to write (K == 0 still writes the epilogue)
+  if (!ConvFitsInt32(p)) {
+    *unsupported = "sizes too large for 32-bit pixel indices";
+    return cudaErrorInvalidValue;
+  }
+  if (p.groups * p.split > (int64_t{1} << 31)) {
+    *unsupported = "too many groups";
+    return cudaErrorInvalidValue;
+  }
+  using E = ElementType;
+  if (p.in_type == E::kF32 && p.out_type == E::kF32) return Launch<float, float>(p, g, stream);
+  if (p.in_type == E::kF16 && p.out_type == E::kF16) return Launch<__half, __half>(p, g, stream);
+  if (p.in_type == E::kF16 && p.out_type == E::kF32) return Launch<__half, float>(p, g, stream);
+  if (p.in_type == E::kBF16 && p.out_type == E::kBF16) return Launch<__nv_bfloat16, __nv_bfloat16>(p, g, stream);
+  if (p.in_type == E::kBF16 && p.out_type == E::kF32) return Launch<__nv_bfloat16, float>(p, g, stream);
+  *unsupported = std::string("no conv kernel for ") + ElementTypeName(p.in_type) + " inputs with " +
+                 ElementTypeName(p.out_type) + " output";
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace jaxgemm
