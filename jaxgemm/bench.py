@@ -1,6 +1,6 @@
 """Benchmark: jaxgemm vs XLA on the same inputs, in one process.
 
-    python -m jaxgemm.bench [--suite simt,epilogue,half,smoke,all] [--iterations 50] [--json out.json]
+    python -m jaxgemm.bench [--suite simt,tc,epilogue,smoke,all] [--iterations 50] [--json out.json]
 
 Kernel time comes from CUPTI (`jax.experimental.mosaic.gpu.profiler.measure`): the sum of
 the kernels one call launches, median over iterations. Without it (e.g. on a CPU) the
@@ -39,7 +39,8 @@ class Case:
     precision: str | None = None  # jaxgemm's and XLA's precision for float32
     # "matmul": vs XLA's dot; "fused": matmul + bias + activation + aux vs jaxgemm's plain
     # matmul; "dense" / "dense_f32acc": dense forward + backward vs XLA, in the input dtype
-    # or with preferred_element_type=float32 then a cast.
+    # or with preferred_element_type=float32 then a cast; "pallas": matmul vs JAX's Pallas
+    # Mosaic-GPU Hopper matmul.
     kind: str = "matmul"
     activation: str | None = None
 
@@ -49,7 +50,7 @@ class Case:
 
     @property
     def baseline(self) -> str:
-        return {"fused": "jaxgemm plain", "dense_f32acc": "XLA f32-acc"}.get(self.kind, "XLA")
+        return {"fused": "jaxgemm plain", "dense_f32acc": "XLA f32-acc", "pallas": "Pallas MGPU"}.get(self.kind, "XLA")
 
 
 def _simt_suite() -> list[Case]:
@@ -63,30 +64,44 @@ def _simt_suite() -> list[Case]:
     return cases
 
 
+def _tensor_core_suite() -> list[Case]:
+    """The tensor-core targets of issue 4 (bf16 and f16)."""
+    shapes = {
+        "8192^3": (8192, 8192, 8192),
+        "4096x8192x4096": (4096, 8192, 4096),
+        "16384x4096x14336": (16384, 4096, 14336),
+        "4096^3": (4096, 4096, 4096),
+        "2048^3": (2048, 2048, 2048),
+    }
+    cases = [
+        Case(f"{short} {name}", m, n, k, d)
+        for d, short in (("bfloat16", "bf16"), ("float16", "f16"))
+        for name, (m, n, k) in shapes.items()
+    ]
+    for ta, tb in ((False, True), (True, False), (True, True)):
+        tag = ("T" if ta else "N") + ("T" if tb else "N")
+        cases.append(Case(f"bf16 8192^3 {tag}", 8192, 8192, 8192, "bfloat16", transpose_a=ta, transpose_b=tb))
+    cases.append(Case("bf16 ragged", 8191, 8193, 8190, "bfloat16"))
+    cases += [Case(f"bf16 M={m} N=K=8192", m, 8192, 8192, "bfloat16") for m in (16, 128)]
+    cases.append(Case("f16 8192^3", 8192, 8192, 8192, "float16", kind="pallas"))
+    return cases
+
+
 SUITES: dict[str, Callable[[], list[Case]]] = {
     "smoke": lambda: [Case("f32 1024^3", 1024, 1024, 1024), Case("bf16 1024^3", 1024, 1024, 1024, "bfloat16")],
     "simt": _simt_suite,
-    "half": lambda: [
-        Case(f"{short} {name}", m, n, k, d)
-        for d, short in (("bfloat16", "bf16"), ("float16", "f16"))
-        for name, (m, n, k) in {
-            "8192^3": (8192, 8192, 8192),
-            "4096x8192x4096": (4096, 8192, 4096),
-            "4096^3": (4096, 4096, 4096),
-            "2048^3": (2048, 2048, 2048),
-        }.items()
-    ]
-    + [Case("bf16 4096^3 NT", 4096, 4096, 4096, "bfloat16", transpose_b=True)],
+    "tc": _tensor_core_suite,
 }
 SUITES["epilogue"] = lambda: [
     Case("f32 4096^3 bias+gelu+aux", 4096, 4096, 4096, kind="fused", activation="gelu"),
     Case("bf16 4096^3 bias+gelu+aux", 4096, 4096, 4096, "bfloat16", kind="fused", activation="gelu"),
+    Case("bf16 8192^3 bias+gelu+aux", 8192, 8192, 8192, "bfloat16", kind="fused", activation="gelu"),
     Case("bf16 4096^3 dense gelu", 4096, 4096, 4096, "bfloat16", kind="dense", activation="gelu"),
     Case("bf16 4096^3 dense gelu", 4096, 4096, 4096, "bfloat16", kind="dense_f32acc", activation="gelu"),
     Case("bf16 4096^3 dense relu", 4096, 4096, 4096, "bfloat16", kind="dense", activation="relu"),
     Case("f32 4096^3 dense gelu", 4096, 4096, 4096, kind="dense", activation="gelu"),
 ]
-SUITES["all"] = lambda: SUITES["simt"]() + SUITES["half"]() + SUITES["epilogue"]()
+SUITES["all"] = lambda: SUITES["simt"]() + SUITES["tc"]() + SUITES["epilogue"]()
 
 
 def _xla_precision(case: Case):
@@ -136,6 +151,9 @@ def _functions(case: Case):
             )
         return jax.jit(ours), jax.jit(xla)
 
+    if case.kind == "pallas":
+        return jax.jit(lambda a, b: jaxgemm.matmul(a, b)), _pallas_hopper_matmul()
+
     def ours(a, b):
         return jaxgemm.matmul(
             a, b, transpose_a=case.transpose_a, transpose_b=case.transpose_b, precision=case.precision
@@ -147,6 +165,19 @@ def _functions(case: Case):
         return jnp.matmul(a, b, precision=_xla_precision(case))
 
     return jax.jit(ours), jax.jit(xla)
+
+
+def _pallas_hopper_matmul():
+    """JAX's own Hopper matmul (Pallas Mosaic GPU), with a 128 x 256 x 64 tile config."""
+    import inspect
+
+    from jax.experimental.pallas.ops.gpu import hopper_matmul_mgpu as hm
+
+    config = hm.TuningConfig(tile_m=128, tile_n=256, tile_k=64, max_concurrent_steps=4, epi_tile_n=64, epi_tile_m=64)
+    takes_c = "c" in inspect.signature(hm.matmul).parameters
+    if takes_c:
+        return jax.jit(lambda a, b: hm.matmul(a, b, None, config=config))
+    return jax.jit(lambda a, b: hm.matmul(a, b, config=config))
 
 
 def _cupti_timer():
@@ -239,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for i, case in enumerate(cases):
         print(f"\r[{i + 1}/{len(cases)}] {case.name:<30}", end="", file=sys.stderr, flush=True)
-        rows.append(run_case(case, args.iterations))
+        try:
+            rows.append(run_case(case, args.iterations))
+        except Exception as e:  # noqa: BLE001 - one failing baseline must not lose the table
+            print(f"\n{case.name}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
     print(file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On a GPU machine, in one call: build and install jaxgemm, run every test (GPU ones
 # included), read the flagship kernel's SASS, run the benchmark; a short summary last.
-#   tools/gpu_check.sh [bench suites, default simt,epilogue]
+#   tools/gpu_check.sh [bench suites, default tc,epilogue] [pytest args, default tests]
 # Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-suite=${1:-simt,epilogue}
+suite=${1:-tc,epilogue}
+test_args=${2:-tests}
 out=${OUT:-/tmp/jaxgemm_check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
@@ -21,7 +22,7 @@ grep -E "spill|CUDA handlers" "$out/build.log" | sort | uniq -c | head -20
 echo "build: $(( $(date +%s) - start )) s"
 
 start=$(date +%s)
-$py -m pytest -q -rs tests -p no:cacheprovider >"$out/tests.log" 2>&1
+$py -m pytest -q -rs $test_args -p no:cacheprovider >"$out/tests.log" 2>&1
 tests_rc=$?
 tail -15 "$out/tests.log"
 tests_line=$(tail -1 "$out/tests.log")
@@ -31,6 +32,10 @@ so=$($py -c "import glob, os, jaxgemm; print(glob.glob(os.path.join(os.path.dirn
 flagship='_ZN7jaxgemm14SimtGemmKernelINS_10SimtPolicyILi128ELi128ELi16ELi0ELi3EEEffLb0ELb0ELb1EEEvNS_11GemmProblemE'
 cuobjdump -sass -fun "$flagship" "$so" >"$out/flagship.sass" 2>&1
 sass_line="flagship SASS (128x128 f32 NN): FFMA=$(grep -c FFMA "$out/flagship.sass") LDS.128=$(grep -c 'LDS.128' "$out/flagship.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/flagship.sass")"
+sm90='_ZN7jaxgemm14Sm90GemmKernelINS_10Sm90PolicyILi256EEE13__nv_bfloat16S3_Lb0ELb0EEEv14CUtensorMap_stS4_NS_11GemmProblemENS_12Sm90BatchingE'
+cuobjdump -sass -fun "$sm90" "$so" >"$out/sm90.sass" 2>&1
+sass_line="$sass_line
+sm90 SASS (128x256 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90.sass")"
 
 $py -m jaxgemm.bench --suite "$suite" --json "$out/bench.json" >"$out/bench.txt" 2>"$out/bench.err"
 bench_rc=$?
