@@ -64,8 +64,8 @@ struct Sm80Mainloop {
 
   // Any loaders with IssueNext(T* stage) that fill a stage in TileA / TileB's layout
   // (LoaderA, LoaderB here; the implicit-GEMM conv brings its own im2col loaders).
-  template <class LoadA, class LoadB>
-  __device__ __forceinline__ static void Run(LoadA& load_a, LoadB& load_b, int64_t k_size, SharedStorage& smem,
+  template <class ALoader, class BLoader>
+  __device__ __forceinline__ static void Run(ALoader& load_a, BLoader& load_b, int64_t k_size, SharedStorage& smem,
                                              Accumulators& acc) {
     const int k_tiles = static_cast<int>((k_size + P::kBK - 1) / P::kBK);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
