@@ -2,9 +2,10 @@
 
 from jaxgemm._ffi import WITH_CUDA
 from jaxgemm.activations import NAMES as ACTIVATIONS
+from jaxgemm.conv import ConvConfig, conv2d
 from jaxgemm.gemm import GemmConfig, gemm_p
 from jaxgemm.matmul import matmul
 from jaxgemm.nn import dense
 
-__all__ = ["ACTIVATIONS", "GemmConfig", "WITH_CUDA", "dense", "gemm_p", "matmul"]
+__all__ = ["ACTIVATIONS", "ConvConfig", "GemmConfig", "WITH_CUDA", "conv2d", "dense", "gemm_p", "matmul"]
 __version__ = "0.1.0"

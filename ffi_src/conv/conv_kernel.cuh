@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(SimtPolicy128x128::kThreads, 1) SimtConvKernel
   using Policy = SimtPolicy128x128;
   using Mainloop = SimtConvMainloop<Policy>;
   constexpr int kBM = Policy::kBM, kBN = Policy::kBN, kBK = Policy::kBK, kThreads = Policy::kThreads;
-  extern __shared__ __align__(16) unsigned char smem_bytes[];
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& smem = *reinterpret_cast<typename Mainloop::SharedStorage*>(smem_bytes);
 
   int64_t tile_m, tile_n;

@@ -1,0 +1,262 @@
+"""`jaxgemm.conv2d` against `lax.conv_general_dilated` (float32 HIGHEST on the exact,
+upcast inputs): values and gradients over strides, dilations, paddings, groups, odd sizes,
+C = 3, every epilogue and dtype; vmap, jit and argument errors. On a GPU the unmarked tests
+run the CUDA kernels too; the `gpu` ones add shapes that span many tiles and k-tiles."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxgemm
+from jaxgemm import activations
+from jaxgemm.conv import ConvConfig, conv2d_wgrad
+from reference import TOLERANCE, random, rel_error
+
+DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
+ACTS = [None, "relu", "gelu", "gelu_exact", "silu", "sigmoid", "tanh"]
+
+
+def _lax_padding(padding, stride, dilation, w_shape, x_shape):
+    if isinstance(padding, str):
+        return padding
+    if isinstance(padding, int):
+        return ((padding, padding), (padding, padding))
+    if all(isinstance(v, int) for v in padding):
+        return tuple((v, v) for v in padding)
+    return tuple(tuple(p) for p in padding)
+
+
+def _reference(x, w, stride=1, padding="SAME", dilation=1, groups=1, bias=None, activation=None, residual=None):
+    """The contract in float32 HIGHEST on upcast inputs."""
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
+    f32 = lambda a: None if a is None else jnp.asarray(a, jnp.float32)  # noqa: E731
+    z = lax.conv_general_dilated(
+        f32(x),
+        f32(w),
+        pair(stride),
+        _lax_padding(padding, stride, dilation, w.shape, x.shape),
+        rhs_dilation=pair(dilation),
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        feature_group_count=groups,
+        precision=lax.Precision.HIGHEST,
+    )
+    if bias is not None:
+        z = z + f32(bias)
+    y = activations.apply(activation, z)
+    return y + f32(residual) if residual is not None else y
+
+
+def _inputs(rng, n, h, w, c, k, r, s, groups, dtype):
+    x = random(rng, (n, h, w, c), dtype)
+    wt = random(rng, (r, s, c // groups, k), dtype) * (1.0 / np.sqrt(r * s * c // groups))
+    return x, wt.astype(dtype)
+
+
+def _check(shape, conv_kw, dtype=jnp.float32, act=None, with_bias=True, with_residual=False, grads=True, seed=0):
+    """Forward and (optionally) gradients of every input against the reference."""
+    n, h, w, c, k, r, s = shape
+    rng = np.random.default_rng(seed)
+    groups = conv_kw.get("groups", 1)
+    x, wt = _inputs(rng, n, h, w, c, k, r, s, groups, dtype)
+    bias = random(rng, (k,), dtype) if with_bias else None
+    ref_y = _reference(x, wt, bias=bias, activation=act, **conv_kw)
+    residual = random(rng, ref_y.shape, dtype) if with_residual else None
+    if residual is not None:
+        ref_y = ref_y + jnp.asarray(residual, jnp.float32)
+    ours = functools.partial(jaxgemm.conv2d, activation=act, **conv_kw)
+    y = jax.jit(lambda x, wt, b, res: ours(x, wt, bias=b, residual=res))(x, wt, bias, residual)
+    tol = TOLERANCE[jnp.dtype(dtype)]
+    assert y.dtype == jnp.dtype(dtype) and y.shape == ref_y.shape
+    assert rel_error(y, ref_y) <= tol, rel_error(y, ref_y)
+    if not grads or y.size == 0:
+        return
+    ct = random(rng, y.shape, dtype)
+    args = [x, wt] + [a for a in (bias, residual) if a is not None]
+
+    def split(args):
+        it = iter(args[2:])
+        return args[0], args[1], next(it) if with_bias else None, next(it) if with_residual else None
+
+    def ours_fn(*args):
+        x, wt, b, res = split(args)
+        return ours(x, wt, bias=b, residual=res)
+
+    def ref_fn(*args):
+        x, wt, b, res = split(args)
+        out = _reference(x, wt, bias=b, activation=act, **conv_kw)
+        return out + res if res is not None else out
+
+    got = jax.jit(lambda ct, *a: jax.vjp(ours_fn, *a)[1](ct))(ct, *args)
+    want = jax.vjp(ref_fn, *[jnp.asarray(a, jnp.float32) for a in args])[1](jnp.asarray(ct, jnp.float32))
+    for name, g, r in zip(["dx", "dw", "dbias", "dresidual"][: len(args)], got, want):
+        assert g.shape == r.shape and g.dtype == jnp.dtype(dtype), name
+        err = rel_error(g, r)
+        assert err <= tol, f"{name}: {err}"
+
+
+# (N, H, W, C, K, R, S), conv kwargs: small enough for the CPU reference.
+GEOMETRY = [
+    ((2, 8, 8, 4, 8, 3, 3), dict()),
+    ((1, 7, 13, 5, 6, 3, 3), dict(stride=2)),
+    ((3, 9, 7, 6, 4, 3, 3), dict(stride=(2, 1), padding="VALID")),
+    ((2, 11, 10, 4, 6, 3, 2), dict(dilation=2)),
+    ((1, 13, 13, 3, 5, 3, 3), dict(stride=2, dilation=(2, 3), padding=1)),
+    ((2, 9, 10, 8, 8, 3, 3), dict(groups=2, stride=2)),
+    ((1, 8, 9, 6, 9, 3, 3), dict(groups=3, padding=((2, 0), (1, 3)))),
+    ((2, 7, 7, 4, 4, 1, 1), dict(groups=4)),  # depthwise
+    ((1, 12, 11, 3, 8, 7, 7), dict(stride=2)),  # a first layer, C = 3
+    ((3, 6, 5, 4, 6, 1, 1), dict(stride=2, padding="VALID")),  # strided 1x1 (dgrad skips pixels)
+    ((1, 10, 9, 5, 3, 5, 3), dict(stride=3, padding=(2, 1))),  # stride 3 > dilation
+    ((1, 7, 8, 4, 4, 3, 3), dict(padding=((-1, 2), (0, -1)))),  # negative padding crops
+    ((2, 5, 5, 4, 8, 5, 5), dict(padding="VALID")),  # window = image: 1x1 output
+]
+
+
+@pytest.mark.parametrize("shape,conv_kw", GEOMETRY, ids=[f"{s}-{k}" for s, k in GEOMETRY])
+def test_geometry_values_and_grads(shape, conv_kw):
+    _check(shape, conv_kw, with_bias=True, with_residual=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ACTS)
+def test_epilogue_every_activation_and_dtype(act, dtype):
+    _check((2, 7, 6, 8, 16, 3, 3), dict(stride=1), dtype, act, with_residual=True, grads=False, seed=3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "silu"])
+def test_grads_with_epilogue(act, dtype):
+    _check((2, 6, 7, 8, 8, 3, 3), dict(stride=2, padding="SAME"), dtype, act, with_residual=True, seed=4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_first_layer_c3_half(dtype):
+    _check((2, 15, 14, 3, 8, 7, 7), dict(stride=2), dtype, "relu", seed=5)
+
+
+def test_out_dtype():
+    rng = np.random.default_rng(6)
+    x, w = _inputs(rng, 2, 6, 6, 8, 8, 3, 3, 1, jnp.bfloat16)
+    bias = random(rng, (8,), jnp.bfloat16)
+    ref = _reference(x, w, bias=bias, activation="gelu")
+    for out_dtype in (jnp.float32, jnp.float16):
+        y = jaxgemm.conv2d(x, w, bias=bias, activation="gelu", out_dtype=out_dtype)
+        assert y.dtype == jnp.dtype(out_dtype)
+        assert rel_error(y, ref) <= 2e-3
+    g = jax.grad(lambda x: jaxgemm.conv2d(x, w, out_dtype=jnp.float32).sum())(x)
+    assert g.dtype == jnp.bfloat16
+    assert rel_error(g, jax.grad(lambda x: _reference(x, w).sum())(jnp.asarray(x, jnp.float32))) <= 1e-2
+
+
+def test_vmap_folds_into_batch_and_loops_over_weights():
+    rng = np.random.default_rng(7)
+    x = random(rng, (3, 2, 6, 7, 4), jnp.float32)
+    w = random(rng, (3, 3, 4, 5), jnp.float32)
+    ws = random(rng, (3, 3, 3, 4, 5), jnp.float32)
+    res = random(rng, (3, 2, 3, 4, 5), jnp.float32)
+    conv = functools.partial(jaxgemm.conv2d, stride=2, activation="silu")
+    ref = functools.partial(_reference, stride=2, activation="silu")
+    y = jax.vmap(lambda x, r: conv(x, w, residual=r))(x, res)
+    assert rel_error(y, jax.vmap(lambda x, r: ref(x, w, residual=r))(x, res)) <= 1e-5
+    y = jax.vmap(conv)(x, ws)  # per-example weights
+    assert rel_error(y, jax.vmap(ref)(x, ws)) <= 1e-5
+    # Per-example gradients: dgrad folds, wgrad loops.
+    loss = lambda f: lambda w, x: (f(x, w) ** 2).sum()  # noqa: E731
+    g = jax.jit(jax.vmap(jax.grad(loss(conv), argnums=(0, 1)), in_axes=(None, 0)))(w, x)
+    r = jax.vmap(jax.grad(loss(ref), argnums=(0, 1)), in_axes=(None, 0))(w, x)
+    for a, b in zip(g, r):
+        assert rel_error(a, b) <= 1e-5
+
+
+def test_jit_matches_eager_and_wgrad_split():
+    rng = np.random.default_rng(8)
+    x, w = _inputs(rng, 3, 9, 8, 4, 6, 3, 3, 2, jnp.float32)
+    kw = dict(stride=2, dilation=(1, 2), groups=2, padding=((1, 1), (2, 2)))
+    eager = jaxgemm.conv2d(x, w, **kw)
+    assert rel_error(jax.jit(functools.partial(jaxgemm.conv2d, **kw))(x, w), eager) == 0.0
+    config = ConvConfig(stride=(2, 1), padding=((1, 1), (0, 2)), dilation=(1, 2), groups=2)
+    dy = random(rng, (3, 5, 6, 6), jnp.float32)
+    one = conv2d_wgrad(x, dy, config, (3, 3), split=1)
+    for split in (2, 3, 7):  # the CPU reference honours forced splits (empty chunks included)
+        assert rel_error(conv2d_wgrad(x, dy, config, (3, 3), split=split), np.asarray(one, np.float64)) <= 1e-6
+
+
+def test_empty_outputs():
+    x = jnp.ones((0, 5, 5, 4), jnp.float32)
+    w = jnp.ones((3, 3, 4, 2), jnp.float32)
+    assert jaxgemm.conv2d(x, w).shape == (0, 5, 5, 2)
+    x = jnp.ones((1, 2, 2, 4), jnp.float32)
+    assert jaxgemm.conv2d(x, w, padding="VALID").shape == (1, 0, 0, 2)
+    assert jax.grad(lambda w: jaxgemm.conv2d(x, w, padding="VALID").sum())(w).shape == w.shape
+
+
+@pytest.mark.parametrize(
+    "x_shape,w_shape,kwargs,error,match",
+    [
+        ((2, 5, 5), (3, 3, 5, 4), {}, ValueError, r"x\(2, 5, 5\)"),
+        ((2, 5, 5, 4), (3, 3, 4), {}, ValueError, r"w\(3, 3, 4\)"),
+        ((2, 5, 5, 4), (3, 3, 3, 4), {}, ValueError, r"C=4"),
+        ((2, 5, 5, 4), (3, 3, 2, 3), dict(groups=2), ValueError, r"groups=2"),
+        ((2, 5, 5, 6), (3, 3, 2, 4), dict(groups=4), ValueError, r"groups=4"),
+        ((2, 5, 5, 4), (3, 3, 4, 4), dict(stride=0), ValueError, r"stride"),
+        ((2, 5, 5, 4), (3, 3, 4, 4), dict(stride=(1, -2)), ValueError, r"stride"),
+        ((2, 5, 5, 4), (3, 3, 4, 4), dict(dilation=0), ValueError, r"dilation"),
+        ((2, 5, 5, 4), (3, 3, 4, 4), dict(groups=0), ValueError, r"groups"),
+        ((2, 5, 5, 4), (3, 3, 4, 4), dict(padding="FULL"), ValueError, r"padding"),
+        ((2, 5, 5, 4), (3, 3, 4, 4), dict(padding=(1, 2, 3)), ValueError, r"padding"),
+        ((2, 5, 5, 4), (3, 3, 4, 4), dict(activation="swish"), ValueError, r"activation"),
+        ((2, 5, 5, 4), (3, 3, 4, 4), dict(bias=np.ones((3,), np.float32)), ValueError, r"bias"),
+        ((2, 5, 5, 4), (3, 3, 4, 4), dict(residual=np.ones((2, 4, 4, 4), np.float32)), ValueError, r"residual"),
+        ((2, 5, 5, 4), (3, 3, 4, 4), dict(out_dtype=jnp.int8), TypeError, r"int8"),
+    ],
+)
+def test_bad_inputs(x_shape, w_shape, kwargs, error, match):
+    x, w = jnp.ones(x_shape, jnp.float32), jnp.ones(w_shape, jnp.float32)
+    with pytest.raises(error, match=match):
+        jax.jit(lambda x, w: jaxgemm.conv2d(x, w, **kwargs))(x, w)
+
+
+def test_bad_dtype():
+    with pytest.raises(TypeError, match="int32"):
+        jaxgemm.conv2d(jnp.ones((1, 4, 4, 2), jnp.int32), jnp.ones((3, 3, 2, 2), jnp.int32))
+
+
+# GPU: shapes spanning several 128 x 128 output tiles and 32-deep k-tiles, for both kernel
+# families (tensor cores: 16-bit with channels per group multiples of 8; SIMT otherwise).
+GPU_CASES = [
+    ((4, 28, 28, 64, 64, 3, 3), dict()),
+    ((2, 30, 29, 32, 136, 3, 3), dict(stride=2)),  # K not a multiple of 128
+    ((2, 17, 19, 64, 256, 1, 1), dict()),
+    ((3, 16, 16, 128, 64, 1, 1), dict(stride=2)),
+    ((2, 20, 20, 40, 48, 3, 3), dict(dilation=2, padding="VALID")),
+    ((2, 14, 14, 64, 64, 3, 3), dict(groups=4, stride=2)),  # 16 channels per group
+    ((2, 12, 12, 64, 64, 3, 3), dict(groups=8)),  # 8 per group
+    ((2, 58, 58, 3, 64, 7, 7), dict(stride=2)),  # C = 3: SIMT even for 16-bit
+    ((2, 21, 22, 12, 20, 3, 3), dict(stride=(2, 3), padding=((2, 1), (0, 2)))),  # C % 8 = 4
+    ((1, 9, 9, 6, 10, 3, 3), dict(groups=2)),  # odd per-group channels
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,conv_kw", GPU_CASES, ids=[f"{s}-{k}" for s, k in GPU_CASES])
+def test_gpu_kernels(shape, conv_kw, dtype):
+    _check(shape, conv_kw, dtype, "relu", with_residual=True, seed=9)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gpu_wgrad_split(dtype):
+    # Large N*P*Q: the CUDA lowering splits wgrad; forced splits with empty chunks too.
+    rng = np.random.default_rng(10)
+    x, w = _inputs(rng, 8, 32, 32, 32, 64, 3, 3, 1, dtype)
+    config = ConvConfig(padding=((1, 1), (1, 1)))
+    dy = random(rng, (8, 32, 32, 64), dtype)
+    ref = jax.vjp(lambda w: _reference(x, w), jnp.asarray(w, jnp.float32))[1](jnp.asarray(dy, jnp.float32))[0]
+    for split in (None, 1, 5, 300):
+        dw = conv2d_wgrad(x, dy, config, (3, 3), split=split)
+        assert rel_error(dw, ref) <= TOLERANCE[jnp.dtype(dtype)], split
