@@ -41,7 +41,8 @@ bool ConvVectorStore(const ConvGemm& g) {
 }
 
 template <class TIn, class TOut, ConvKind kKind>
-__global__ void __launch_bounds__(Sm80Policy::kThreads, 1) Sm80ConvKernel(const ConvGemm g, bool vector_store) {
+__global__ void __launch_bounds__(Sm80Policy::kThreads, 1)
+    Sm80ConvKernel(const __grid_constant__ ConvGemm g, bool vector_store) {
   constexpr bool kWgrad = kKind == ConvKind::kWgrad;
   using Mainloop = Sm80Mainloop<TIn, /*kTransA=*/kWgrad, /*kTransB=*/false>;
   using P = Sm80Policy;
@@ -55,49 +56,51 @@ __global__ void __launch_bounds__(Sm80Policy::kThreads, 1) Sm80ConvKernel(const 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_m = warp % P::kWarpsM, warp_n = warp / P::kWarpsM;
 
-  for (int64_t z = blockIdx.y; z < g.groups * g.split; z += gridDim.y) {
-    const int64_t group = z / g.split, part = z % g.split;
-    int64_t k_begin, k_size;
-    ConvChunk(g, part, &k_begin, &k_size);
-    const TIn* b = static_cast<const TIn*>(g.b) + group * g.n + n0 + k_begin * g.ldb;
-    typename Mainloop::LoaderB load_b(b, g.ldb, g.n - n0, k_size);
-    typename Mainloop::Accumulators acc;
+  // One (group, split) slab per blockIdx.y (the host keeps groups * split <= 65535).
+  const int group = static_cast<int>(blockIdx.y / g.split), part = static_cast<int>(blockIdx.y % g.split);
+  int64_t k_begin, k_size;
+  ConvChunk(g, part, &k_begin, &k_size);
+  const TIn* b = static_cast<const TIn*>(g.b) + group * g.n + n0 + k_begin * g.ldb;
+  typename Mainloop::LoaderB load_b(b, g.ldb, g.n - n0, k_size);
+  typename Mainloop::Accumulators acc;
 #pragma unroll
-    for (int mi = 0; mi < P::kMmaM; ++mi)
+  for (int mi = 0; mi < P::kMmaM; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < P::kMmaN; ++ni)
+    for (int ni = 0; ni < P::kMmaN; ++ni)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
-    if constexpr (kWgrad) {
-      Sm80WgradLoader<TIn, typename Mainloop::TileA> load_a(g, group, m0, k_begin, k_size);
-      Mainloop::Run(load_a, load_b, k_size, smem, acc);
-    } else {
-      Sm80Im2colLoader<TIn, typename Mainloop::TileA, kKind == ConvKind::kDgrad> load_a(g, group, m0);
-      Mainloop::Run(load_a, load_b, k_size, smem, acc);
-    }
+      for (int r = 0; r < 4; ++r) acc[mi][ni][r] = 0.f;
+  if constexpr (kWgrad) {
+    Sm80WgradLoader<TIn, typename Mainloop::TileA> load_a(g, group, m0, k_begin, k_size);
+    Mainloop::Run(load_a, load_b, k_size, smem, acc);
+  } else {
+    Sm80Im2colLoader<TIn, typename Mainloop::TileA, kKind == ConvKind::kDgrad> load_a(g, group, m0);
+    Mainloop::Run(load_a, load_b, k_size, smem, acc);
+  }
 
-    // mma accumulator layout: d[0..1] at (row g, cols 2t, 2t+1), d[2..3] at row g + 8.
-    const typename GemmEpilogue<TOut>::Offsets off = ConvOutOffsets<TOut>(g, group, part);
+  // mma accumulator layout: d[0..1] at (row lane / 4, cols 2 (lane % 4) + 0, 1), d[2..3] 8 rows below.
+  const typename GemmEpilogue<TOut>::Offsets off = ConvOutOffsets<TOut>(g, group, part);
 #pragma unroll
-    for (int mi = 0; mi < P::kMmaM; ++mi) {
+  for (int mi = 0; mi < P::kMmaM; ++mi) {
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int64_t row = m0 + warp_m * P::kWarpM + mi * 16 + lane / 4 + half * 8;
-        if (row >= g.m) continue;
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = m0 + warp_m * P::kWarpM + mi * 16 + lane / 4 + half * 8;
+      if (row >= g.m) continue;
 #pragma unroll
-        for (int ni = 0; ni < P::kMmaN; ++ni) {
-          const int64_t col = n0 + warp_n * P::kWarpN + ni * 8 + lane % 4 * 2;
-          if (col >= g.n) continue;
-          const float v[2] = {acc[mi][ni][half * 2], acc[mi][ni][half * 2 + 1]};
-          GemmEpilogue<TOut>::template Store<2>(g.out, off, row, col, v, vector_store);
-        }
+      for (int ni = 0; ni < P::kMmaN; ++ni) {
+        const int64_t col = n0 + warp_n * P::kWarpN + ni * 8 + lane % 4 * 2;
+        if (col >= g.n) continue;
+        const float v[2] = {acc[mi][ni][half * 2], acc[mi][ni][half * 2 + 1]};
+        GemmEpilogue<TOut>::template Store<2>(g.out, off, row, col, v, vector_store);
       }
     }
   }
 }
 
+// Two blocks per SM, like the GEMM's 128 x 128 SIMT tile (a 128-register cap): the loaders
+// read the geometry from the __grid_constant__ parameter instead of holding copies.
 template <class TIn, class TOut, ConvKind kKind, bool kVec>
-__global__ void __launch_bounds__(SimtPolicy128x128::kThreads, 1) SimtConvKernel(const ConvGemm g, bool vector_store) {
+__global__ void __launch_bounds__(SimtPolicy128x128::kThreads, 2)
+    SimtConvKernel(const __grid_constant__ ConvGemm g, bool vector_store) {
   using Policy = SimtPolicy128x128;
   using Mainloop = SimtConvMainloop<Policy>;
   constexpr int kBM = Policy::kBM, kBN = Policy::kBN, kBK = Policy::kBK, kThreads = Policy::kThreads;
@@ -111,45 +114,43 @@ __global__ void __launch_bounds__(SimtPolicy128x128::kThreads, 1) SimtConvKernel
   const int ty = warp / Policy::kWarpsN * Policy::kWarpThreadsM + lane / Policy::kWarpThreadsN;
   const int tx = warp % Policy::kWarpsN * Policy::kWarpThreadsN + lane % Policy::kWarpThreadsN;
 
-  for (int64_t z = blockIdx.y; z < g.groups * g.split; z += gridDim.y) {
-    const int64_t group = z / g.split, part = z % g.split;
-    int64_t k_begin, k_size;
-    ConvChunk(g, part, &k_begin, &k_size);
-    const TIn* b = static_cast<const TIn*>(g.b) + group * g.n + n0 + k_begin * g.ldb;
-    SimtTileLoader<TIn, kBN, kBK, kThreads, /*kKContiguous=*/false, kVec> load_b(b, g.ldb, g.n - n0, k_size);
-    float acc[8][8];
+  // One (group, split) slab per blockIdx.y (the host keeps groups * split <= 65535).
+  const int group = static_cast<int>(blockIdx.y / g.split), part = static_cast<int>(blockIdx.y % g.split);
+  int64_t k_begin, k_size;
+  ConvChunk(g, part, &k_begin, &k_size);
+  const TIn* b = static_cast<const TIn*>(g.b) + group * g.n + n0 + k_begin * g.ldb;
+  SimtTileLoader<TIn, kBN, kBK, kThreads, /*kKContiguous=*/false, kVec> load_b(b, g.ldb, g.n - n0, k_size);
+  float acc[8][8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
-    if constexpr (kKind == ConvKind::kWgrad) {
-      SimtWgradLoader<TIn, kBM, kBK, kThreads, kVec> load_a(g, group, m0, k_begin, k_size);
-      Mainloop::Run(load_a, load_b, k_size, smem, acc, ty, tx);
-    } else {
-      SimtIm2colLoader<TIn, kBM, kBK, kThreads, kKind == ConvKind::kDgrad, kVec> load_a(g, group, m0);
-      Mainloop::Run(load_a, load_b, k_size, smem, acc, ty, tx);
-    }
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+  if constexpr (kKind == ConvKind::kWgrad) {
+    SimtWgradLoader<TIn, kBM, kBK, kThreads, kVec> load_a(g, group, m0, k_begin, k_size);
+    Mainloop::Run(load_a, load_b, k_size, smem, acc, ty, tx);
+  } else {
+    SimtIm2colLoader<TIn, kBM, kBK, kThreads, kKind == ConvKind::kDgrad, kVec> load_a(g, group, m0);
+    Mainloop::Run(load_a, load_b, k_size, smem, acc, ty, tx);
+  }
 
-    const typename GemmEpilogue<TOut>::Offsets off = ConvOutOffsets<TOut>(g, group, part);
+  const typename GemmEpilogue<TOut>::Offsets off = ConvOutOffsets<TOut>(g, group, part);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int64_t row = m0 + i / 4 * (kBM / 2) + ty * 4 + i % 4;
-      if (row >= g.m) continue;
+  for (int i = 0; i < 8; ++i) {
+    const int64_t row = m0 + i / 4 * (kBM / 2) + ty * 4 + i % 4;
+    if (row >= g.m) continue;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t col = n0 + h * (kBN / 2) + tx * 4;
-        if (col >= g.n) continue;
-        const float v[4] = {acc[i][h * 4], acc[i][h * 4 + 1], acc[i][h * 4 + 2], acc[i][h * 4 + 3]};
-        GemmEpilogue<TOut>::template Store<4>(g.out, off, row, col, v, vector_store);
-      }
+    for (int h = 0; h < 2; ++h) {
+      const int64_t col = n0 + h * (kBN / 2) + tx * 4;
+      if (col >= g.n) continue;
+      const float v[4] = {acc[i][h * 4], acc[i][h * 4 + 1], acc[i][h * 4 + 2], acc[i][h * 4 + 3]};
+      GemmEpilogue<TOut>::template Store<4>(g.out, off, row, col, v, vector_store);
     }
-    __syncthreads();  // shared memory is reused by the next slab
   }
 }
 
 inline dim3 ConvGrid(const ConvGemm& g, int bm, int bn) {
   const int64_t tiles = ((g.m + bm - 1) / bm) * ((g.n + bn - 1) / bn);
-  return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(g.groups * g.split, 65535)));
+  return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(g.groups * g.split));
 }
 
 template <class TIn, class TOut, ConvKind kKind>
@@ -157,6 +158,7 @@ cudaError_t LaunchSm80Conv(const ConvGemm& g, cudaStream_t stream) {
   using P = Sm80Policy;
   constexpr bool kWgrad = kKind == ConvKind::kWgrad;
   if (((g.m + P::kBM - 1) / P::kBM) * ((g.n + P::kBN - 1) / P::kBN) > INT32_MAX) return cudaErrorInvalidConfiguration;
+  if (g.groups * g.split > 65535) return cudaErrorInvalidConfiguration;
   auto* kernel = Sm80ConvKernel<TIn, TOut, kKind>;
   constexpr int kSmemBytes = sizeof(typename Sm80Mainloop<TIn, kWgrad, false>::SharedStorage);
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
@@ -171,6 +173,7 @@ cudaError_t LaunchSimtConv(const ConvGemm& g, cudaStream_t stream) {
   if (((g.m + Policy::kBM - 1) / Policy::kBM) * ((g.n + Policy::kBN - 1) / Policy::kBN) > INT32_MAX) {
     return cudaErrorInvalidConfiguration;
   }
+  if (g.groups * g.split > 65535) return cudaErrorInvalidConfiguration;
   // 4-element vectors: float32 only (16-bit inputs reach SIMT only with odd channel
   // counts), channels per group and pitches multiples of 4, 16-byte aligned bases.
   const bool vec = std::is_same_v<TIn, float> && g.a_cg % 4 == 0 && g.a_pitch % 4 == 0 && g.n % 4 == 0 &&

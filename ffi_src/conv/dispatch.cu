@@ -43,8 +43,8 @@ cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, std::string* unsu
     *unsupported = "sizes too large for 32-bit pixel indices";
     return cudaErrorInvalidValue;
   }
-  if (p.groups * p.split > (int64_t{1} << 31)) {
-    *unsupported = "too many groups";
+  if (p.groups * p.split > 65535) {  // one grid row per (group, split) slab
+    *unsupported = "groups * wgrad split > 65535";
     return cudaErrorInvalidValue;
   }
   using E = ElementType;

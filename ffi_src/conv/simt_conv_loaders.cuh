@@ -26,19 +26,16 @@ struct SimtIm2colLoader {
   static_assert(Map::kVecsPerThread == 1, "one 4-element vector (one row) per thread");
   static constexpr int kSmemStride = Map::kSmemStride;
 
-  const T* image;  // the row's image at its group's first channel
-  int oy, ox;      // as in Sm80Im2colLoader
+  const ConvGemm& g;  // the kernel's __grid_constant__ parameter: read in place, no registers
+  const T* image;     // the row's image at its group's first channel
+  int oy, ox;         // as in Sm80Im2colLoader
   bool row_ok;
-  int next_k, k_size;  // k of element 0 in the next k-tile
-  int a_h, a_w, dil_h, dil_w;
-  int64_t pitch;
-  FastDivmod div_cg, div_s, div_sh, div_sw;
+  int next_k;         // k of element 0 in the next k-tile
   T regs[4];
 
-  __device__ __forceinline__ SimtIm2colLoader(const ConvGemm& g, int64_t group, int64_t m0) {
-    a_h = g.a_h, a_w = g.a_w, dil_h = g.dil_h, dil_w = g.dil_w;
-    pitch = g.a_pitch;
-    div_cg = g.div_cg, div_s = g.div_s, div_sh = g.div_stride_h, div_sw = g.div_stride_w;
+  __device__ __forceinline__ SimtIm2colLoader(const ConvGemm& gemm, int64_t group, int64_t m0) : g(gemm) {
+    const int a_h = g.a_h, a_w = g.a_w;
+    const int64_t pitch = g.a_pitch;
     int i, k;
     Map::Coord(0, &i, &k);
     const int64_t m = m0 + i;
@@ -52,32 +49,32 @@ struct SimtIm2colLoader {
     oy = kDgrad ? y + g.pad_h : y * g.stride_h - g.pad_h;
     ox = kDgrad ? x + g.pad_w : x * g.stride_w - g.pad_w;
     next_k = k;
-    k_size = static_cast<int>(g.k);
   }
 
   // Element offset of tap-and-channel index kk of this row, or -1 in the padding.
   __device__ __forceinline__ int64_t Offset(int kk) const {
     int rs, c, r, s, iy, ix;
-    div_cg.DivMod(kk, &rs, &c);
-    div_s.DivMod(rs, &r, &s);
+    g.div_cg.DivMod(kk, &rs, &c);
+    g.div_s.DivMod(rs, &r, &s);
     bool ok;
     if (!kDgrad) {
-      iy = oy + r * dil_h;
-      ix = ox + s * dil_w;
-      ok = static_cast<unsigned>(iy) < static_cast<unsigned>(a_h) && static_cast<unsigned>(ix) < static_cast<unsigned>(a_w);
+      iy = oy + r * g.dil_h;
+      ix = ox + s * g.dil_w;
+      ok = static_cast<unsigned>(iy) < static_cast<unsigned>(g.a_h) &&
+           static_cast<unsigned>(ix) < static_cast<unsigned>(g.a_w);
     } else {
-      const int ny = oy - r * dil_h, nx = ox - s * dil_w;
+      const int ny = oy - r * g.dil_h, nx = ox - s * g.dil_w;
       int rem_y, rem_x;
-      div_sh.DivMod(ny < 0 ? 0 : ny, &iy, &rem_y);
-      div_sw.DivMod(nx < 0 ? 0 : nx, &ix, &rem_x);
-      ok = ny >= 0 && nx >= 0 && rem_y == 0 && rem_x == 0 && iy < a_h && ix < a_w;
+      g.div_stride_h.DivMod(ny < 0 ? 0 : ny, &iy, &rem_y);
+      g.div_stride_w.DivMod(nx < 0 ? 0 : nx, &ix, &rem_x);
+      ok = ny >= 0 && nx >= 0 && rem_y == 0 && rem_x == 0 && iy < g.a_h && ix < g.a_w;
     }
-    return ok ? (int64_t(iy) * a_w + ix) * pitch + c : -1;
+    return ok ? (int64_t(iy) * g.a_w + ix) * g.a_pitch + c : -1;
   }
 
   __device__ __forceinline__ void LoadNext() {
     if (kVec) {  // k_size and channels are multiples of 4: the vector is wholly in or out
-      const int64_t off = row_ok && next_k < k_size ? Offset(next_k) : -1;
+      const int64_t off = row_ok && next_k < g.k ? Offset(next_k) : -1;
       Vec4<T> x;
       if (off >= 0) {
         x = *reinterpret_cast<const Vec4<T>*>(image + off);
@@ -90,7 +87,7 @@ struct SimtIm2colLoader {
     } else {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int64_t off = row_ok && next_k + j < k_size ? Offset(next_k + j) : -1;
+        const int64_t off = row_ok && next_k + j < g.k ? Offset(next_k + j) : -1;
         regs[j] = LoadOrZero(image + (off < 0 ? 0 : off), off >= 0);
       }
     }
@@ -113,33 +110,30 @@ struct SimtWgradLoader {
   static_assert(Map::kVecsPerThread == 1, "one 4-element vector (one k) per thread");
   static constexpr int kSmemStride = Map::kSmemStride;
 
-  const T* base;  // x at image 0, pixel 0, the group's first channel
-  int off_y[4], off_x[4], chan[4];  // per row: r * dil - pad, and its channel
-  bool m_ok[4];
+  const ConvGemm& g;  // the kernel's __grid_constant__ parameter
+  const T* base;      // x at image 0, pixel 0, the group's first channel
+  // Per row: r * dil - pad (kOutside for rows past M: no pixel is then in range), channel.
+  int off_y[4], off_x[4], chan[4];
+  static constexpr int kOutside = -(1 << 30);
   int next_k, k_end;
-  int a_h, a_w, stride_h, stride_w;
-  int64_t pitch;
-  FastDivmod div_ohw, div_ow;
   T regs[4];
 
-  __device__ __forceinline__ SimtWgradLoader(const ConvGemm& g, int64_t group, int64_t m0, int64_t k_begin,
-                                             int64_t k_size) {
-    a_h = g.a_h, a_w = g.a_w, stride_h = g.stride_h, stride_w = g.stride_w;
-    pitch = g.a_pitch;
-    div_ohw = g.div_ohw, div_ow = g.div_ow;
+  __device__ __forceinline__ SimtWgradLoader(const ConvGemm& gemm, int64_t group, int64_t m0, int64_t k_begin,
+                                             int64_t k_size)
+      : g(gemm) {
     base = static_cast<const T*>(g.a) + group * g.a_cg;
     int i, k;
     Map::Coord(0, &i, &k);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t m = m0 + i + j;
-      m_ok[j] = m < g.m;
+      const bool m_ok = m < g.m;
       int rs = 0, c = 0, r = 0, s = 0;
-      if (m_ok[j]) {
+      if (m_ok) {
         g.div_cg.DivMod(static_cast<int32_t>(m), &rs, &c);
         g.div_s.DivMod(rs, &r, &s);
       }
-      off_y[j] = r * g.dil_h - g.pad_h;
+      off_y[j] = m_ok ? r * g.dil_h - g.pad_h : kOutside;
       off_x[j] = s * g.dil_w - g.pad_w;
       chan[j] = c;
     }
@@ -149,14 +143,16 @@ struct SimtWgradLoader {
 
   __device__ __forceinline__ void LoadNext() {
     int n, yx, y, x;
-    div_ohw.DivMod(next_k, &n, &yx);
-    div_ow.DivMod(yx, &y, &x);
+    g.div_ohw.DivMod(next_k, &n, &yx);
+    g.div_ow.DivMod(yx, &y, &x);
+    const int a_h = g.a_h, a_w = g.a_w;
+    const int64_t pitch = g.a_pitch;
     const T* image = base + int64_t(n) * a_h * a_w * pitch;
     const bool k_ok = next_k < k_end;
-    const int py = y * stride_h, px = x * stride_w;
+    const int py = y * g.stride_h, px = x * g.stride_w;
     if (kVec) {  // the 4 rows are 4 channels of one tap
       const int iy = py + off_y[0], ix = px + off_x[0];
-      const bool ok = k_ok && m_ok[0] && static_cast<unsigned>(iy) < static_cast<unsigned>(a_h) &&
+      const bool ok = k_ok && static_cast<unsigned>(iy) < static_cast<unsigned>(a_h) &&
                       static_cast<unsigned>(ix) < static_cast<unsigned>(a_w);
       Vec4<T> v;
       if (ok) {
@@ -171,7 +167,7 @@ struct SimtWgradLoader {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int iy = py + off_y[j], ix = px + off_x[j];
-        const bool ok = k_ok && m_ok[j] && static_cast<unsigned>(iy) < static_cast<unsigned>(a_h) &&
+        const bool ok = k_ok && static_cast<unsigned>(iy) < static_cast<unsigned>(a_h) &&
                         static_cast<unsigned>(ix) < static_cast<unsigned>(a_w);
         regs[j] = LoadOrZero(image + (ok ? (int64_t(iy) * a_w + ix) * pitch + chan[j] : 0), ok);
       }

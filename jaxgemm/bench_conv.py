@@ -1,0 +1,162 @@
+"""Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50 layers, in one process.
+
+    python -m jaxgemm.bench_conv [--dtypes bfloat16,float32] [--batch 64] [--iterations 30] [--json out.json]
+
+For every layer, the forward pass alone and forward + backward (gradients of x and w) of
+`conv2d(x, w, stride, "SAME")` against `lax.conv_general_dilated` on the same inputs
+(float32 at HIGHEST precision on both sides: exact fp32, no tf32). Times come from
+jaxgemm.bench.time_ms (CUPTI kernel time on a GPU, wall-clock otherwise); `xla/ours` > 1
+means jaxgemm is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import jaxgemm
+from jaxgemm.bench import time_ms
+
+
+@dataclasses.dataclass(frozen=True)
+class Layer:
+    name: str
+    hw: int  # input height = width
+    c: int
+    k: int
+    rs: int  # filter height = width
+    stride: int = 1
+
+
+# ResNet-50 convolutions (input size, C -> K, filter, stride).
+RESNET50 = [
+    Layer("56^2 64->64 3x3", 56, 64, 64, 3),
+    Layer("56^2 256->64 1x1", 56, 256, 64, 1),
+    Layer("56^2 64->256 1x1", 56, 64, 256, 1),
+    Layer("28^2 128->128 3x3", 28, 128, 128, 3),
+    Layer("14^2 256->256 3x3", 14, 256, 256, 3),
+    Layer("7^2 512->512 3x3", 7, 512, 512, 3),
+    Layer("56^2 128->128 3x3 s2", 56, 128, 128, 3, 2),
+    Layer("224^2 3->64 7x7 s2", 224, 3, 64, 7, 2),
+]
+
+
+def _precision(dtype):
+    return lax.Precision.HIGHEST if jnp.dtype(dtype) == jnp.float32 else None
+
+
+def _functions(layer: Layer, dtype):
+    """(ours_fprop, xla_fprop, ours_fwd_bwd, xla_fwd_bwd), jitted, taking (x, w, ct)."""
+
+    def ours(x, w):
+        return jaxgemm.conv2d(x, w, stride=layer.stride, padding="SAME")
+
+    def xla(x, w):
+        return lax.conv_general_dilated(
+            x, w, (layer.stride,) * 2, "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=_precision(dtype)
+        )
+
+    def fwd_bwd(f):
+        def run(x, w, ct):
+            y, vjp = jax.vjp(f, x, w)
+            return y, vjp(ct)
+
+        return jax.jit(run)
+
+    fprop = lambda f: jax.jit(lambda x, w, ct: f(x, w))  # noqa: E731
+    return fprop(ours), fprop(xla), fwd_bwd(ours), fwd_bwd(xla)
+
+
+def _rel_error(x, ref) -> float:
+    x = np.asarray(jnp.asarray(x, jnp.float32), np.float64)
+    ref = np.asarray(jnp.asarray(ref, jnp.float32), np.float64)
+    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
+
+
+def run_layer(layer: Layer, dtype: str, batch: int, iterations: int, seed: int = 0) -> dict:
+    kx, kw, kc = jax.random.split(jax.random.key(seed), 3)
+    x = jax.random.normal(kx, (batch, layer.hw, layer.hw, layer.c), dtype)
+    w = jax.random.normal(kw, (layer.rs, layer.rs, layer.c, layer.k), dtype) / float(np.sqrt(layer.rs**2 * layer.c))
+    out_hw = -(-layer.hw // layer.stride)
+    ct = jax.random.normal(kc, (batch, out_hw, out_hw, layer.k), dtype)
+    ours_f, xla_f, ours_fb, xla_fb = _functions(layer, dtype)
+    args = (x, w, ct)
+    row = {**dataclasses.asdict(layer), "dtype": dtype, "batch": batch}
+    flops = 2.0 * batch * out_hw * out_hw * layer.k * layer.c * layer.rs**2
+    for kind, ours, xla, mult in (("fprop", ours_f, xla_f, 1), ("fwd_bwd", ours_fb, xla_fb, 3)):
+        ours_ms, method = time_ms(ours, args, iterations)
+        xla_ms, _ = time_ms(xla, args, iterations)
+        got, want = jax.tree_util.tree_leaves(ours(*args)), jax.tree_util.tree_leaves(xla(*args))
+        row.update({
+            f"{kind}_ours_ms": ours_ms,
+            f"{kind}_xla_ms": xla_ms,
+            f"{kind}_xla_over_ours": xla_ms / ours_ms,
+            f"{kind}_ours_tflops": mult * flops / ours_ms / 1e9,
+            f"{kind}_rel_err": max(_rel_error(g, r) for g, r in zip(got, want)),
+            "timer": method,
+        })  # fmt: skip
+    return row
+
+
+def _geomean(values) -> float:
+    return float(np.exp(np.mean(np.log(values))))
+
+
+def format_table(rows: list[dict]) -> str:
+    header = (
+        f"{'layer':<22} {'dtype':>8} {'fprop ours':>10} {'XLA':>8} {'XLA/ours':>8} {'TF/s':>6} "
+        f"{'f+b ours':>9} {'XLA':>8} {'XLA/ours':>8} {'TF/s':>6} {'max err':>8}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r['name']:<22} {r['dtype']:>8} {r['fprop_ours_ms']:>10.3f} {r['fprop_xla_ms']:>8.3f} "
+            f"{r['fprop_xla_over_ours']:>8.3f} {r['fprop_ours_tflops']:>6.0f} {r['fwd_bwd_ours_ms']:>9.3f} "
+            f"{r['fwd_bwd_xla_ms']:>8.3f} {r['fwd_bwd_xla_over_ours']:>8.3f} {r['fwd_bwd_ours_tflops']:>6.0f} "
+            f"{max(r['fprop_rel_err'], r['fwd_bwd_rel_err']):>8.1e}"
+        )
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        sel = [r for r in rows if r["dtype"] == dtype]
+        lines.append(
+            f"geometric mean XLA/ours, {dtype}: fprop {_geomean([r['fprop_xla_over_ours'] for r in sel]):.3f}, "
+            f"fwd+bwd {_geomean([r['fwd_bwd_xla_over_ours'] for r in sel]):.3f}"
+        )
+    if rows:
+        lines.append(f"(ms per call, timer: {rows[0]['timer']}, device: {jax.devices()[0].device_kind})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated input dtypes")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--layers", help="comma-separated substrings of layer names (default: all)")
+    parser.add_argument("--json", help="write the rows to this file")
+    args = parser.parse_args(argv)
+    layers = RESNET50
+    if args.layers:
+        keys = args.layers.split(",")
+        layers = [layer for layer in RESNET50 if any(key in layer.name for key in keys)]
+    cases = [(layer, dtype) for dtype in args.dtypes.split(",") for layer in layers]
+    rows = []
+    for i, (layer, dtype) in enumerate(cases):
+        print(f"\r[{i + 1}/{len(cases)}] {dtype} {layer.name:<26}", end="", file=sys.stderr, flush=True)
+        rows.append(run_layer(layer, dtype, args.batch, args.iterations))
+    print(file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
