@@ -468,4 +468,10 @@ def conv2d(
     if not _nonempty(out_shape):
         return jnp.zeros(out_shape, out_dtype)
     x, w = x.astype(dtype), w.astype(dtype)
+    if dtype != jnp.float32 and groups == 1 and c % 8 and k % 8 == 0:
+        # First layers (C = 3, 4): zero channels up to a multiple of 8 put the conv on the
+        # tensor-core kernel (16-byte chunks) instead of SIMT; their gradients are sliced off.
+        extra = -c % 8
+        x = jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, extra)))
+        w = jnp.pad(w, ((0, 0), (0, 0), (0, extra), (0, 0)))
     return _conv(config, x, w, bias, residual).astype(out_dtype)

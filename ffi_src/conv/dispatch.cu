@@ -11,24 +11,25 @@
 namespace jaxgemm {
 namespace {
 
+// The sm80 kernel when it takes the problem (16-bit inputs only), SIMT otherwise.
+template <class TIn, class TOut, ConvKind kKind>
+cudaError_t LaunchKind(const ConvProblem& p, const ConvGemm& g, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<TIn, float>) {
+    if (Sm80ConvSupports(g, p.in_type)) return LaunchSm80Conv<TIn, TOut, kKind>(g, stream);
+  }
+  return LaunchSimtConv<TIn, TOut, kKind>(g, stream);
+}
+
 template <class TIn, class TOut>
 cudaError_t Launch(const ConvProblem& p, const ConvGemm& g, cudaStream_t stream) {
-  const bool tensor_cores = Sm80ConvSupports(g, p.in_type);
   switch (p.kind) {
     case ConvKind::kFprop:
-      return tensor_cores ? LaunchSm80Conv<TIn, TOut, ConvKind::kFprop>(g, stream)
-                          : LaunchSimtConv<TIn, TOut, ConvKind::kFprop>(g, stream);
-    case ConvKind::kDgrad:
-      if constexpr (std::is_same_v<TIn, TOut>) {
-        return tensor_cores ? LaunchSm80Conv<TIn, TOut, ConvKind::kDgrad>(g, stream)
-                            : LaunchSimtConv<TIn, TOut, ConvKind::kDgrad>(g, stream);
-      }
+      return LaunchKind<TIn, TOut, ConvKind::kFprop>(p, g, stream);
+    case ConvKind::kDgrad:  // dx in the input dtype
+      if constexpr (std::is_same_v<TIn, TOut>) return LaunchKind<TIn, TOut, ConvKind::kDgrad>(p, g, stream);
       break;
-    case ConvKind::kWgrad:
-      if constexpr (std::is_same_v<TOut, float>) {
-        return tensor_cores ? LaunchSm80Conv<TIn, float, ConvKind::kWgrad>(g, stream)
-                            : LaunchSimtConv<TIn, float, ConvKind::kWgrad>(g, stream);
-      }
+    case ConvKind::kWgrad:  // fp32 partials
+      if constexpr (std::is_same_v<TOut, float>) return LaunchKind<TIn, float, ConvKind::kWgrad>(p, g, stream);
       break;
   }
   return cudaErrorInvalidValue;  // ruled out by the decoder
