@@ -19,9 +19,10 @@ struct Sm80Policy {
   static constexpr int kMmaM = kWarpM / 16, kMmaN = kWarpN / 8;         // 4 x 4
 };
 
-template <class T, bool kTransA, bool kTransB>
+// Policy: any Sm80Policy-shaped tile (the conv also uses a 128 x 64 one for narrow N).
+template <class T, bool kTransA, bool kTransB, class Policy = Sm80Policy>
 struct Sm80Mainloop {
-  using P = Sm80Policy;
+  using P = Policy;
   using TileA = Sm80Tile<T, P::kBM, P::kBK, P::kThreads, !kTransA>;
   using TileB = Sm80Tile<T, P::kBN, P::kBK, P::kThreads, kTransB>;
   using LoaderA = typename TileA::Loader;
