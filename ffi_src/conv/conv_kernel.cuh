@@ -40,12 +40,24 @@ bool ConvVectorStore(const ConvGemm& g) {
          IsAligned(g.out.d, kWidth * sizeof(TOut)) && IsAligned(g.out.epilogue.aux, kWidth * sizeof(TOut));
 }
 
-template <class TIn, class TOut, ConvKind kKind>
-__global__ void __launch_bounds__(Sm80Policy::kThreads, 1)
+// The GEMM's 128 x 128 tile, and a 128 x 64 one (8 warps as 4 x 2 of 32 x 32) for convs
+// with 64 or fewer output channels per group, common in CNNs, which would leave half of the
+// wide tile idle; it is small enough for two blocks per SM.
+struct Sm80ConvPolicy128x64 {
+  static constexpr int kBM = 128, kBN = 64, kBK = 32, kStages = 4;
+  static constexpr int kWarpsM = 4, kWarpsN = 2, kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;  // 32 x 32
+  static constexpr int kMmaM = kWarpM / 16, kMmaN = kWarpN / 8;         // 2 x 4
+};
+
+template <class P>
+constexpr int kSm80ConvBlocksPerSm = P::kBN == 128 ? 1 : 2;
+
+template <class TIn, class TOut, ConvKind kKind, class P>
+__global__ void __launch_bounds__(P::kThreads, kSm80ConvBlocksPerSm<P>)
     Sm80ConvKernel(const __grid_constant__ ConvGemm g, bool vector_store) {
   constexpr bool kWgrad = kKind == ConvKind::kWgrad;
-  using Mainloop = Sm80Mainloop<TIn, /*kTransA=*/kWgrad, /*kTransB=*/false>;
-  using P = Sm80Policy;
+  using Mainloop = Sm80Mainloop<TIn, /*kTransA=*/kWgrad, /*kTransB=*/false, P>;
   static_assert(P::kThreads == 256, "the loaders' thread maps assume 256 threads");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& smem = *reinterpret_cast<typename Mainloop::SharedStorage*>(smem_bytes);
@@ -96,12 +108,11 @@ __global__ void __launch_bounds__(Sm80Policy::kThreads, 1)
   }
 }
 
-// Two blocks per SM, like the GEMM's 128 x 128 SIMT tile (a 128-register cap): the loaders
-// read the geometry from the __grid_constant__ parameter instead of holding copies.
-template <class TIn, class TOut, ConvKind kKind, bool kVec>
-__global__ void __launch_bounds__(SimtPolicy128x128::kThreads, 2)
+// The GEMM's SIMT tiles and occupancy (a 128-register cap); the loaders read the geometry
+// from the __grid_constant__ parameter instead of holding copies.
+template <class TIn, class TOut, ConvKind kKind, bool kVec, class Policy>
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
     SimtConvKernel(const __grid_constant__ ConvGemm g, bool vector_store) {
-  using Policy = SimtPolicy128x128;
   using Mainloop = SimtConvMainloop<Policy>;
   constexpr int kBM = Policy::kBM, kBN = Policy::kBN, kBK = Policy::kBK, kThreads = Policy::kThreads;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -153,14 +164,13 @@ inline dim3 ConvGrid(const ConvGemm& g, int bm, int bn) {
   return dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(g.groups * g.split));
 }
 
-template <class TIn, class TOut, ConvKind kKind>
-cudaError_t LaunchSm80Conv(const ConvGemm& g, cudaStream_t stream) {
-  using P = Sm80Policy;
+template <class TIn, class TOut, ConvKind kKind, class P>
+cudaError_t LaunchSm80ConvTile(const ConvGemm& g, cudaStream_t stream) {
   constexpr bool kWgrad = kKind == ConvKind::kWgrad;
   if (((g.m + P::kBM - 1) / P::kBM) * ((g.n + P::kBN - 1) / P::kBN) > INT32_MAX) return cudaErrorInvalidConfiguration;
   if (g.groups * g.split > 65535) return cudaErrorInvalidConfiguration;
-  auto* kernel = Sm80ConvKernel<TIn, TOut, kKind>;
-  constexpr int kSmemBytes = sizeof(typename Sm80Mainloop<TIn, kWgrad, false>::SharedStorage);
+  auto* kernel = Sm80ConvKernel<TIn, TOut, kKind, P>;
+  constexpr int kSmemBytes = sizeof(typename Sm80Mainloop<TIn, kWgrad, false, P>::SharedStorage);
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (status != cudaSuccess) return status;
   kernel<<<ConvGrid(g, P::kBM, P::kBN), P::kThreads, kSmemBytes, stream>>>(g, ConvVectorStore<TOut, 2>(g));
@@ -168,8 +178,13 @@ cudaError_t LaunchSm80Conv(const ConvGemm& g, cudaStream_t stream) {
 }
 
 template <class TIn, class TOut, ConvKind kKind>
-cudaError_t LaunchSimtConv(const ConvGemm& g, cudaStream_t stream) {
-  using Policy = SimtPolicy128x128;
+cudaError_t LaunchSm80Conv(const ConvGemm& g, cudaStream_t stream) {
+  if (g.n <= Sm80ConvPolicy128x64::kBN) return LaunchSm80ConvTile<TIn, TOut, kKind, Sm80ConvPolicy128x64>(g, stream);
+  return LaunchSm80ConvTile<TIn, TOut, kKind, Sm80Policy>(g, stream);
+}
+
+template <class TIn, class TOut, ConvKind kKind, class Policy>
+cudaError_t LaunchSimtConvTile(const ConvGemm& g, cudaStream_t stream) {
   if (((g.m + Policy::kBM - 1) / Policy::kBM) * ((g.n + Policy::kBN - 1) / Policy::kBN) > INT32_MAX) {
     return cudaErrorInvalidConfiguration;
   }
@@ -179,16 +194,27 @@ cudaError_t LaunchSimtConv(const ConvGemm& g, cudaStream_t stream) {
   const bool vec = std::is_same_v<TIn, float> && g.a_cg % 4 == 0 && g.a_pitch % 4 == 0 && g.n % 4 == 0 &&
                    g.ldb % 4 == 0 && IsAligned(g.a, 16) && IsAligned(g.b, 16);
   constexpr int kSmemBytes = sizeof(typename SimtConvMainloop<Policy>::SharedStorage);
+  static_assert(kSmemBytes <= 48 * 1024, "static shared-memory limit");
   const dim3 grid = ConvGrid(g, Policy::kBM, Policy::kBN);
   const bool vector_store = ConvVectorStore<TOut, 4>(g);
   if constexpr (std::is_same_v<TIn, float>) {
     if (vec) {
-      SimtConvKernel<TIn, TOut, kKind, true><<<grid, Policy::kThreads, kSmemBytes, stream>>>(g, vector_store);
+      SimtConvKernel<TIn, TOut, kKind, true, Policy><<<grid, Policy::kThreads, kSmemBytes, stream>>>(g, vector_store);
       return cudaGetLastError();
     }
   }
-  SimtConvKernel<TIn, TOut, kKind, false><<<grid, Policy::kThreads, kSmemBytes, stream>>>(g, vector_store);
+  SimtConvKernel<TIn, TOut, kKind, false, Policy><<<grid, Policy::kThreads, kSmemBytes, stream>>>(g, vector_store);
   return cudaGetLastError();
+}
+
+// 128 x 64 tiles when a group has at most 64 output columns (half of a 128-wide tile would
+// idle); 16-bit inputs (rare here) take the 128 x 128 tile only, to keep the build small.
+template <class TIn, class TOut, ConvKind kKind>
+cudaError_t LaunchSimtConv(const ConvGemm& g, cudaStream_t stream) {
+  if constexpr (std::is_same_v<TIn, float>) {
+    if (g.n <= SimtPolicy128x64::kBN) return LaunchSimtConvTile<TIn, TOut, kKind, SimtPolicy128x64>(g, stream);
+  }
+  return LaunchSimtConvTile<TIn, TOut, kKind, SimtPolicy128x128>(g, stream);
 }
 
 }  // namespace jaxgemm
