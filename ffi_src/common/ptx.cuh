@@ -21,6 +21,11 @@ __device__ __forceinline__ void CpAsync16(void* smem, const void* src, bool vali
                "r"(valid ? 16 : 0));
 }
 
+// Barrier `id` (1..15; 0 is __syncthreads') among `threads` threads, whole warps.
+__device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ void CpAsyncCommitGroup() { asm volatile("cp.async.commit_group;\n" ::); }
 
 // Waits until at most kPending committed groups are still in flight.

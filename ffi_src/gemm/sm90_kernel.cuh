@@ -34,8 +34,12 @@ struct Sm90Policy {
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
   static constexpr int kStages = (192 * 1024) / kStageBytes;  // 4 for 128x256, 6 for 128x128
   static constexpr int kBarrierBytes = 2 * kStages * 8;
+  // Epilogue scratch per consumer: 64 rows x kEpilogueCols fp32, rows padded to 40 floats
+  // so the fragment writes (8 rows x 4 column pairs per warp) hit distinct banks.
+  static constexpr int kEpilogueCols = 32, kEpiloguePitch = 40;
+  static constexpr int kEpilogueBytes = kConsumers * 64 * kEpiloguePitch * 4;
   // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
-  static constexpr int kSmemBytes = kStages * kStageBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBarrierBytes + 1024;
   // 2 x 232 + 40 registers x 128 threads fits the 64 K register file.
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
   // Bytes between 64-element blocks of an MN-major operand (one TMA box of 64 x 64).
@@ -138,7 +142,8 @@ __device__ __forceinline__ void Sm90Produce(const GemmProblem& p, const CUtensor
 // Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB>
 __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsigned char* tiles_a,
-                                            unsigned char* tiles_b, uint64_t* full, uint64_t* empty) {
+                                            unsigned char* tiles_b, uint64_t* full, uint64_t* empty,
+                                            float* scratch) {
   // Descriptor geometry: K-major tiles step 32 B per k16 inside the swizzled row; MN-major
   // tiles step two 8-row (1 KB) groups.
   // The leading byte offset matters only for MN-major tiles (the 64-wide block stride).
@@ -146,8 +151,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
   constexpr uint32_t kLeadA = kTransA ? P::kMnBlockBytes : 16, kLeadB = kTransB ? 16 : P::kMnBlockBytes;
   const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-  const bool vector_store = p.ldd % 2 == 0 && IsAligned(p.d, 2 * sizeof(TOut)) &&
-                            IsAligned(p.epilogue.aux, 2 * sizeof(TOut));
+  const bool vector_store = p.ldd % 4 == 0 && IsAligned(p.d, 4 * sizeof(TOut)) &&
+                            IsAligned(p.epilogue.aux, 4 * sizeof(TOut));
+  scratch += wg * 64 * P::kEpiloguePitch;
   const uint32_t smem_a = SharedAddress(tiles_a) + wg * 64 * P::kBK * 2;
   const uint32_t smem_b = SharedAddress(tiles_b);
   int stage = 0;
@@ -184,22 +190,45 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
     WgmmaWaitGroup<0>();
     if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
 
-    // wgmma accumulator layout (per warp, like mma.sync's m16n8): acc[4 j + 2 h + e] is
-    // row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e.
+    // Epilogue through shared memory, kEpilogueCols columns at a time: the fragments go to
+    // this warpgroup's scratch, then each thread applies the epilogue to 4-column row
+    // pieces, so stores are coalesced vectors and the long epilogue code is one loop body
+    // (unrolled per fragment it overflows the instruction cache).
+    // Fragment layout (per warp, like mma.sync's m16n8): acc[4 j + 2 h + e] is row
+    // 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e of the warpgroup's 64 rows.
     typename GemmEpilogue<TOut>::Offsets off = GemmEpilogue<TOut>::ForBatch(p, w.batch);
     off.out = slab * p.m * p.n;
-    const int64_t row0 = w.m0 + wg * 64 + warp * 16 + lane / 4;
-    const int64_t col0 = w.n0 + 2 * (lane % 4);
+    constexpr int kPieces = 64 * P::kEpilogueCols / 4 / 128;  // 4-column pieces per thread
+    constexpr int kPiecesPerRow = P::kEpilogueCols / 4;
+    const int tid = threadIdx.x % 128;
+    // A runtime chunk loop keeps one copy of the store code; the fragment writes pick the
+    // chunk's registers with compile-time indices (one guarded block per chunk).
+#pragma unroll 1
+    for (int c = 0; c < P::kBN / P::kEpilogueCols; ++c) {
+      NamedBarrierSync(1 + wg, 128);  // the previous chunk's (or tile's) reads are done
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + 8 * h;
-      if (row >= p.m) continue;
+      for (int cc = 0; cc < P::kBN / P::kEpilogueCols; ++cc) {
+        if (cc != c) continue;
 #pragma unroll
-      for (int j = 0; j < P::kBN / 8; ++j) {
-        const int64_t col = col0 + 8 * j;
-        if (col >= p.n) continue;
-        const float v[2] = {acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]};
-        GemmEpilogue<TOut>::template Store<2>(p, off, row, col, v, vector_store);
+        for (int jj = 0; jj < P::kEpilogueCols / 8; ++jj) {
+          const int j = cc * P::kEpilogueCols / 8 + jj;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = warp * 16 + lane / 4 + 8 * h;
+            *reinterpret_cast<float2*>(&scratch[r * P::kEpiloguePitch + 8 * jj + 2 * (lane % 4)]) =
+                make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          }
+        }
+      }
+      NamedBarrierSync(1 + wg, 128);
+#pragma unroll 1
+      for (int i = 0; i < kPieces; ++i) {
+        const int r = i * (128 / kPiecesPerRow) + tid / kPiecesPerRow, cc = tid % kPiecesPerRow * 4;
+        const int64_t row = w.m0 + wg * 64 + r, col = w.n0 + c * P::kEpilogueCols + cc;
+        if (row >= p.m || col >= p.n) continue;
+        const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * P::kEpiloguePitch + cc]);
+        const float v[4] = {v4.x, v4.y, v4.z, v4.w};
+        GemmEpilogue<TOut>::template Store<4>(p, off, row, col, v, vector_store);
       }
     }
   }
@@ -215,7 +244,8 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(tiles_b + P::kStages * P::kTileBBytes);
+  float* scratch = reinterpret_cast<float*>(tiles_b + P::kStages * P::kTileBBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(scratch) + P::kEpilogueBytes);
   uint64_t* empty = full + P::kStages;
   const int warpgroup = threadIdx.x / 128;
 
@@ -235,7 +265,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     if (threadIdx.x == 0) Sm90Produce<P, kTransA, kTransB>(p, &map_a, &map_b, batched, tiles_a, tiles_b, full, empty);
   } else {
     SetMaxRegistersIncrease<P::kConsumerRegisters>();
-    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty);
+    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty, scratch);
   }
 #endif
 }
