@@ -25,10 +25,18 @@
 
 namespace jaxgemm {
 
-template <int kTileN>
+// kPingpong = false ("cooperative"): both consumers work on every tile, 64 rows each.
+// kPingpong = true: each consumer owns every other tile of the block (all 128 rows, two
+// m64 wgmmas per k-step); the ring hands them stages in tile order, so one consumer's
+// epilogue overlaps the other's mainloop. Accumulators: 64 rows x kBN / 128 threads per
+// m64 block, so pingpong needs kBN = 128 to stay at 128 registers.
+template <int kTileN, bool kPingpongTiles = false>
 struct Sm90Policy {
   static constexpr int kBM = 128, kBN = kTileN, kBK = 64;  // kBK * 2 bytes = one 128 B swizzle row
-  static constexpr int kConsumers = 2;                     // warpgroups, 64 tile rows each
+  static constexpr bool kPingpong = kPingpongTiles;
+  static constexpr int kConsumers = 2;                     // warpgroups
+  static constexpr int kMmaM = kPingpong ? 2 : 1;          // m64 blocks per consumer and tile
+  static_assert(kMmaM * kBN <= 256, "accumulators would exceed 128 registers per thread");
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kTileABytes = kBM * kBK * 2, kTileBBytes = kBN * kBK * 2;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
@@ -139,7 +147,8 @@ __device__ __forceinline__ void Sm90Produce(const GemmProblem& p, const CUtensor
   }
 }
 
-// Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile.
+// Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
+// or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB>
 __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsigned char* tiles_a,
                                             unsigned char* tiles_b, uint64_t* full, uint64_t* empty,
@@ -154,17 +163,28 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
   const bool vector_store = p.ldd % 4 == 0 && IsAligned(p.d, 4 * sizeof(TOut)) &&
                             IsAligned(p.epilogue.aux, 4 * sizeof(TOut));
   scratch += wg * 64 * P::kEpiloguePitch;
-  const uint32_t smem_a = SharedAddress(tiles_a) + wg * 64 * P::kBK * 2;
+  // Row block mi of this consumer starts at tile row (kPingpong ? 64 mi : 64 wg).
+  const int first_row = P::kPingpong ? 0 : 64 * wg;
+  const uint32_t smem_a = SharedAddress(tiles_a) + first_row * P::kBK * 2;
   const uint32_t smem_b = SharedAddress(tiles_b);
   int stage = 0;
   uint32_t phase = 0;
-  float acc[P::kBN / 2];
-  for (int64_t t = blockIdx.x; t < schedule.total; t += gridDim.x) {
+  float acc[P::kMmaM][P::kBN / 2];
+  int64_t i = 0;  // position in the block's tile sequence
+  for (int64_t t = blockIdx.x; t < schedule.total; t += gridDim.x, ++i) {
     int64_t slab;
     const Sm90Work w = schedule.Get(p, t, &slab);
+    if (P::kPingpong && i % 2 != wg) {  // the other consumer's tile: skip its stages
+      const int next = stage + w.k_tiles;
+      phase ^= (next / P::kStages) & 1;
+      stage = next % P::kStages;
+      continue;
+    }
     if (w.k_tiles == 0) {
 #pragma unroll
-      for (int i = 0; i < P::kBN / 2; ++i) acc[i] = 0.f;
+      for (int mi = 0; mi < P::kMmaM; ++mi)
+#pragma unroll
+        for (int j = 0; j < P::kBN / 2; ++j) acc[mi][j] = 0.f;
     }
     int previous = -1;
     for (int kt = 0; kt < w.k_tiles; ++kt) {
@@ -173,9 +193,13 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < P::kBK / 16; ++kk) {
-        const uint64_t desc_a = SmemDescriptorSw128(a + kk * kStepA, kLeadA, 1024);
         const uint64_t desc_b = SmemDescriptorSw128(b + kk * kStepB, kLeadB, 1024);
-        Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc, desc_a, desc_b, (kt | kk) != 0);
+#pragma unroll
+        for (int mi = 0; mi < P::kMmaM; ++mi) {
+          // 64 rows of A further on: 64 x 128 B rows (K-major) or the next 64-wide block.
+          const uint64_t desc_a = SmemDescriptorSw128(a + mi * P::kMnBlockBytes + kk * kStepA, kLeadA, 1024);
+          Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[mi], desc_a, desc_b, (kt | kk) != 0);
+        }
       }
       WgmmaCommitGroup();
       // Keep one group in flight: the previous k-tile's group is done, its stage is free.
@@ -190,41 +214,47 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
     WgmmaWaitGroup<0>();
     if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
 
-    // Epilogue through shared memory, kEpilogueCols columns at a time: the fragments go to
-    // this warpgroup's scratch, then each thread applies the epilogue to 4-column row
-    // pieces, so stores are coalesced vectors and the long epilogue code is one loop body
-    // (unrolled per fragment it overflows the instruction cache).
-    // Fragment layout (per warp, like mma.sync's m16n8): acc[4 j + 2 h + e] is row
-    // 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e of the warpgroup's 64 rows.
+    // Epilogue through shared memory, kEpilogueCols columns of one 64-row block at a time:
+    // the fragments go to this warpgroup's scratch, then each thread applies the epilogue
+    // to 4-column row pieces, so stores are coalesced vectors and the long epilogue code is
+    // one loop body (unrolled per fragment it overflows the instruction cache).
+    // Fragment layout (per warp, like mma.sync's m16n8): acc[mi][4 j + 2 h + e] is row
+    // 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e of the 64-row block.
     typename GemmEpilogue<TOut>::Offsets off = GemmEpilogue<TOut>::ForBatch(p, w.batch);
     off.out = slab * p.m * p.n;
+    constexpr int kChunks = P::kBN / P::kEpilogueCols;
     constexpr int kPieces = 64 * P::kEpilogueCols / 4 / 128;  // 4-column pieces per thread
     constexpr int kPiecesPerRow = P::kEpilogueCols / 4;
     const int tid = threadIdx.x % 128;
-    // A runtime chunk loop keeps one copy of the store code; the fragment writes pick the
+    // A runtime loop keeps one copy of the store code; the fragment writes pick the
     // chunk's registers with compile-time indices (one guarded block per chunk).
 #pragma unroll 1
-    for (int c = 0; c < P::kBN / P::kEpilogueCols; ++c) {
+    for (int c = 0; c < P::kMmaM * kChunks; ++c) {
       NamedBarrierSync(1 + wg, 128);  // the previous chunk's (or tile's) reads are done
 #pragma unroll
-      for (int cc = 0; cc < P::kBN / P::kEpilogueCols; ++cc) {
-        if (cc != c) continue;
+      for (int mi = 0; mi < P::kMmaM; ++mi) {
 #pragma unroll
-        for (int jj = 0; jj < P::kEpilogueCols / 8; ++jj) {
-          const int j = cc * P::kEpilogueCols / 8 + jj;
+        for (int cc = 0; cc < kChunks; ++cc) {
+          if (mi * kChunks + cc != c) continue;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = warp * 16 + lane / 4 + 8 * h;
-            *reinterpret_cast<float2*>(&scratch[r * P::kEpiloguePitch + 8 * jj + 2 * (lane % 4)]) =
-                make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          for (int jj = 0; jj < P::kEpilogueCols / 8; ++jj) {
+            const int j = cc * P::kEpilogueCols / 8 + jj;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = warp * 16 + lane / 4 + 8 * h;
+              *reinterpret_cast<float2*>(&scratch[r * P::kEpiloguePitch + 8 * jj + 2 * (lane % 4)]) =
+                  make_float2(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+            }
           }
         }
       }
       NamedBarrierSync(1 + wg, 128);
+      const int64_t block_row = w.m0 + first_row + 64 * (c / kChunks);
+      const int64_t chunk_col = w.n0 + (c % kChunks) * P::kEpilogueCols;
 #pragma unroll 1
-      for (int i = 0; i < kPieces; ++i) {
-        const int r = i * (128 / kPiecesPerRow) + tid / kPiecesPerRow, cc = tid % kPiecesPerRow * 4;
-        const int64_t row = w.m0 + wg * 64 + r, col = w.n0 + c * P::kEpilogueCols + cc;
+      for (int piece = 0; piece < kPieces; ++piece) {
+        const int r = piece * (128 / kPiecesPerRow) + tid / kPiecesPerRow, cc = tid % kPiecesPerRow * 4;
+        const int64_t row = block_row + r, col = chunk_col + cc;
         if (row >= p.m || col >= p.n) continue;
         const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * P::kEpiloguePitch + cc]);
         const float v[4] = {v4.x, v4.y, v4.z, v4.w};
@@ -254,7 +284,8 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     PrefetchTensorMap(&map_b);
     for (int s = 0; s < P::kStages; ++s) {
       MbarrierInit(&full[s], 1);                    // the producer's expect_tx arrival
-      MbarrierInit(&empty[s], 4 * P::kConsumers);   // one arrival per consumer warp
+      // One arrival per warp of the consumers that read a stage.
+      MbarrierInit(&empty[s], P::kPingpong ? 4 : 4 * P::kConsumers);
     }
     FenceMbarrierInit();
   }
@@ -311,7 +342,7 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_n, int sm_count, cudaS
   if (tile_n == 256) {
     with_layout(Sm90Policy<256>{});
   } else if (tile_n == 128) {
-    with_layout(Sm90Policy<128>{});
+    with_layout(Sm90Policy<128, true>{});
   } else {
     return cudaErrorInvalidValue;
   }

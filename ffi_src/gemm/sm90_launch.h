@@ -31,8 +31,9 @@ inline bool Sm90Supports(const GemmProblem& p) {
          stride_a % 8 == 0 && stride_b % 8 == 0;
 }
 
-// Launches the persistent sm90 kernel with a 128 x tile_n threadblock tile (tile_n: 128 or
-// 256) on `sm_count` multiprocessors.
+// Launches the persistent sm90 kernel on `sm_count` multiprocessors with 128 x tile_n tiles:
+// 256 runs the cooperative schedule (both consumers on each tile), 128 the pingpong one
+// (consumers alternate tiles, one's epilogue under the other's mainloop).
 template <class TIn, class TOut>
 cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_n, int sm_count, cudaStream_t stream);
 
