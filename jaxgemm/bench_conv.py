@@ -70,7 +70,7 @@ def _functions(layer: Layer, dtype):
 
         return jax.jit(run)
 
-    fprop = lambda f: jax.jit(lambda x, w, ct: f(x, w))  # noqa: E731
+    fprop = lambda f: jax.jit(lambda x, w, ct: f(x, w))
     return fprop(ours), fprop(xla), fwd_bwd(ours), fwd_bwd(xla)
 
 

@@ -10,17 +10,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from reference import TOLERANCE, random, rel_error
 
 import jaxgemm
 from jaxgemm import activations
 from jaxgemm.conv import ConvConfig, conv2d_wgrad
-from reference import TOLERANCE, random, rel_error
 
 DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
 ACTS = [None, "relu", "gelu", "gelu_exact", "silu", "sigmoid", "tanh"]
 
 
-def _lax_padding(padding, stride, dilation, w_shape, x_shape):
+def _lax_padding(padding):
+    """conv2d's padding forms as lax.conv_general_dilated takes them."""
     if isinstance(padding, str):
         return padding
     if isinstance(padding, int):
@@ -32,13 +33,13 @@ def _lax_padding(padding, stride, dilation, w_shape, x_shape):
 
 def _reference(x, w, stride=1, padding="SAME", dilation=1, groups=1, bias=None, activation=None, residual=None):
     """The contract in float32 HIGHEST on upcast inputs."""
-    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
-    f32 = lambda a: None if a is None else jnp.asarray(a, jnp.float32)  # noqa: E731
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
+    f32 = lambda a: None if a is None else jnp.asarray(a, jnp.float32)
     z = lax.conv_general_dilated(
         f32(x),
         f32(w),
         pair(stride),
-        _lax_padding(padding, stride, dilation, w.shape, x.shape),
+        _lax_padding(padding),
         rhs_dilation=pair(dilation),
         dimension_numbers=("NHWC", "HWIO", "NHWC"),
         feature_group_count=groups,
@@ -165,7 +166,7 @@ def test_vmap_folds_into_batch_and_loops_over_weights():
     y = jax.vmap(conv)(x, ws)  # per-example weights
     assert rel_error(y, jax.vmap(ref)(x, ws)) <= 1e-5
     # Per-example gradients: dgrad folds, wgrad loops.
-    loss = lambda f: lambda w, x: (f(x, w) ** 2).sum()  # noqa: E731
+    loss = lambda f: lambda w, x: (f(x, w) ** 2).sum()
     g = jax.jit(jax.vmap(jax.grad(loss(conv), argnums=(0, 1)), in_axes=(None, 0)))(w, x)
     r = jax.vmap(jax.grad(loss(ref), argnums=(0, 1)), in_axes=(None, 0))(w, x)
     for a, b in zip(g, r):
