@@ -41,7 +41,8 @@ struct Sm90Policy {
   static constexpr int kTileABytes = kBM * kBK * 2, kTileBBytes = kBN * kBK * 2;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
   static constexpr int kStages = (192 * 1024) / kStageBytes;  // 4 for 128x256, 6 for 128x128
-  static constexpr int kBarrierBytes = 2 * kStages * 8;
+  // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop).
+  static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
   // Epilogue scratch per consumer: 64 rows x kEpilogueCols fp32, rows padded to 40 floats
   // so the fragment writes (8 rows x 4 column pairs per warp) hit distinct banks.
   static constexpr int kEpilogueCols = 32, kEpiloguePitch = 40;
@@ -152,7 +153,7 @@ __device__ __forceinline__ void Sm90Produce(const GemmProblem& p, const CUtensor
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB>
 __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsigned char* tiles_a,
                                             unsigned char* tiles_b, uint64_t* full, uint64_t* empty,
-                                            float* scratch) {
+                                            uint64_t* order, float* scratch) {
   // Descriptor geometry: K-major tiles step 32 B per k16 inside the swizzled row; MN-major
   // tiles step two 8-row (1 KB) groups.
   // The leading byte offset matters only for MN-major tiles (the 64-wide block stride).
@@ -170,6 +171,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
   int stage = 0;
   uint32_t phase = 0;
   float acc[P::kMmaM][P::kBN / 2];
+  uint32_t order_phase = 0;
   int64_t i = 0;  // position in the block's tile sequence
   for (int64_t t = blockIdx.x; t < schedule.total; t += gridDim.x, ++i) {
     int64_t slab;
@@ -179,6 +181,13 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
       phase ^= (next / P::kStages) & 1;
       stage = next % P::kStages;
       continue;
+    }
+    // Pingpong: start this tile's mainloop only after the other consumer finished its
+    // previous one. Besides alternating the tensor cores, this keeps each consumer within
+    // one ring pass of the producer, which parity waits on the full barriers require.
+    if (P::kPingpong && i > 0) {
+      MbarrierWait(&order[wg], order_phase);
+      order_phase ^= 1;
     }
     if (w.k_tiles == 0) {
 #pragma unroll
@@ -211,6 +220,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
         phase ^= 1;
       }
     }
+    if (P::kPingpong && threadIdx.x % 128 == 0) MbarrierArrive(&order[1 - wg]);
     WgmmaWaitGroup<0>();
     if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
 
@@ -277,6 +287,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   float* scratch = reinterpret_cast<float*>(tiles_b + P::kStages * P::kTileBBytes);
   uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(scratch) + P::kEpilogueBytes);
   uint64_t* empty = full + P::kStages;
+  uint64_t* order = empty + P::kStages;
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -287,6 +298,8 @@ __global__ void __launch_bounds__(P::kThreads, 1)
       // One arrival per warp of the consumers that read a stage.
       MbarrierInit(&empty[s], P::kPingpong ? 4 : 4 * P::kConsumers);
     }
+    MbarrierInit(&order[0], 1);
+    MbarrierInit(&order[1], 1);
     FenceMbarrierInit();
   }
   __syncthreads();
@@ -296,7 +309,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     if (threadIdx.x == 0) Sm90Produce<P, kTransA, kTransB>(p, &map_a, &map_b, batched, tiles_a, tiles_b, full, empty);
   } else {
     SetMaxRegistersIncrease<P::kConsumerRegisters>();
-    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty, scratch);
+    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty, order, scratch);
   }
 #endif
 }
