@@ -4,6 +4,10 @@ C = 3, every epilogue and dtype; vmap, jit and argument errors. On a GPU the unm
 run the CUDA kernels too; the `gpu` ones add shapes that span many tiles and k-tiles."""
 
 import functools
+import os
+import pathlib
+import shutil
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -261,3 +265,32 @@ def test_gpu_wgrad_split(dtype):
     for split in (None, 1, 5, 300):
         dw = conv2d_wgrad(x, dy, config, (3, 3), split=split)
         assert rel_error(dw, ref) <= TOLERANCE[jnp.dtype(dtype)], split
+
+
+def _cuda_include_dir():
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(str(pathlib.Path(nvcc).resolve().parent.parent))
+    for root in filter(None, roots):
+        if (pathlib.Path(root) / "include" / "cuda_fp16.h").exists():
+            return str(pathlib.Path(root) / "include")
+    return None
+
+
+def test_gpu_loaders_emulated_on_host(tmp_path):
+    """The CUDA kernels' loaders and output addressing, run on the host against the CPU
+    reference (tools/conv_loader_emulation.cc): needs g++ and the CUDA headers, no GPU."""
+    repo = pathlib.Path(__file__).resolve().parent.parent
+    include, cxx = _cuda_include_dir(), shutil.which("g++")
+    source = repo / "tools" / "conv_loader_emulation.cc"
+    if include is None or cxx is None or not source.exists():
+        pytest.skip("needs g++, the CUDA headers and a source checkout")
+    binary = tmp_path / "conv_emu"
+    subprocess.run(
+        [cxx, "-std=c++17", "-O1", "-I", str(repo / "tools" / "conv_mock"), "-I", str(repo / "ffi_src"), "-I", include,
+         str(source), str(repo / "ffi_src" / "conv" / "cpu_conv.cc"), "-o", str(binary)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    run = subprocess.run([str(binary)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -9,6 +9,7 @@
 
 #include "conv/implicit_gemm.h"
 #include "conv/launch.h"
+#include "conv/slab.cuh"
 #include "conv/simt_conv_loaders.cuh"
 #include "conv/simt_conv_mainloop.cuh"
 #include "conv/sm80_conv_loaders.cuh"
@@ -19,26 +20,6 @@
 #include "gemm/tile_scheduler.cuh"
 
 namespace jaxgemm {
-
-// The k range of slab `part` (wgrad's split; the whole k otherwise).
-__device__ __forceinline__ void ConvChunk(const ConvGemm& g, int64_t part, int64_t* begin, int64_t* size) {
-  *begin = part * g.k_chunk;
-  const int64_t left = g.k - *begin;
-  *size = left < 0 ? 0 : (left < g.k_chunk ? left : g.k_chunk);
-}
-
-template <class TOut>
-__device__ __forceinline__ typename GemmEpilogue<TOut>::Offsets ConvOutOffsets(const ConvGemm& g, int64_t group,
-                                                                               int64_t part) {
-  return {part * g.out_split_stride + group * g.n, 0, group * g.n, group * g.n};
-}
-
-// Vector stores of kWidth need every group's and partial's columns kWidth-aligned.
-template <class TOut, int kWidth>
-bool ConvVectorStore(const ConvGemm& g) {
-  return g.out.ldd % kWidth == 0 && g.n % kWidth == 0 && g.out_split_stride % kWidth == 0 &&
-         IsAligned(g.out.d, kWidth * sizeof(TOut)) && IsAligned(g.out.epilogue.aux, kWidth * sizeof(TOut));
-}
 
 // The GEMM's 128 x 128 tile, and a 128 x 64 one (8 warps as 4 x 2 of 32 x 32) for convs
 // with 64 or fewer output channels per group, common in CNNs, which would leave half of the
