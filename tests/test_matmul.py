@@ -352,6 +352,22 @@ def test_gpu_unknown_tile_is_an_error_not_a_crash():
         jax.block_until_ready(_gemm(a, a, GemmConfig(kernel="simt", tile=(96, 96))))
 
 
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+def test_padding_for_tensor_cores_keeps_the_product(ta, tb):
+    """The GPU lowering pads 16-bit operands with unaligned rows (pad_rows_for_tensor_cores):
+    stored rows become multiples of 8 and the product, sliced back, is unchanged."""
+    from jaxgemm.gemm import GemmConfig, pad_rows_for_tensor_cores
+
+    rng = np.random.default_rng(19)
+    m, n, k = 13, 21, 30
+    a, b = _operands(rng, m, n, k, jnp.bfloat16, ta, tb, (2,), (2,))
+    pa, pb, m_pad, n_pad = pad_rows_for_tensor_cores(a, b, GemmConfig(ta, tb))
+    assert pa.shape[-1] % 8 == 0 and pb.shape[-1] % 8 == 0, (pa.shape, pb.shape)
+    out = np.matmul(op(to64(pa), ta), op(to64(pb), tb))
+    assert out.shape[-2:] == (m + m_pad, n + n_pad)
+    np.testing.assert_array_equal(out[..., :m, :n], _reference(a, b, ta, tb))
+
+
 def _skip_unless_hopper(kernel):
     from jaxgemm import _ffi
 
