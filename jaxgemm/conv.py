@@ -188,10 +188,34 @@ def _dgrad_abstract_eval(dy, w, *, config, input_hw):
     return jax.core.ShapedArray((dy.shape[0], *input_hw, w.shape[2] * config.groups), dy.dtype)
 
 
-def _dgrad_weight(w, groups):
-    """w (R, S, Cg, K) -> (R, S, Kg, C): per group, B of dgrad as a dense row-major matrix."""
+def _phase_taps(phase, taps, stride, pad, dil):
+    """Taps of one dimension whose input rows land on dgrad output rows of `phase`."""
+    return [t for t in range(taps) if (phase + pad - t * dil) % stride == 0]
+
+
+def _dgrad_tap_order(r, s, config: ConvConfig):
+    """Taps r * S + s in the kernels' phase order (DgradTapRows in ffi_src/conv/implicit_gemm.h):
+    output phases (y outer, x inner), then each phase's taps (r outer, s inner)."""
+    (sh, sw), (dh, dw) = config.stride, config.dilation
+    pad_h, pad_w = config.padding[0][0], config.padding[1][0]
+    order = []
+    for py in range(sh):
+        rows = _phase_taps(py, r, sh, pad_h, dh)
+        for px in range(sw):
+            order += [i * s + j for i in rows for j in _phase_taps(px, s, sw, pad_w, dw)]
+    return order
+
+
+def _dgrad_weight(w, config: ConvConfig):
+    """w (R, S, Cg, K) -> (R, S, Kg, C): per group, B of dgrad as a dense row-major matrix,
+    its taps in phase order (a static permutation; none for stride 1)."""
     r, s, cg, k = w.shape
-    return w.reshape(r, s, cg, groups, k // groups).transpose(0, 1, 4, 3, 2).reshape(r, s, k // groups, cg * groups)
+    g = config.groups
+    wt = w.reshape(r, s, cg, g, k // g).transpose(0, 1, 4, 3, 2).reshape(r * s, k // g, cg * g)
+    order = _dgrad_tap_order(r, s, config)
+    if order != list(range(r * s)):
+        wt = wt[np.asarray(order)]
+    return wt.reshape(r, s, k // g, cg * g)
 
 
 def _dgrad_lowering(ctx, dy, w, *, config, input_hw):
@@ -200,7 +224,7 @@ def _dgrad_lowering(ctx, dy, w, *, config, input_hw):
     def run(dy, w):
         if not _nonempty(dy.shape, w.shape):
             return jnp.zeros(dx_aval.shape, dx_aval.dtype)
-        return _ffi_conv(_DGRAD, dy, _dgrad_weight(w, config.groups), dx_aval.shape, dx_aval.dtype, config)[0]
+        return _ffi_conv(_DGRAD, dy, _dgrad_weight(w, config), dx_aval.shape, dx_aval.dtype, config)[0]
 
     return mlir.lower_fun(run, multiple_results=False)(ctx, dy, w)
 

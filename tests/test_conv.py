@@ -118,6 +118,9 @@ GEOMETRY = [
     ((1, 10, 9, 5, 3, 5, 3), dict(stride=3, padding=(2, 1))),  # stride 3 > dilation
     ((1, 7, 8, 4, 4, 3, 3), dict(padding=((-1, 2), (0, -1)))),  # negative padding crops
     ((2, 5, 5, 4, 8, 5, 5), dict(padding="VALID")),  # window = image: 1x1 output
+    ((2, 11, 10, 4, 6, 3, 3), dict(stride=3, dilation=3, padding=2)),  # dgrad phases without taps
+    ((1, 9, 13, 4, 4, 3, 2), dict(stride=(4, 5), padding=((1, 1), (0, 0)))),  # stride > filter
+    ((3, 1, 2, 4, 6, 3, 3), dict(stride=(2, 3), padding=1)),  # image smaller than the stride
 ]
 
 

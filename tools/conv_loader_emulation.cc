@@ -45,7 +45,7 @@ namespace {
 // tiles of the next k-tile (all threads), `ReadA(i, k)` / `ReadB(k, j)` read them back; the
 // products go through the kernels' epilogue (ConvOutOffsets + GemmEpilogue::Store) into
 // g.out.
-template <class Family>
+template <class Family, bool kPhased>
 void RunFamily(const ConvGemm& g) {
   constexpr int kW = Family::kStoreWidth;
   const bool vector_ok = ConvVectorStore<float, kW>(g);
@@ -72,11 +72,12 @@ void RunFamily(const ConvGemm& g) {
           for (int j = 0; j < Family::kBN && n0 + j < g.n; j += kW) {
             float v[kW];
             for (int q = 0; q < kW; ++q) v[q] = static_cast<float>(acc[i * Family::kBN + j + q]);
-            if (vector_ok && (off.out + (m0 + i) * g.out.ldd + n0 + j) % kW != 0) {
+            const int64_t out_row = g.OutRow<kPhased>(m0 + i);
+            if (vector_ok && (off.out + out_row * g.out.ldd + n0 + j) % kW != 0) {
               std::printf("misaligned vector store\n");
               std::abort();
             }
-            GemmEpilogue<float>::Store<kW>(g.out, off, m0 + i, n0 + j, v, vector_ok);
+            GemmEpilogue<float>::Store<kW>(g.out, off, out_row, n0 + j, v, vector_ok);
           }
       }
     }
@@ -92,8 +93,7 @@ struct Sm80Family {
   static constexpr bool kWgrad = kKind == ConvKind::kWgrad;
   using TileA = Sm80Tile<uint16_t, kBM, kBK, kThreads, !kWgrad>;
   using TileB = Sm80Tile<uint16_t, kBN, kBK, kThreads, false>;
-  using LoaderA = std::conditional_t<kWgrad, Sm80WgradLoader<uint16_t, TileA>,
-                                     Sm80Im2colLoader<uint16_t, TileA, kKind == ConvKind::kDgrad>>;
+  using LoaderA = std::conditional_t<kWgrad, Sm80WgradLoader<uint16_t, TileA>, Sm80Im2colLoader<uint16_t, TileA>>;
   std::vector<LoaderA> la;
   std::vector<typename TileB::Loader> lb;
   std::vector<uint16_t> sa = std::vector<uint16_t>(TileA::kElems), sb = std::vector<uint16_t>(TileB::kElems);
@@ -130,7 +130,7 @@ struct SimtFamily {
   static constexpr int kBM = Policy::kBM, kBN = Policy::kBN, kBK = Policy::kBK, kThreads = Policy::kThreads;
   static constexpr int kStoreWidth = 4;
   using LoaderA = std::conditional_t<kKind == ConvKind::kWgrad, SimtWgradLoader<float, kBM, kBK, kThreads, kVec>,
-                                     SimtIm2colLoader<float, kBM, kBK, kThreads, kKind == ConvKind::kDgrad, kVec>>;
+                                     SimtIm2colLoader<float, kBM, kBK, kThreads, kVec>>;
   using LoaderB = SimtTileLoader<float, kBN, kBK, kThreads, false, kVec>;
   static constexpr int kStrideA = kBM + 4, kStrideB = kBN + 4;
   std::vector<LoaderA> la;
@@ -218,7 +218,11 @@ void Check(const Case& cs, ConvKind kind, const char* name, std::mt19937& rng) {
   CpuConv(p);
   p.out = got.data();
   p.epilogue.aux = kind == ConvKind::kFprop ? got_aux.data() : nullptr;
-  RunFamily<Family>(MakeConvGemm(p));
+  if (kind == ConvKind::kDgrad) {  // one GEMM per output phase, as RunConv launches them
+    for (const ConvGemm& g : DgradPhases(p)) RunFamily<Family, true>(g);
+  } else {
+    RunFamily<Family, false>(MakeConvGemm(p));
+  }
   int64_t bad = 0;
   for (int64_t i = 0; i < out_count; ++i) {
     bad += got[i] != ref[i];
@@ -246,6 +250,9 @@ int main() {
       {2, 8, 8, 32, 64, 1, 1, 2, 2, 0, 0, 1, 1, 2, 1},
       {1, 12, 13, 48, 48, 5, 3, 3, 2, 2, 1, 1, 2, 3, 2},
       {2, 7, 7, 64, 64, 3, 3, 1, 1, -1, 2, 1, 1, 8, 4},
+      {2, 11, 10, 8, 16, 3, 3, 3, 3, 2, 2, 3, 3, 1, 2},   // stride = dilation: empty phases
+      {1, 9, 13, 16, 8, 3, 2, 4, 5, 1, 0, 1, 1, 1, 1},    // stride > filter
+      {3, 1, 2, 8, 24, 3, 3, 2, 3, 1, 1, 1, 1, 1, 1},     // images smaller than the stride
   };
   const Case any[] = {  // any channel counts (SIMT)
       {2, 9, 11, 3, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 3},
@@ -254,6 +261,9 @@ int main() {
       {2, 7, 8, 4, 132, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},
       {1, 15, 14, 3, 8, 7, 7, 2, 2, 3, 3, 1, 1, 1, 2},
       {3, 8, 8, 12, 20, 3, 3, 2, 1, -1, 2, 1, 2, 4, 3},
+      {2, 11, 10, 5, 7, 3, 3, 3, 3, 2, 2, 3, 3, 1, 2},
+      {1, 9, 13, 3, 6, 3, 2, 4, 5, 1, 0, 1, 1, 1, 1},
+      {3, 1, 2, 6, 9, 3, 3, 2, 3, 1, 1, 1, 1, 3, 1},
   };
   for (const Case& c : tc) {
     Check<Sm80Family<128, ConvKind::kFprop>, false>(c, ConvKind::kFprop, "sm80 128x128 fprop", rng);

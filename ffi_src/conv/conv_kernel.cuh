@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(P::kThreads, kSm80ConvBlocksPerSm<P>)
     Sm80WgradLoader<TIn, typename Mainloop::TileA> load_a(g, group, m0, k_begin, k_size);
     Mainloop::Run(load_a, load_b, k_size, smem, acc);
   } else {
-    Sm80Im2colLoader<TIn, typename Mainloop::TileA, kKind == ConvKind::kDgrad> load_a(g, group, m0);
+    Sm80Im2colLoader<TIn, typename Mainloop::TileA> load_a(g, group, m0);
     Mainloop::Run(load_a, load_b, k_size, smem, acc);
   }
 
@@ -78,12 +78,13 @@ __global__ void __launch_bounds__(P::kThreads, kSm80ConvBlocksPerSm<P>)
     for (int half = 0; half < 2; ++half) {
       const int64_t row = m0 + warp_m * P::kWarpM + mi * 16 + lane / 4 + half * 8;
       if (row >= g.m) continue;
+      const int64_t out_row = g.template OutRow<kKind == ConvKind::kDgrad>(row);
 #pragma unroll
       for (int ni = 0; ni < P::kMmaN; ++ni) {
         const int64_t col = n0 + warp_n * P::kWarpN + ni * 8 + lane % 4 * 2;
         if (col >= g.n) continue;
         const float v[2] = {acc[mi][ni][half * 2], acc[mi][ni][half * 2 + 1]};
-        GemmEpilogue<TOut>::template Store<2>(g.out, off, row, col, v, vector_store);
+        GemmEpilogue<TOut>::template Store<2>(g.out, off, out_row, col, v, vector_store);
       }
     }
   }
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
     SimtWgradLoader<TIn, kBM, kBK, kThreads, kVec> load_a(g, group, m0, k_begin, k_size);
     Mainloop::Run(load_a, load_b, k_size, smem, acc, ty, tx);
   } else {
-    SimtIm2colLoader<TIn, kBM, kBK, kThreads, kKind == ConvKind::kDgrad, kVec> load_a(g, group, m0);
+    SimtIm2colLoader<TIn, kBM, kBK, kThreads, kVec> load_a(g, group, m0);
     Mainloop::Run(load_a, load_b, k_size, smem, acc, ty, tx);
   }
 
@@ -130,12 +131,13 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
   for (int i = 0; i < 8; ++i) {
     const int64_t row = m0 + i / 4 * (kBM / 2) + ty * 4 + i % 4;
     if (row >= g.m) continue;
+    const int64_t out_row = g.template OutRow<kKind == ConvKind::kDgrad>(row);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t col = n0 + h * (kBN / 2) + tx * 4;
       if (col >= g.n) continue;
       const float v[4] = {acc[i][h * 4], acc[i][h * 4 + 1], acc[i][h * 4 + 2], acc[i][h * 4 + 3]};
-      GemmEpilogue<TOut>::template Store<4>(g.out, off, row, col, v, vector_store);
+      GemmEpilogue<TOut>::template Store<4>(g.out, off, out_row, col, v, vector_store);
     }
   }
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "conv/implicit_gemm.h"
+
 namespace jaxgemm {
 namespace {
 
@@ -68,10 +70,12 @@ void Fprop(const ConvProblem& p) {
 }
 
 // dx[n,h,w,c] = sum over taps whose output pixel exists of dy[n,p,q,g*Kg:] . w[r,s,c,g*Kg:]
-// (b is the forward weight transposed per group to (R, S, Kg, C): rows of k, contiguous c).
+// (b is the forward weight transposed per group to (R, S, Kg, C), rows of k with contiguous
+// c, its taps in the kernels' phase order: tap_rows says where each one starts).
 void Dgrad(const ConvProblem& p) {
   const int64_t cg = p.Cg(), kg = p.Kg();
   const std::vector<float> wt = ToFloats(p.b, p.r * p.s * kg * p.c, p.in_type);
+  const std::vector<int64_t> tap_rows = DgradTapRows(p);
   std::vector<float> acc(static_cast<size_t>(p.c)), pixel(static_cast<size_t>(p.k));
   for (int64_t n = 0; n < p.n; ++n) {
     for (int64_t ih = 0; ih < p.h; ++ih) {
@@ -88,7 +92,7 @@ void Dgrad(const ConvProblem& p) {
             for (int64_t g = 0; g < p.groups; ++g) {
               for (int64_t k = 0; k < kg; ++k) {
                 const float dv = pixel[g * kg + k];
-                const float* w_row = wt.data() + ((r * p.s + s) * kg + k) * p.c + g * cg;
+                const float* w_row = wt.data() + (tap_rows[r * p.s + s] + k) * p.c + g * cg;
                 float* a = acc.data() + g * cg;
                 for (int64_t c = 0; c < cg; ++c) a[c] += dv * w_row[c];
               }

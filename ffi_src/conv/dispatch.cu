@@ -35,6 +35,17 @@ cudaError_t Launch(const ConvProblem& p, const ConvGemm& g, cudaStream_t stream)
   return cudaErrorInvalidValue;  // ruled out by the decoder
 }
 
+// One launch per GEMM: dgrad has one per output phase (conv/implicit_gemm.h).
+template <class TIn, class TOut>
+cudaError_t LaunchAll(const ConvProblem& p, cudaStream_t stream) {
+  if (p.kind != ConvKind::kDgrad) return Launch<TIn, TOut>(p, MakeConvGemm(p), stream);
+  for (const ConvGemm& g : DgradPhases(p)) {
+    const cudaError_t status = Launch<TIn, TOut>(p, g, stream);
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
 
 cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, std::string* unsupported) {
@@ -49,11 +60,11 @@ cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, std::string* unsu
     return cudaErrorInvalidValue;
   }
   using E = ElementType;
-  if (p.in_type == E::kF32 && p.out_type == E::kF32) return Launch<float, float>(p, g, stream);
-  if (p.in_type == E::kF16 && p.out_type == E::kF16) return Launch<__half, __half>(p, g, stream);
-  if (p.in_type == E::kF16 && p.out_type == E::kF32) return Launch<__half, float>(p, g, stream);
-  if (p.in_type == E::kBF16 && p.out_type == E::kBF16) return Launch<__nv_bfloat16, __nv_bfloat16>(p, g, stream);
-  if (p.in_type == E::kBF16 && p.out_type == E::kF32) return Launch<__nv_bfloat16, float>(p, g, stream);
+  if (p.in_type == E::kF32 && p.out_type == E::kF32) return LaunchAll<float, float>(p, stream);
+  if (p.in_type == E::kF16 && p.out_type == E::kF16) return LaunchAll<__half, __half>(p, stream);
+  if (p.in_type == E::kF16 && p.out_type == E::kF32) return LaunchAll<__half, float>(p, stream);
+  if (p.in_type == E::kBF16 && p.out_type == E::kBF16) return LaunchAll<__nv_bfloat16, __nv_bfloat16>(p, stream);
+  if (p.in_type == E::kBF16 && p.out_type == E::kF32) return LaunchAll<__nv_bfloat16, float>(p, stream);
   *unsupported = std::string("no conv kernel for ") + ElementTypeName(p.in_type) + " inputs with " +
                  ElementTypeName(p.out_type) + " output";
   return cudaErrorInvalidValue;

@@ -5,10 +5,17 @@
 //
 //          rows m                 k                     A (gathered)     B            D
 //   fprop  (n, p, q) of y         (r, s, c)             x                w            y
-//   dgrad  (n, h, w) of dx        (r, s, k)             dy               w^T (R,S,Kg,C) dx
+//   dgrad  (n, i, j) of a phase   (r, s, k) of its taps dy               w^T, phased  dx rows of the phase
 //   wgrad  (r, s, c) of dw        (n, p, q), split      x, transposed    dy           dw partials
+//
+// dgrad runs one GEMM per output phase (h mod stride_h, w mod stride_w): the taps that
+// reach a phase's pixels form an arithmetic progression, and dx[n, ph + stride * i] gathers
+// dy[n, i + offset - t * step] over the phase's taps t: a stride-1 fprop-form gather (with
+// a negative dilation), so no tap is multiplied only to be discarded.
 #pragma once
 #include <cstdint>
+#include <numeric>
+#include <vector>
 
 #include "conv/fast_divmod.h"
 #include "conv/problem.h"
@@ -26,14 +33,64 @@ struct ConvGemm {
   // The image whose pixels index the rows (fprop, dgrad) or the k of wgrad.
   int32_t o_h = 0, o_w = 0;
   int32_t r = 1, s = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
-  FastDivmod div_stride_h, div_stride_w;  // dgrad: which output pixel a tap comes from
-  FastDivmod div_cg, div_s;               // (r, s, c) from an index over R*S*a_cg (or Cg)
-  FastDivmod div_ohw, div_ow;             // (n, y, x) from a pixel index of the o image
+  FastDivmod div_cg, div_s;    // (r, s, c) from an index over R*S*a_cg (or Cg)
+  FastDivmod div_ohw, div_ow;  // (n, y, x) from a pixel index of the o image
   const void* b = nullptr;
   int64_t ldb = 0;        // B's row pitch; group g's columns start at g * n
   GemmProblem out;        // D and the epilogue: m x n per group, ldd = row pitch
   int64_t out_split_stride = 0;  // elements between wgrad partials
+  // dgrad: row (n, i, j) of a phase is dx pixel (n, phase_y + i * step_y, phase_x + j * step_x).
+  int32_t dx_h = 0, dx_w = 0, phase_y = 0, phase_x = 0, step_y = 1, step_x = 1;
+
+  // D's row of GEMM row m: a pixel of dx for dgrad, m itself otherwise.
+  template <bool kPhased>
+  JG_HOST_DEVICE_INLINE int64_t OutRow(int64_t m) const {
+    if (!kPhased) return m;
+    int n, yx, y, x;
+    div_ohw.DivMod(static_cast<int32_t>(m), &n, &yx);
+    div_ow.DivMod(yx, &y, &x);
+    return (int64_t(n) * dx_h + phase_y + y * step_y) * dx_w + phase_x + x * step_x;
+  }
 };
+
+// The taps t = first + j * step (j < count) of one dimension whose input rows land on
+// output rows of phase `phase` in dgrad: (phase + pad - t * dil) divisible by the stride.
+struct PhaseTaps {
+  int64_t first = 0, count = 0, step = 1;
+};
+
+inline int64_t FloorMod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
+
+inline PhaseTaps TapsOfPhase(int64_t phase, int64_t taps, int64_t stride, int64_t pad, int64_t dil) {
+  PhaseTaps t;
+  t.step = stride / std::gcd(stride, dil);
+  for (int64_t r = 0; r < taps; ++r) {
+    if (FloorMod(phase + pad - r * dil, stride) != 0) continue;
+    if (t.count++ == 0) t.first = r;
+  }
+  return t;
+}
+
+// dgrad's B is w^T (R, S, Kg, C) with its taps in phase order: phases (y outer, x inner),
+// then their taps (r outer, s inner). Returns the first B row (k = 0) of every tap r * S + s;
+// jaxgemm/conv.py builds the same order.
+inline std::vector<int64_t> DgradTapRows(const ConvProblem& p) {
+  std::vector<int64_t> rows(static_cast<size_t>(p.r * p.s), 0);
+  int64_t next = 0;
+  for (int64_t py = 0; py < p.stride_h; ++py) {
+    const PhaseTaps ty = TapsOfPhase(py, p.r, p.stride_h, p.pad_h, p.dil_h);
+    for (int64_t px = 0; px < p.stride_w; ++px) {
+      const PhaseTaps tx = TapsOfPhase(px, p.s, p.stride_w, p.pad_w, p.dil_w);
+      for (int64_t i = 0; i < ty.count; ++i) {
+        for (int64_t j = 0; j < tx.count; ++j) {
+          rows[(ty.first + i * ty.step) * p.s + tx.first + j * tx.step] = next;
+          next += p.Kg();
+        }
+      }
+    }
+  }
+  return rows;
+}
 
 // Sizes the 32-bit index math of the loaders can take.
 inline bool ConvFitsInt32(const ConvProblem& p) {
@@ -52,8 +109,6 @@ inline ConvGemm MakeConvGemm(const ConvProblem& p) {
   g.stride_h = static_cast<int32_t>(p.stride_h), g.stride_w = static_cast<int32_t>(p.stride_w);
   g.pad_h = static_cast<int32_t>(p.pad_h), g.pad_w = static_cast<int32_t>(p.pad_w);
   g.dil_h = static_cast<int32_t>(p.dil_h), g.dil_w = static_cast<int32_t>(p.dil_w);
-  g.div_stride_h = FastDivmod(g.stride_h);
-  g.div_stride_w = FastDivmod(g.stride_w);
   g.div_s = FastDivmod(g.s);
   g.a = p.a;
   g.b = p.b;
@@ -68,12 +123,13 @@ inline ConvGemm MakeConvGemm(const ConvProblem& p) {
       g.out.ldd = p.k;
       g.out.epilogue = p.epilogue;
       break;
-    case ConvKind::kDgrad:
+    case ConvKind::kDgrad:  // the whole dx as one phase; DgradPhases() splits it
       g.m = p.n * p.h * p.w, g.n = cg, g.k = p.r * p.s * kg;
       g.a_h = int32_t(p.p), g.a_w = int32_t(p.q), g.a_cg = int32_t(kg), g.a_pitch = p.k;
       g.o_h = int32_t(p.h), g.o_w = int32_t(p.w);
       g.ldb = p.c;
       g.out.ldd = p.c;
+      g.dx_h = int32_t(p.h), g.dx_w = int32_t(p.w);
       break;
     case ConvKind::kWgrad:
       g.m = p.r * p.s * cg, g.n = kg, g.k = p.n * p.p * p.q;
@@ -93,6 +149,45 @@ inline ConvGemm MakeConvGemm(const ConvProblem& p) {
   g.out.n = g.n;
   g.out.k = g.k;
   return g;
+}
+
+// dgrad's GEMMs, one per output phase with any pixels (see the top of this file).
+inline std::vector<ConvGemm> DgradPhases(const ConvProblem& p) {
+  const ConvGemm whole = MakeConvGemm(p);
+  std::vector<ConvGemm> phases;
+  int64_t b_row = 0;
+  for (int64_t py = 0; py < p.stride_h; ++py) {
+    const PhaseTaps ty = TapsOfPhase(py, p.r, p.stride_h, p.pad_h, p.dil_h);
+    for (int64_t px = 0; px < p.stride_w; ++px) {
+      const PhaseTaps tx = TapsOfPhase(px, p.s, p.stride_w, p.pad_w, p.dil_w);
+      ConvGemm g = whole;
+      const int64_t rows_y = py < p.h ? (p.h - py + p.stride_h - 1) / p.stride_h : 0;
+      const int64_t rows_x = px < p.w ? (p.w - px + p.stride_w - 1) / p.stride_w : 0;
+      g.m = p.n * rows_y * rows_x;
+      g.k = ty.count * tx.count * p.Kg();
+      g.k_chunk = g.k;
+      g.o_h = int32_t(rows_y), g.o_w = int32_t(rows_x);
+      g.div_ohw = FastDivmod(g.o_h * g.o_w);
+      g.div_ow = FastDivmod(g.o_w);
+      g.r = int32_t(ty.count), g.s = int32_t(tx.count);
+      g.div_s = FastDivmod(g.s);
+      // dy row of phase row i at tap t: i + (py + pad - first * dil) / stride - t * step * dil / stride,
+      // i.e. the fprop form with stride 1, pad -offset and dilation -step * dil / stride.
+      g.stride_h = 1, g.stride_w = 1;
+      g.pad_h = int32_t(-(py + p.pad_h - ty.first * p.dil_h) / p.stride_h);
+      g.pad_w = int32_t(-(px + p.pad_w - tx.first * p.dil_w) / p.stride_w);
+      g.dil_h = int32_t(-ty.step * p.dil_h / p.stride_h);
+      g.dil_w = int32_t(-tx.step * p.dil_w / p.stride_w);
+      g.b = static_cast<const char*>(p.b) + b_row * p.c * ElementBytes(p.in_type);
+      g.phase_y = int32_t(py), g.phase_x = int32_t(px);
+      g.step_y = int32_t(p.stride_h), g.step_x = int32_t(p.stride_w);
+      g.out.m = g.m;
+      g.out.k = g.k;
+      b_row += g.k;
+      if (g.m > 0) phases.push_back(g);
+    }
+  }
+  return phases;
 }
 
 }  // namespace jaxgemm

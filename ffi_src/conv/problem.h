@@ -4,7 +4,8 @@
 // (g = k / Kg, Cg = C / groups, Kg = K / groups; out-of-range pixels read as zero). Each
 // kind computes one implicit GEMM per group:
 //   kFprop: y = act(conv(x, w) + bias) + residual, aux = pre-activation.  a = x, b = w.
-//   kDgrad: dx = conv^T(dy, w).  a = dy, b = w transposed per group to (R, S, Kg, C).
+//   kDgrad: dx = conv^T(dy, w).  a = dy, b = w transposed per group to (R, S, Kg, C), its
+//           taps in phase order (DgradTapRows in conv/implicit_gemm.h).
 //   kWgrad: dw partials (split, R, S, Cg, K) in fp32, one per chunk of N*P*Q.  a = x, b = dy.
 #pragma once
 #include <cstdint>

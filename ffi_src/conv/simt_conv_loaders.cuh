@@ -32,20 +32,21 @@ __device__ __forceinline__ Vec4<T> LoadVec4OrZero(const T* p, bool ok) {
   return x;
 }
 
-// fprop / dgrad: the tile is kExtent rows (pixels) by kBK k = (r, s, c), k-contiguous. A
-// thread's vectors are in different rows at the same k.
-template <class T, int kExtent, int kBK, int kThreads, bool kDgrad, bool kVec>
+// fprop and dgrad (one phase of it: see conv/implicit_gemm.h): the tile is kExtent rows
+// (pixels) by kBK k = (r, s, c), k-contiguous. A thread's vectors are in different rows at
+// the same k.
+template <class T, int kExtent, int kBK, int kThreads, bool kVec>
 struct SimtIm2colLoader {
   using Map = SimtTileMap<kExtent, kBK, kThreads, true>;
   static constexpr int kV = Map::kVecsPerThread, kSmemStride = Map::kSmemStride;
 
-  // oy of rows past M: every tap then falls outside the image (fprop: iy < 0; dgrad: ny < 0).
+  // oy of rows past M: every tap then falls outside the image (|r * dil| < 2^30).
   static constexpr int kOutside = -(1 << 30);
 
   const ConvGemm& g;
   const T* group_base;  // the gathered tensor at the group's first channel
   int image[kV];        // first pixel of the row's image (N*H*W < 2^30 is checked on the host)
-  int oy[kV], ox[kV];   // as in Sm80Im2colLoader
+  int oy[kV], ox[kV];   // input pixel of the row at tap (0, 0)
   int next_k;           // k of element 0 in the next k-tile
   T regs[kV][4];
 
@@ -63,28 +64,17 @@ struct SimtIm2colLoader {
         g.div_ow.DivMod(yx, &y, &x);
       }
       image[v] = n * g.a_h * g.a_w;
-      oy[v] = !row_ok ? kOutside : kDgrad ? y + g.pad_h : y * g.stride_h - g.pad_h;
-      ox[v] = kDgrad ? x + g.pad_w : x * g.stride_w - g.pad_w;
+      oy[v] = row_ok ? y * g.stride_h - g.pad_h : kOutside;
+      ox[v] = x * g.stride_w - g.pad_w;
     }
     next_k = k;  // the same for every vector
   }
 
   // Element offset (from group_base) of tap (r, s) channel c for row v, or -1 in the padding.
   __device__ __forceinline__ int64_t Offset(int v, int r, int s, int c) const {
-    int iy, ix;
-    bool ok;
-    if (!kDgrad) {
-      iy = oy[v] + r * g.dil_h;
-      ix = ox[v] + s * g.dil_w;
-      ok = static_cast<unsigned>(iy) < static_cast<unsigned>(g.a_h) &&
-           static_cast<unsigned>(ix) < static_cast<unsigned>(g.a_w);
-    } else {
-      const int ny = oy[v] - r * g.dil_h, nx = ox[v] - s * g.dil_w;
-      int rem_y, rem_x;
-      g.div_stride_h.DivMod(ny < 0 ? 0 : ny, &iy, &rem_y);
-      g.div_stride_w.DivMod(nx < 0 ? 0 : nx, &ix, &rem_x);
-      ok = ny >= 0 && nx >= 0 && rem_y == 0 && rem_x == 0 && iy < g.a_h && ix < g.a_w;
-    }
+    const int iy = oy[v] + r * g.dil_h, ix = ox[v] + s * g.dil_w;
+    const bool ok = static_cast<unsigned>(iy) < static_cast<unsigned>(g.a_h) &&
+                    static_cast<unsigned>(ix) < static_cast<unsigned>(g.a_w);
     return ok ? int64_t(image[v] + iy * g.a_w + ix) * g.a_pitch + c : -1;
   }
 

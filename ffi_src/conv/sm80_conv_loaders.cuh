@@ -12,16 +12,17 @@
 
 namespace jaxgemm {
 
-// fprop / dgrad: the tile is [rows m][k], k-contiguous. Every chunk of a thread is at the
-// same k (chunk column tid % 4 of a 32-deep tile), so one (r, s, c) cursor serves them all;
-// each chunk's row keeps its pixel from setup.
-template <class T, class Tile, bool kDgrad>
+// fprop and dgrad (one phase of it, as a stride-1 gather with a negative dilation: see
+// conv/implicit_gemm.h): the tile is [rows m][k], k-contiguous. Every chunk of a thread is
+// at the same k (chunk column tid % 4 of a 32-deep tile), so one (r, s, c) cursor serves
+// them all; each chunk's row keeps its pixel from setup.
+template <class T, class Tile>
 struct Sm80Im2colLoader {
   static constexpr int kV = Tile::kChunksPerThread, kBK = Tile::kRowElems;
   static_assert(Tile::kChunksPerRow * 8 == kBK && 256 % Tile::kChunksPerRow == 0, "k-contiguous tile");
 
   const T* image[kV];  // the row's image, at its group's first channel
-  int oy[kV], ox[kV];  // fprop: top-left input pixel of the window; dgrad: y + pad, x + pad
+  int oy[kV], ox[kV];  // input pixel of the row at tap (0, 0)
   bool row_ok[kV];
   const T* safe;       // any valid address (ignored by a zero-size cp.async)
   int r, s, c;         // tap and channel of this thread's chunks in the next k-tile
@@ -29,12 +30,10 @@ struct Sm80Im2colLoader {
   // Copies of the geometry, kept in registers.
   int a_h, a_w, a_cg, taps_s, dil_h, dil_w;
   int64_t pitch;
-  FastDivmod div_sh, div_sw;
 
   __device__ __forceinline__ Sm80Im2colLoader(const ConvGemm& g, int64_t group, int64_t m0) {
     a_h = g.a_h, a_w = g.a_w, a_cg = g.a_cg, taps_s = g.s, dil_h = g.dil_h, dil_w = g.dil_w;
     pitch = g.a_pitch;
-    div_sh = g.div_stride_h, div_sw = g.div_stride_w;
     safe = static_cast<const T*>(g.a);
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
@@ -47,8 +46,8 @@ struct Sm80Im2colLoader {
         g.div_ow.DivMod(yx, &y, &x);
       }
       image[v] = safe + int64_t(n) * a_h * a_w * pitch + group * a_cg;
-      oy[v] = kDgrad ? y + g.pad_h : y * g.stride_h - g.pad_h;
-      ox[v] = kDgrad ? x + g.pad_w : x * g.stride_w - g.pad_w;
+      oy[v] = y * g.stride_h - g.pad_h;
+      ox[v] = x * g.stride_w - g.pad_w;
     }
     const int k0 = static_cast<int>(threadIdx.x) % Tile::kChunksPerRow * 8;
     int rs;
@@ -62,20 +61,9 @@ struct Sm80Im2colLoader {
 #pragma unroll
     for (int v = 0; v < kV; ++v) {
       const int row = (v * 256 + static_cast<int>(threadIdx.x)) / Tile::kChunksPerRow;
-      int iy, ix;
-      bool ok = row_ok[v] && k_left > 0;
-      if (!kDgrad) {
-        iy = oy[v] + r * dil_h;
-        ix = ox[v] + s * dil_w;
-        ok = ok && static_cast<unsigned>(iy) < static_cast<unsigned>(a_h) &&
-             static_cast<unsigned>(ix) < static_cast<unsigned>(a_w);
-      } else {  // dy pixel (ny / stride, nx / stride) when both divide exactly
-        const int ny = oy[v] - r * dil_h, nx = ox[v] - s * dil_w;
-        int rem_y, rem_x;
-        div_sh.DivMod(ny < 0 ? 0 : ny, &iy, &rem_y);
-        div_sw.DivMod(nx < 0 ? 0 : nx, &ix, &rem_x);
-        ok = ok && ny >= 0 && nx >= 0 && rem_y == 0 && rem_x == 0 && iy < a_h && ix < a_w;
-      }
+      const int iy = oy[v] + r * dil_h, ix = ox[v] + s * dil_w;
+      const bool ok = row_ok[v] && k_left > 0 && static_cast<unsigned>(iy) < static_cast<unsigned>(a_h) &&
+                      static_cast<unsigned>(ix) < static_cast<unsigned>(a_w);
       const T* src = image[v] + (int64_t(iy) * a_w + ix) * pitch + c;
       CpAsync16(smem + Tile::Offset(row, chunk), ok ? src : safe, ok);
     }
