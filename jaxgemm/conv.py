@@ -250,17 +250,18 @@ def _wgrad_abstract_eval(x, dy, *, config, kernel_hw, split):
 
 
 def _wgrad_split(m, n, k, groups, platform, forced) -> int:
-    """Chunks of N*P*Q computed in parallel: enough blocks for two waves, chunks of at
-    least 512 pixels."""
+    """Chunks of N*P*Q computed in parallel: about two blocks per SM, chunks of at least
+    512 pixels, and groups * chunks within the kernels' 65535 grid rows."""
+    limit = max(1, 65535 // groups)
     if forced is not None:
-        return max(1, int(forced))
+        return min(max(1, int(forced)), limit)
     if platform != "cuda" or not _ffi.WITH_CUDA:
         return 1
     sm_count = _ffi.cuda_sm_count()
     if sm_count <= 0:
         return 1
     tiles = math.ceil(m / _TILE) * math.ceil(n / _TILE) * groups
-    return int(max(1, min(math.ceil(2 * sm_count / tiles), k // 512, 128)))
+    return int(max(1, min(math.ceil(2 * sm_count / tiles), k // 512, 128, limit)))
 
 
 def _wgrad_lowering(ctx, x, dy, *, config, kernel_hw, split, platform):
