@@ -1,11 +1,12 @@
 // The sm90 (Hopper) GEMM kernel for 16-bit inputs: a persistent, warp-specialized kernel.
 // Warpgroup 0 is the producer: one thread streams A and B k-tiles with TMA into a ring of
-// shared-memory stages (full/empty mbarriers). Warpgroups 1 and 2 are consumers: each
-// multiplies its 64-row half of the 128 x kBN tile with wgmma (operands straight from the
-// 128-byte-swizzled stages, fp32 accumulators in registers) and applies the shared epilogue.
-// The ring runs across output tiles, so the producer loads the next tile during the
-// consumers' epilogue. Stored layouts are used as they are: a transposed operand is
-// MN-major in shared memory and wgmma reads it with its transpose bit.
+// shared-memory stages (full/empty mbarriers). Warpgroups 1 and 2 are consumers: they
+// multiply with wgmma (operands straight from the 128-byte-swizzled stages, fp32
+// accumulators in registers) and apply the shared epilogue, either both on every tile
+// (cooperative) or on alternate tiles (pingpong; see Sm90Policy). The ring runs across
+// output tiles, so the producer loads ahead during epilogues. Stored layouts are used as
+// they are: a transposed operand is MN-major in shared memory and wgmma reads it with its
+// transpose bit. Phases: Sm90Produce (TMA), Sm90Consume (mainloop, then epilogue).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
