@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 from jax import lax
 
-from jaxgemm import activations
+from jaxgemm import activations, autotune
 from jaxgemm.epilogue import EpilogueConfig, fused_matmul
 from jaxgemm.gemm import SUPPORTED_DTYPES, GemmConfig, _broadcast_batch, _gemm, _gemm_dims
 
@@ -145,6 +147,7 @@ def matmul(
             f"(full shapes a{a.shape}, b{b.shape})"
         )
     if not fused:
+        config = autotune.tuned_config(config, a.shape, b.shape, dtype, math.prod(batch))
         out = _gemm(a, b, config)
         if a_vector:
             out = out[..., 0, :]

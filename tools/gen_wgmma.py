@@ -3,7 +3,7 @@ def wrapper(n, dtype):
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     lines = []
-    lines.append(f"template <int kTransA, int kTransB>")
+    lines.append("template <int kTransA, int kTransB>")
     lines.append(f"__device__ __forceinline__ void WgmmaM64N{n}K16{dtype.capitalize()}(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{")
     lines.append('  asm volatile(')
     lines.append('      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"')
