@@ -27,6 +27,10 @@ SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jn
 _MAX_KERNEL_BATCH_DIMS = 4  # BatchLayout's limit in ffi_src/gemm/problem.h
 
 
+# GemmConfig.kernel -> the handler's KernelFamily id (ffi_src/gemm/dispatch.h).
+KERNEL_FAMILIES = {None: 0, "simt": 1, "sm80": 2, "sm90": 3}
+
+
 @dataclasses.dataclass(frozen=True)
 class GemmConfig:
     """Static options of one `gemm_p` call (hashable: it is a primitive parameter)."""
@@ -48,9 +52,6 @@ class GemmConfig:
             raise ValueError(f"GemmConfig.kernel must be one of {sorted(k for k in KERNEL_FAMILIES if k)} or None, "
                              f"got {self.kernel!r}")
 
-
-# GemmConfig.kernel -> the handler's KernelFamily id (ffi_src/gemm/dispatch.h).
-KERNEL_FAMILIES = {None: 0, "simt": 1, "sm80": 2, "sm90": 3}
 
 gemm_p = Primitive("jaxgemm_gemm")
 
