@@ -6,7 +6,7 @@
 // (cooperative) or on alternate tiles (pingpong; see Sm90Policy). The ring runs across
 // output tiles, so the producer loads ahead during epilogues. Stored layouts are used as
 // they are: a transposed operand is MN-major in shared memory and wgmma reads it with its
-// transpose bit. Phases: Sm90Produce (TMA), Sm90Consume (mainloop, then epilogue).
+// transpose bit. Roles: Sm90MatrixLoads::Produce (TMA), Sm90Consume (mainloop, then epilogue).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -93,6 +93,67 @@ struct Sm90Batching {
   bool a, b;
 };
 
+// The GEMM's operand loads: one thread issues every TMA load of the ring, from tensor maps
+// over the stored matrices. Other operand sources (e.g. convolution's im2col gathers)
+// provide a type with the same Prefetch / Produce members to Sm90GemmKernel.
+struct Sm90MatrixLoads {
+  CUtensorMap a, b;
+  Sm90Batching batched;
+
+  __device__ __forceinline__ void Prefetch() const {
+#if defined(JG_SM90_ENABLED)
+    PrefetchTensorMap(&a);
+    PrefetchTensorMap(&b);
+#endif
+  }
+
+  // Called by one thread: fills stage after stage, in the consumers' tile order.
+  template <class P, bool kTransA, bool kTransB>
+  __device__ __forceinline__ void Produce(const GemmProblem& p, unsigned char* tiles_a, unsigned char* tiles_b,
+                                          uint64_t* full, uint64_t* empty) const {
+#if defined(JG_SM90_ENABLED)
+    const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t t = blockIdx.x; t < schedule.total; t += gridDim.x) {
+      int64_t slab;
+      const Sm90Work w = schedule.Get(p, t, &slab);
+      const int batch = static_cast<int>(w.batch);
+      for (int kt = 0; kt < w.k_tiles; ++kt) {
+        MbarrierWait(&empty[stage], phase ^ 1);
+        MbarrierArriveExpectTx(&full[stage], P::kStageBytes);
+        const int k0 = static_cast<int>(w.k_begin) + kt * P::kBK;
+        unsigned char* sa = tiles_a + stage * P::kTileABytes;
+        unsigned char* sb = tiles_b + stage * P::kTileBBytes;
+        auto load = [&](void* dst, const CUtensorMap* map, bool has_batch, int c0, int c1) {
+          if (has_batch) {
+            TmaLoad3d(dst, map, &full[stage], c0, c1, batch);
+          } else {
+            TmaLoad2d(dst, map, &full[stage], c0, c1);
+          }
+        };
+        if (!kTransA) {  // [m][k] rows: one box of kBM rows
+          load(sa, &a, batched.a, k0, static_cast<int>(w.m0));
+        } else {  // [k][m]: 64-wide m blocks
+#pragma unroll
+          for (int j = 0; j < P::kBM / 64; ++j) load(sa + j * P::kMnBlockBytes, &a, batched.a, static_cast<int>(w.m0) + 64 * j, k0);
+        }
+        if (kTransB) {  // [n][k] rows
+          load(sb, &b, batched.b, k0, static_cast<int>(w.n0));
+        } else {  // [k][n]: 64-wide n blocks
+#pragma unroll
+          for (int j = 0; j < P::kBN / 64; ++j) load(sb + j * P::kMnBlockBytes, &b, batched.b, static_cast<int>(w.n0) + 64 * j, k0);
+        }
+        if (++stage == P::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+#endif
+  }
+};
+
 #if defined(JG_SM90_ENABLED)
 
 template <class TIn, int kN, int kTransA, int kTransB>
@@ -102,51 +163,6 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
   if constexpr (kN == 256 && !kBf16) WgmmaM64N256K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   if constexpr (kN == 128 && kBf16) WgmmaM64N128K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   if constexpr (kN == 128 && !kBf16) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
-}
-
-// Producer: one thread issues every TMA load of the ring.
-template <class P, bool kTransA, bool kTransB>
-__device__ __forceinline__ void Sm90Produce(const GemmProblem& p, const CUtensorMap* map_a, const CUtensorMap* map_b,
-                                            Sm90Batching batched, unsigned char* tiles_a, unsigned char* tiles_b,
-                                            uint64_t* full, uint64_t* empty) {
-  const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
-  int stage = 0;
-  uint32_t phase = 0;
-  for (int64_t t = blockIdx.x; t < schedule.total; t += gridDim.x) {
-    int64_t slab;
-    const Sm90Work w = schedule.Get(p, t, &slab);
-    const int batch = static_cast<int>(w.batch);
-    for (int kt = 0; kt < w.k_tiles; ++kt) {
-      MbarrierWait(&empty[stage], phase ^ 1);
-      MbarrierArriveExpectTx(&full[stage], P::kStageBytes);
-      const int k0 = static_cast<int>(w.k_begin) + kt * P::kBK;
-      unsigned char* sa = tiles_a + stage * P::kTileABytes;
-      unsigned char* sb = tiles_b + stage * P::kTileBBytes;
-      auto load = [&](void* dst, const CUtensorMap* map, bool has_batch, int c0, int c1) {
-        if (has_batch) {
-          TmaLoad3d(dst, map, &full[stage], c0, c1, batch);
-        } else {
-          TmaLoad2d(dst, map, &full[stage], c0, c1);
-        }
-      };
-      if (!kTransA) {  // [m][k] rows: one box of kBM rows
-        load(sa, map_a, batched.a, k0, static_cast<int>(w.m0));
-      } else {  // [k][m]: 64-wide m blocks
-#pragma unroll
-        for (int j = 0; j < P::kBM / 64; ++j) load(sa + j * P::kMnBlockBytes, map_a, batched.a, static_cast<int>(w.m0) + 64 * j, k0);
-      }
-      if (kTransB) {  // [n][k] rows
-        load(sb, map_b, batched.b, k0, static_cast<int>(w.n0));
-      } else {  // [k][n]: 64-wide n blocks
-#pragma unroll
-        for (int j = 0; j < P::kBN / 64; ++j) load(sb + j * P::kMnBlockBytes, map_b, batched.b, static_cast<int>(w.n0) + 64 * j, k0);
-      }
-      if (++stage == P::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
-    }
-  }
 }
 
 // Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
@@ -277,10 +293,10 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
 
 #endif  // JG_SM90_ENABLED
 
-template <class P, class TIn, class TOut, bool kTransA, bool kTransB>
+// The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores.
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 __global__ void __launch_bounds__(P::kThreads, 1)
-    Sm90GemmKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                   const GemmProblem p, Sm90Batching batched) {
+    Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p) {
 #if defined(JG_SM90_ENABLED)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -292,8 +308,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
-    PrefetchTensorMap(&map_a);
-    PrefetchTensorMap(&map_b);
+    loads.Prefetch();
     for (int s = 0; s < P::kStages; ++s) {
       MbarrierInit(&full[s], 1);                    // the producer's expect_tx arrival
       // One arrival per warp of the consumers that read a stage.
@@ -307,12 +322,24 @@ __global__ void __launch_bounds__(P::kThreads, 1)
 
   if (warpgroup == 0) {
     SetMaxRegistersDecrease<P::kProducerRegisters>();
-    if (threadIdx.x == 0) Sm90Produce<P, kTransA, kTransB>(p, &map_a, &map_b, batched, tiles_a, tiles_b, full, empty);
+    if (threadIdx.x == 0) loads.template Produce<P, kTransA, kTransB>(p, tiles_a, tiles_b, full, empty);
   } else {
     SetMaxRegistersIncrease<P::kConsumerRegisters>();
     Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty, order, scratch);
   }
 #endif
+}
+
+// Launches Sm90GemmKernel persistently: min(tiles, sm_count) blocks.
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
+cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_count, cudaStream_t stream) {
+  auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads>;
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes);
+  if (status != cudaSuccess) return status;
+  const int64_t tiles = Sm90Schedule<P>::For(p).total;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, std::max(sm_count, 1)));
+  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(loads, p);
+  return cudaGetLastError();
 }
 
 template <class TIn, class TOut>
@@ -332,17 +359,12 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_n, int sm_count, cudaS
   auto launch = [&](auto policy, auto trans_a, auto trans_b) {
     using P = decltype(policy);
     constexpr bool kTransA = decltype(trans_a)::value, kTransB = decltype(trans_b)::value;
-    CUtensorMap map_a, map_b;
+    Sm90MatrixLoads loads;
+    loads.batched = batched;
     // A box: kBM rows of 64 k, or 64 m x 64 k blocks; B likewise with kBN.
-    status = EncodeTmaMap(&map_a, a, 64, kTransA ? P::kBK : P::kBM);
-    if (status == cudaSuccess) status = EncodeTmaMap(&map_b, b, 64, kTransB ? P::kBN : P::kBK);
-    if (status != cudaSuccess) return;
-    auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB>;
-    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes);
-    if (status != cudaSuccess) return;
-    const int64_t tiles = Sm90Schedule<P>::For(p).total;
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, std::max(sm_count, 1)));
-    kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(map_a, map_b, p, batched);
+    status = EncodeTmaMap(&loads.a, a, 64, kTransA ? P::kBK : P::kBM);
+    if (status == cudaSuccess) status = EncodeTmaMap(&loads.b, b, 64, kTransB ? P::kBN : P::kBK);
+    if (status == cudaSuccess) status = LaunchSm90Kernel<P, TIn, TOut, kTransA, kTransB>(loads, p, sm_count, stream);
   };
   auto with_layout = [&](auto policy) {
     using T = std::true_type;
@@ -360,7 +382,7 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_n, int sm_count, cudaS
   } else {
     return cudaErrorInvalidValue;
   }
-  return status != cudaSuccess ? status : cudaGetLastError();
+  return status;
 }
 
 }  // namespace jaxgemm
