@@ -8,6 +8,38 @@
 
 namespace jaxgemm {
 
+__device__ __forceinline__ float TanhApprox(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// act applied to every value, with the switch outside the loops. kApprox (16-bit outputs):
+// hardware tanh and exp approximations, whose relative error (~5e-4, tanh) is below the
+// output's own rounding; float32 outputs get the exact functions.
+template <bool kApprox, int kRows, int kWidth>
+__device__ __forceinline__ void ActivateAll(Activation act, float (&v)[kRows][kWidth]) {
+  auto each = [&](auto f) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i)
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j) v[i][j] = f(v[i][j]);
+  };
+  auto sigmoid = [](float z) { return kApprox ? __fdividef(1.f, 1.f + __expf(-z)) : Sigmoid(z); };
+  auto tanh = [](float z) { return kApprox ? TanhApprox(z) : tanhf(z); };
+  switch (act) {
+    case Activation::kNone: break;
+    case Activation::kRelu: each([](float z) { return z > 0.f ? z : 0.f; }); break;
+    case Activation::kGelu:
+      each([&](float z) { return 0.5f * z * (1.f + tanh(kSqrt2OverPi * (z + kGeluCubic * z * z * z))); });
+      break;
+    case Activation::kGeluExact: each([](float z) { return ApplyActivation(Activation::kGeluExact, z); }); break;
+    case Activation::kSilu: each([&](float z) { return z * sigmoid(z); }); break;
+    case Activation::kSigmoid: each(sigmoid); break;
+    case Activation::kTanh: each(tanh); break;
+  }
+}
+
 template <class TOut>
 struct GemmEpilogue {
   // Where batch index z's slabs start in each epilogue operand.
@@ -25,30 +57,66 @@ struct GemmEpilogue {
   template <int kWidth>
   __device__ __forceinline__ static void Store(const GemmProblem& p, const Offsets& off, int64_t row, int64_t col,
                                                const float (&acc)[kWidth], bool vector_ok) {
+    const int64_t rows[1] = {row};
+    const bool live[1] = {true};
+    float v[1][kWidth];
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) v[0][j] = acc[j];
+    StoreRows(p, off, rows, live, col, v, vector_ok);
+  }
+
+  // The same columns of kRows rows at once: their loads and arithmetic are independent, so
+  // a thread keeps several in flight (the epilogue runs with few warps per scheduler), and
+  // the activation's switch is taken once for all kRows * kWidth values. Rows whose `live`
+  // is false are skipped (rows index the output, which for convolutions is not always the
+  // GEMM's M). `v` holds the accumulators on entry.
+  template <int kRows, int kWidth>
+  __device__ __forceinline__ static void StoreRows(const GemmProblem& p, const Offsets& off, const int64_t (&row)[kRows],
+                                                   const bool (&live)[kRows], int64_t col, float (&v)[kRows][kWidth],
+                                                   bool vector_ok) {
     const EpilogueParams& e = p.epilogue;
-    const int valid = p.n - col < kWidth ? static_cast<int>(p.n - col) : kWidth;
-    const int64_t idx = row * p.ldd + col;
-    float v[kWidth];
+    const int cols = p.n - col < kWidth ? static_cast<int>(p.n - col) : kWidth;
+    int valid[kRows];
+    int64_t idx[kRows];
 #pragma unroll
-    for (int j = 0; j < kWidth; ++j) {
-      v[j] = e.alpha * acc[j];
-      if (j < valid) {
-        if (e.c) v[j] += e.beta * ToFloat(static_cast<const TOut*>(e.c)[off.c + idx + j]);
-        if (e.bias) v[j] += ToFloat(static_cast<const TOut*>(e.bias)[off.bias + col + j]);
-      }
-    }
-    if (e.aux) Write(static_cast<TOut*>(e.aux) + off.out + idx, v, valid, vector_ok);
-    if (e.activation != Activation::kNone) {
+    for (int i = 0; i < kRows; ++i) {
+      valid[i] = live[i] ? cols : 0;
+      idx[i] = row[i] * p.ldd + col;
 #pragma unroll
-      for (int j = 0; j < kWidth; ++j) v[j] = ApplyActivation(e.activation, v[j]);
+      for (int j = 0; j < kWidth; ++j) v[i][j] *= e.alpha;
     }
-    if (e.residual) {
+    if (e.c) {
+      const TOut* c = static_cast<const TOut*>(e.c) + off.c;
+#pragma unroll
+      for (int i = 0; i < kRows; ++i)
+#pragma unroll
+        for (int j = 0; j < kWidth; ++j)
+          if (j < valid[i]) v[i][j] += e.beta * ToFloat(c[idx[i] + j]);
+    }
+    if (e.bias) {
+      const TOut* bias = static_cast<const TOut*>(e.bias) + off.bias + col;
 #pragma unroll
       for (int j = 0; j < kWidth; ++j) {
-        if (j < valid) v[j] += ToFloat(static_cast<const TOut*>(e.residual)[off.residual + idx + j]);
+        const float b = j < cols ? ToFloat(bias[j]) : 0.f;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) v[i][j] += b;
       }
     }
-    Write(static_cast<TOut*>(p.d) + off.out + idx, v, valid, vector_ok);
+    if (e.aux) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) Write(static_cast<TOut*>(e.aux) + off.out + idx[i], v[i], valid[i], vector_ok);
+    }
+    ActivateAll<sizeof(TOut) == 2>(e.activation, v);
+    if (e.residual) {
+      const TOut* residual = static_cast<const TOut*>(e.residual) + off.residual;
+#pragma unroll
+      for (int i = 0; i < kRows; ++i)
+#pragma unroll
+        for (int j = 0; j < kWidth; ++j)
+          if (j < valid[i]) v[i][j] += ToFloat(residual[idx[i] + j]);
+    }
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) Write(static_cast<TOut*>(p.d) + off.out + idx[i], v[i], valid[i], vector_ok);
   }
 
   template <int kWidth>

@@ -278,15 +278,20 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
       NamedBarrierSync(1 + wg, 128);
       const int64_t block_row = w.m0 + first_row + 64 * (c / kChunks);
       const int64_t chunk_col = w.n0 + (c % kChunks) * P::kEpilogueCols;
-#pragma unroll 1
+      if (chunk_col + tid % kPiecesPerRow * 4 >= p.n) continue;
+      // All of this thread's pieces at once (same columns, rows 128 / kPiecesPerRow apart).
+      int64_t rows[kPieces];
+      bool live[kPieces];
+      float v[kPieces][4];
+#pragma unroll
       for (int piece = 0; piece < kPieces; ++piece) {
-        const int r = piece * (128 / kPiecesPerRow) + tid / kPiecesPerRow, cc = tid % kPiecesPerRow * 4;
-        const int64_t row = block_row + r, col = chunk_col + cc;
-        if (row >= p.m || col >= p.n) continue;
-        const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * P::kEpiloguePitch + cc]);
-        const float v[4] = {v4.x, v4.y, v4.z, v4.w};
-        GemmEpilogue<TOut>::template Store<4>(p, off, row, col, v, vector_store);
+        const int r = piece * (128 / kPiecesPerRow) + tid / kPiecesPerRow;
+        rows[piece] = block_row + r;
+        live[piece] = rows[piece] < p.m;
+        const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * P::kEpiloguePitch + tid % kPiecesPerRow * 4]);
+        v[piece][0] = v4.x, v[piece][1] = v4.y, v[piece][2] = v4.z, v[piece][3] = v4.w;
       }
+      GemmEpilogue<TOut>::StoreRows(p, off, rows, live, chunk_col + tid % kPiecesPerRow * 4, v, vector_store);
     }
   }
 }
