@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace jaxgemm {
 
@@ -16,6 +17,16 @@ template <> __device__ __forceinline__ float FromFloat<float>(float x) { return 
 template <> __device__ __forceinline__ __half FromFloat<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+
+// Two values rounded to a 16-bit type, packed low then high (one 32-bit store).
+template <class T>
+__device__ __forceinline__ uint32_t PackPair(float lo, float hi) {
+  static_assert(sizeof(T) == 2, "16-bit types only");
+  T x[2] = {FromFloat<T>(lo), FromFloat<T>(hi)};
+  uint32_t word;
+  memcpy(&word, x, 4);
+  return word;
 }
 
 // N consecutive elements moved by one memory access (e.g. 4 floats: 128 bits).

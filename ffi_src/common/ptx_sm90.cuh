@@ -67,6 +67,34 @@ __device__ __forceinline__ void TmaLoad3d(void* smem, const CUtensorMap* map, ui
       : "memory");
 }
 
+// TMA store: one box from shared memory to the tensor map's coordinates; elements outside
+// the tensor are not written. Tracked by bulk groups (BulkCommitGroup / BulkWaitGroupRead).
+__device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, const void* smem, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map),
+               "r"(SharedAddress(smem)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+__device__ __forceinline__ void TmaStore3d(const CUtensorMap* map, const void* smem, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(map),
+               "r"(SharedAddress(smem)), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+
+__device__ __forceinline__ void BulkCommitGroup() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Waits until at most kPending of this thread's bulk groups still read shared memory.
+template <int kPending>
+__device__ __forceinline__ void BulkWaitGroupRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Waits until all of this thread's bulk groups are complete (their writes performed).
+__device__ __forceinline__ void BulkWaitGroupAll() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// Makes this thread's ordinary shared-memory writes visible to the async proxy (TMA).
+__device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }

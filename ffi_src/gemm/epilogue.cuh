@@ -8,10 +8,24 @@
 
 namespace jaxgemm {
 
+// Hardware approximations (MUFU); the host build of this header (the loader emulation in
+// tools/) gets the exact functions.
 __device__ __forceinline__ float TanhApprox(float x) {
+#if defined(__CUDA_ARCH__)
   float y;
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+#else
+  return tanhf(x);
+#endif
+}
+
+__device__ __forceinline__ float SigmoidApprox(float z) {
+#if defined(__CUDA_ARCH__)
+  return __fdividef(1.f, 1.f + __expf(-z));
+#else
+  return Sigmoid(z);
+#endif
 }
 
 // act applied to every value, with the switch outside the loops. kApprox (16-bit outputs):
@@ -25,7 +39,7 @@ __device__ __forceinline__ void ActivateAll(Activation act, float (&v)[kRows][kW
 #pragma unroll
       for (int j = 0; j < kWidth; ++j) v[i][j] = f(v[i][j]);
   };
-  auto sigmoid = [](float z) { return kApprox ? __fdividef(1.f, 1.f + __expf(-z)) : Sigmoid(z); };
+  auto sigmoid = [](float z) { return kApprox ? SigmoidApprox(z) : Sigmoid(z); };
   auto tanh = [](float z) { return kApprox ? TanhApprox(z) : tanhf(z); };
   switch (act) {
     case Activation::kNone: break;

@@ -44,12 +44,17 @@ struct Sm90Policy {
   static constexpr int kStages = (192 * 1024) / kStageBytes;  // 4 for 128x256, 6 for 128x128
   // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop).
   static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
-  // Epilogue scratch per consumer: 64 rows x kEpilogueCols fp32, rows padded to 40 floats
-  // so the fragment writes (8 rows x 4 column pairs per warp) hit distinct banks.
+  // Epilogue scratch per consumer, used one of two ways:
+  // - the general epilogue: 64 rows x kEpilogueCols fp32, rows padded to 40 floats so the
+  //   fragment writes (8 rows x 4 column pairs per warp) hit distinct banks;
+  // - the TMA-store epilogue: two 64 x 64 16-bit output boxes (8 KB each, 128 B swizzled).
   static constexpr int kEpilogueCols = 32, kEpiloguePitch = 40;
-  static constexpr int kEpilogueBytes = kConsumers * 64 * kEpiloguePitch * 4;
+  static constexpr int kOutBoxBytes = 64 * 64 * 2;
+  static constexpr int kEpilogueRegionBytes = std::max(64 * kEpiloguePitch * 4, 2 * kOutBoxBytes);
+  static constexpr int kEpilogueBytes = kConsumers * kEpilogueRegionBytes;
   // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBarrierBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
   // 2 x 232 + 40 registers x 128 threads fits the 64 K register file.
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
   // Bytes between 64-element blocks of an MN-major operand (one TMA box of 64 x 64).
@@ -91,6 +96,14 @@ struct Sm90Schedule {
 // Whether each operand's tensor map has a batch dim (3-D) or is shared by all batches.
 struct Sm90Batching {
   bool a, b;
+};
+
+// The TMA-store epilogue: when the epilogue is a plain (scaled) cast to a 16-bit output,
+// the consumers write each 64 x 64 block of D to shared memory and one thread stores it with
+// TMA, instead of running the general epilogue. `slabs` > 1: a 3-D map (batches, splits).
+struct Sm90Store {
+  CUtensorMap d;
+  int enabled, slabs;
 };
 
 // The GEMM's operand loads: one thread issues every TMA load of the ring, from tensor maps
@@ -165,12 +178,53 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
   if constexpr (kN == 128 && !kBf16) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
 }
 
+// The TMA-store epilogue of one consumer's tile: for each 64 x 64 block (row block mi,
+// column block nb), the fragments, scaled and rounded, go to one of two 8 KB boxes in the
+// 128 B-swizzled layout the map expects (16-byte unit u of row r at u ^ (r % 8): the 8
+// rows x 4 words a warp writes at once land in distinct banks), then thread 0 stores the
+// box. Two boxes alternate, so writing one overlaps the other's store.
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
+                                              int64_t row0, int64_t col0, int64_t slab, float alpha, int wg,
+                                              unsigned char* boxes) {
+  const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
+  constexpr int kColBlocks = P::kBN / 64;
+#pragma unroll
+  for (int c = 0; c < P::kMmaM * kColBlocks; ++c) {
+    const int mi = c / kColBlocks, nb = c % kColBlocks;
+    unsigned char* box = boxes + (c % 2) * P::kOutBoxBytes;
+    if (tid == 0) BulkWaitGroupRead<1>();  // the store that last read this box is done with it
+    NamedBarrierSync(1 + wg, 128);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {  // 16-byte unit u of the box row = fragment column group nb * 8 + u
+      const int j = nb * 8 + u;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp * 16 + lane / 4 + 8 * h;
+        *reinterpret_cast<uint32_t*>(box + r * 128 + ((u ^ (r % 8)) * 16) + 4 * (lane % 4)) =
+            PackPair<TOut>(alpha * acc[mi][4 * j + 2 * h], alpha * acc[mi][4 * j + 2 * h + 1]);
+      }
+    }
+    FenceProxyAsyncShared();
+    NamedBarrierSync(1 + wg, 128);
+    if (tid == 0) {
+      const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
+      if (store.slabs > 1) {
+        TmaStore3d(&store.d, box, col, row, static_cast<int>(slab));
+      } else {
+        TmaStore2d(&store.d, box, col, row);
+      }
+      BulkCommitGroup();
+    }
+  }
+}
+
 // Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
 // or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB>
 __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsigned char* tiles_a,
                                             unsigned char* tiles_b, uint64_t* full, uint64_t* empty,
-                                            uint64_t* order, float* scratch) {
+                                            uint64_t* order, float* scratch, const Sm90Store& store) {
   // Descriptor geometry: K-major tiles step 32 B per k16 inside the swizzled row; MN-major
   // tiles step two 8-row (1 KB) groups.
   // The leading byte offset matters only for MN-major tiles (the 64-wide block stride).
@@ -180,7 +234,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   const bool vector_store = p.ldd % 4 == 0 && IsAligned(p.d, 4 * sizeof(TOut)) &&
                             IsAligned(p.epilogue.aux, 4 * sizeof(TOut));
-  scratch += wg * 64 * P::kEpiloguePitch;
+  scratch += wg * P::kEpilogueRegionBytes / 4;
+  const int tid = threadIdx.x % 128;
   // Row block mi of this consumer starts at tile row (kPingpong ? 64 mi : 64 wg).
   const int first_row = P::kPingpong ? 0 : 64 * wg;
   const uint32_t smem_a = SharedAddress(tiles_a) + first_row * P::kBK * 2;
@@ -241,6 +296,14 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
     WgmmaWaitGroup<0>();
     if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
 
+    if constexpr (sizeof(TOut) == 2) {
+      if (store.enabled) {
+        Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
+                               reinterpret_cast<unsigned char*>(scratch));
+        continue;
+      }
+    }
+
     // Epilogue through shared memory, kEpilogueCols columns of one 64-row block at a time:
     // the fragments go to this warpgroup's scratch, then each thread applies the epilogue
     // to 4-column row pieces, so stores are coalesced vectors and the long epilogue code is
@@ -252,7 +315,6 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
     constexpr int kChunks = P::kBN / P::kEpilogueCols;
     constexpr int kPieces = 64 * P::kEpilogueCols / 4 / 128;  // 4-column pieces per thread
     constexpr int kPiecesPerRow = P::kEpilogueCols / 4;
-    const int tid = threadIdx.x % 128;
     // A runtime loop keeps one copy of the store code; the fragment writes pick the
     // chunk's registers with compile-time indices (one guarded block per chunk).
 #pragma unroll 1
@@ -294,6 +356,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
       GemmEpilogue<TOut>::StoreRows(p, off, rows, live, chunk_col + tid % kPiecesPerRow * 4, v, vector_store);
     }
   }
+  // The block's shared memory must outlive the TMA stores that read it.
+  if (store.enabled && tid == 0) BulkWaitGroupAll();
 }
 
 #endif  // JG_SM90_ENABLED
@@ -301,7 +365,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
 // The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 __global__ void __launch_bounds__(P::kThreads, 1)
-    Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p) {
+    Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p, const __grid_constant__ Sm90Store store) {
 #if defined(JG_SM90_ENABLED)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -314,6 +378,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
 
   if (threadIdx.x == 0) {
     loads.Prefetch();
+    if (store.enabled) PrefetchTensorMap(&store.d);
     for (int s = 0; s < P::kStages; ++s) {
       MbarrierInit(&full[s], 1);                    // the producer's expect_tx arrival
       // One arrival per warp of the consumers that read a stage.
@@ -330,9 +395,29 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     if (threadIdx.x == 0) loads.template Produce<P, kTransA, kTransB>(p, tiles_a, tiles_b, full, empty);
   } else {
     SetMaxRegistersIncrease<P::kConsumerRegisters>();
-    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty, order, scratch);
+    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty, order, scratch, store);
   }
 #endif
+}
+
+// Whether D can take the TMA-store epilogue, and its tensor map: 16-bit output, an epilogue
+// that only scales (no C, bias, activation, residual or aux), TMA-addressable D.
+template <class TOut>
+Sm90Store MakeSm90Store(const GemmProblem& p) {
+  Sm90Store store{};
+  const EpilogueParams& e = p.epilogue;
+  const int64_t slabs = p.batch.count * p.split_k;
+  const bool plain = !e.c && !e.bias && !e.residual && !e.aux && e.activation == Activation::kNone;
+  if (sizeof(TOut) != 2 || !plain || p.ldd % 8 != 0 || reinterpret_cast<uintptr_t>(p.d) % 16 != 0 ||
+      (slabs > 1 && (p.m * p.n) % 8 != 0) || p.m >= INT32_MAX || p.n >= INT32_MAX || slabs >= INT32_MAX) {
+    return store;
+  }
+  TmaMatrix d{p.d, p.out_type, p.n, p.m, p.ldd};
+  if (slabs > 1) d.batch = slabs, d.batch_stride = p.m * p.n;
+  if (EncodeTmaMap(&store.d, d, 64, 64) != cudaSuccess) return store;  // the general epilogue then
+  store.enabled = 1;
+  store.slabs = static_cast<int>(slabs);
+  return store;
 }
 
 // Launches Sm90GemmKernel persistently: min(tiles, sm_count) blocks.
@@ -343,7 +428,7 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   if (status != cudaSuccess) return status;
   const int64_t tiles = Sm90Schedule<P>::For(p).total;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, std::max(sm_count, 1)));
-  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(loads, p);
+  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(loads, p, MakeSm90Store<TOut>(p));
   return cudaGetLastError();
 }
 
