@@ -49,6 +49,27 @@ __device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// Non-blocking test of the phase with the given parity.
+__device__ __forceinline__ bool MbarrierTest(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(SharedAddress(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// MbarrierWait for long waits (a whole mainloop): polls with sleeps in between, so the
+// waiting warps take no issue slots (and power) from the working ones.
+__device__ __forceinline__ void MbarrierWaitLong(uint64_t* bar, uint32_t parity) {
+  while (!MbarrierTest(bar, parity)) __nanosleep(128);
+}
+
 // TMA: one box of the tensor map at coordinates (innermost first) into shared memory;
 // completion is signalled to `bar` as transaction bytes. Out-of-bounds elements read as 0.
 __device__ __forceinline__ void TmaLoad2d(void* smem, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {

@@ -258,7 +258,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
     // previous one. Besides alternating the tensor cores, this keeps each consumer within
     // one ring pass of the producer, which parity waits on the full barriers require.
     if (P::kPingpong && i > 0) {
-      MbarrierWait(&order[wg], order_phase);
+      MbarrierWaitLong(&order[wg], order_phase);
       order_phase ^= 1;
     }
     if (w.k_tiles == 0) {
