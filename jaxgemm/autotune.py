@@ -51,7 +51,7 @@ def candidates(dtype, compute_capability: int) -> list[dict]:
     else:
         tiles = [("sm80", None)]
         if compute_capability == 90:
-            tiles = [("sm90", (128, 128)), ("sm90", (128, 256))] + tiles
+            tiles = [("sm90", (128, 128)), ("sm90", (128, 256)), ("sm90", (256, 256))] + tiles
     return [
         {"kernel": kernel, "tile": tile, "split_k": split}
         for kernel, tile in tiles

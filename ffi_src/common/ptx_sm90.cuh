@@ -70,6 +70,31 @@ __device__ __forceinline__ void MbarrierWaitLong(uint64_t* bar, uint32_t parity)
   while (!MbarrierTest(bar, parity)) __nanosleep(128);
 }
 
+// This block's rank in its thread-block cluster.
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// Arrives on the mbarrier at the same shared-memory offset in cluster block `rank`.
+__device__ __forceinline__ void MbarrierArriveCluster(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(SharedAddress(bar)),
+      "r"(rank)
+      : "memory");
+}
+
+// Every non-exited thread of every block in the cluster arrives, then waits (also orders
+// shared memory across the cluster: release / acquire). Threads of a warp may arrive apart.
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
 // TMA: one box of the tensor map at coordinates (innermost first) into shared memory;
 // completion is signalled to `bar` as transaction bytes. Out-of-bounds elements read as 0.
 __device__ __forceinline__ void TmaLoad2d(void* smem, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
@@ -77,6 +102,26 @@ __device__ __forceinline__ void TmaLoad2d(void* smem, const CUtensorMap* map, ui
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
       "[%4];\n" ::"r"(SharedAddress(smem)),
       "l"(map), "r"(c0), "r"(c1), "r"(SharedAddress(bar))
+      : "memory");
+}
+
+// TMA multicast: the box lands at the same shared-memory offset, and completes on the
+// mbarrier at the same offset, in every cluster block whose bit is set in `mask`.
+__device__ __forceinline__ void TmaLoad2dMulticast(void* smem, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                   uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(SharedAddress(smem)),
+      "l"(map), "r"(c0), "r"(c1), "r"(SharedAddress(bar)), "h"(mask)
+      : "memory");
+}
+
+__device__ __forceinline__ void TmaLoad3dMulticast(void* smem, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                   int c2, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(SharedAddress(smem)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(SharedAddress(bar)), "h"(mask)
       : "memory");
 }
 

@@ -110,16 +110,35 @@ int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count) {
   return best;
 }
 
-// Measured (NOTES.md): the pingpong 128 x 128 schedule runs 5-14% faster than the
-// cooperative 128 x 256 one at every size tried (its epilogue hides under the other
-// consumer's mainloop); the wide tile wins only where it wastes far fewer waves.
-int ChooseSm90TileN(const GemmProblem& p, int sm_count) {
+// A wave model: the busiest SM's (cluster's) work items times each item's tile area, over
+// the schedule's measured relative speed (NOTES.md: cooperative tiles beat pingpong once
+// the epilogue is a TMA store; clusters save L2 traffic). A cluster covers two tiles at
+// once, and only about half the SMs' worth of clusters are resident.
+Sm90Tile ChooseSm90Tile(const GemmProblem& p, int sm_count) {
+  struct Candidate {
+    Sm90Tile tile;
+    int tile_area, blocks;
+    double speed;
+  };
+  constexpr Candidate kCandidates[] = {
+      {{256, 256}, 128 * 256, 2, 1.00}, {{128, 256}, 128 * 256, 1, 0.97}, {{128, 128}, 128 * 128, 1, 0.94}};
   const double slabs = double(p.batch.count) * double(p.split_k);
-  const double tiles_wide = double((p.m + 127) / 128) * double((p.n + 255) / 256) * slabs;
-  const double tiles_narrow = double((p.m + 127) / 128) * double((p.n + 127) / 128) * slabs;
-  const double cost_wide = std::ceil(tiles_wide / sm_count) * 256.0 / 0.9;
-  const double cost_narrow = std::ceil(tiles_narrow / sm_count) * 128.0;
-  return cost_wide <= cost_narrow ? 256 : 128;
+  Sm90Tile best{128, 128};
+  double best_cost = 0;
+  for (const Candidate& c : kCandidates) {
+    const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;
+    const double resident = std::max(1, sm_count / c.blocks);
+    const double cost = std::ceil(items / resident) * c.tile_area / c.speed;
+    if (best_cost == 0 || cost < best_cost) {
+      best_cost = cost;
+      best = c.tile;
+    }
+  }
+  return best;
+}
+
+bool IsSm90Tile(int tile_m, int tile_n) {
+  return (tile_m == 128 && (tile_n == 128 || tile_n == 256)) || (tile_m == 256 && tile_n == 256);
 }
 
 namespace {
@@ -161,9 +180,10 @@ int CurrentDeviceComputeCapability() {
 namespace {
 
 template <class TIn, class TOut>
-cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, int tile_n, int sm_count) {
-  if (sm90) return LaunchSm90Gemm<TIn, TOut>(p, tile_n ? tile_n : ChooseSm90TileN(p, sm_count), sm_count, stream);
-  return LaunchSm80Gemm<TIn, TOut>(p, stream);
+cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, Sm90Tile tile, int sm_count) {
+  if (!sm90) return LaunchSm80Gemm<TIn, TOut>(p, stream);
+  if (tile.n == 0) tile = ChooseSm90Tile(p, sm_count);
+  return LaunchSm90Gemm<TIn, TOut>(p, tile.m, tile.n, sm_count, stream);
 }
 
 }  // namespace
@@ -191,7 +211,7 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   switch (request.family) {
     case F::kAuto: sm90 = sm90_ok; break;
     case F::kSm90:
-      if (!sm90_ok || (request.tile_n != 0 && request.tile_n != 128 && request.tile_n != 256)) {
+      if (!sm90_ok || (request.tile_n != 0 && !IsSm90Tile(request.tile_m, request.tile_n))) {
         *unsupported = "the sm90 kernel cannot take this problem, device or tile";
         return cudaErrorInvalidValue;
       }
@@ -206,13 +226,13 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
     case F::kSimt: break;
   }
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
-    const int tile_n = request.family == F::kSm90 ? request.tile_n : 0;
-    if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunTensorCore<__half, __half>(p, stream, sm90, tile_n, sm_count);
-    if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunTensorCore<__half, float>(p, stream, sm90, tile_n, sm_count);
+    const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};
+    if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunTensorCore<__half, __half>(p, stream, sm90, tile, sm_count);
+    if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunTensorCore<__half, float>(p, stream, sm90, tile, sm_count);
     if (p.in_type == E::kBF16 && p.out_type == E::kBF16)
-      return RunTensorCore<__nv_bfloat16, __nv_bfloat16>(p, stream, sm90, tile_n, sm_count);
+      return RunTensorCore<__nv_bfloat16, __nv_bfloat16>(p, stream, sm90, tile, sm_count);
     if (p.in_type == E::kBF16 && p.out_type == E::kF32)
-      return RunTensorCore<__nv_bfloat16, float>(p, stream, sm90, tile_n, sm_count);
+      return RunTensorCore<__nv_bfloat16, float>(p, stream, sm90, tile, sm_count);
   }
   const SimtChoice tile = request.family == F::kSimt && request.tile_m != 0
                               ? SimtChoice{request.tile_m, request.tile_n}

@@ -31,8 +31,16 @@ int64_t ChooseSplitK(const GemmProblem& p, int sm_count);
 // K chunks for the tensor-core kernels (same contract as ChooseSplitK).
 int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count);
 
-// The sm90 kernel's tile width (128 or 256) for a problem (with its split_k).
-int ChooseSm90TileN(const GemmProblem& p, int sm_count);
+// The sm90 kernel's schedule for a problem (with its split_k), named by the output area one
+// block or cluster covers: 128x128 (pingpong), 128x256 (cooperative), 256x256 (cooperative,
+// 2-block clusters sharing B). See LaunchSm90Gemm.
+struct Sm90Tile {
+  int m, n;
+};
+Sm90Tile ChooseSm90Tile(const GemmProblem& p, int sm_count);
+
+// Whether (tile_m, tile_n) names an sm90 schedule.
+bool IsSm90Tile(int tile_m, int tile_n);
 
 // Multiprocessors of the current device (cached per device), or 0 without a GPU.
 int CurrentDeviceSmCount();

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "common/ptx_sm90.cuh"
@@ -31,10 +32,15 @@ namespace jaxgemm {
 // m64 wgmmas per k-step); the ring hands them stages in tile order, so one consumer's
 // epilogue overlaps the other's mainloop. Accumulators: 64 rows x kBN / 128 threads per
 // m64 block, so pingpong needs kBN = 128 to stay at 128 registers.
-template <int kTileN, bool kPingpongTiles = false>
+// kClusterM = 2 (cooperative only): two blocks of a cluster take vertically adjacent tiles
+// and share the B tile: each loads half of it and multicasts it to both, so the L2 serves
+// a third fewer bytes per tile (less L2 traffic, less power, higher sustained clocks).
+template <int kTileN, bool kPingpongTiles = false, int kClusterBlocksM = 1>
 struct Sm90Policy {
   static constexpr int kBM = 128, kBN = kTileN, kBK = 64;  // kBK * 2 bytes = one 128 B swizzle row
   static constexpr bool kPingpong = kPingpongTiles;
+  static constexpr int kClusterM = kClusterBlocksM;
+  static_assert(kClusterM == 1 || (kClusterM == 2 && !kPingpong), "clusters: cooperative schedule, 2 blocks");
   static constexpr int kConsumers = 2;                     // warpgroups
   static constexpr int kMmaM = kPingpong ? 2 : 1;          // m64 blocks per consumer and tile
   static_assert(kMmaM * kBN <= 256, "accumulators would exceed 128 registers per thread");
@@ -67,24 +73,36 @@ struct Sm90Work {
   int k_tiles;
 };
 
+// Work items are cluster tiles: kClusterM vertically adjacent output tiles, one per block
+// of the cluster (a cluster is one block without clusters). Every role of a block walks
+// items First(), First() + Step(), ... < total.
 template <class P>
 struct Sm90Schedule {
-  int64_t tiles_m, tiles_n, total;
+  int64_t tiles_m, tiles_n, groups_m, total;
 
   __host__ __device__ static Sm90Schedule For(const GemmProblem& p) {
     Sm90Schedule s;
     s.tiles_m = (p.m + P::kBM - 1) / P::kBM;
     s.tiles_n = (p.n + P::kBN - 1) / P::kBN;
-    s.total = s.tiles_m * s.tiles_n * p.batch.count * p.split_k;
+    s.groups_m = (s.tiles_m + P::kClusterM - 1) / P::kClusterM;
+    s.total = s.groups_m * s.tiles_n * p.batch.count * p.split_k;
     return s;
   }
 
-  // Tile t: slab z = batch * split_k + split, then the output tile in grouped raster order.
+  __device__ __forceinline__ static int64_t First() { return blockIdx.x / P::kClusterM; }
+  __device__ __forceinline__ static int64_t Step() { return gridDim.x / P::kClusterM; }
+
+  // Item t: slab z = batch * split_k + split, then the cluster tile in grouped raster
+  // order, then this block's tile in it. With an odd tile count the last cluster's second
+  // tile lies below M: it reads zeros and stores nothing, but still loads its half of B.
   __device__ __forceinline__ Sm90Work Get(const GemmProblem& p, int64_t t, int64_t* slab) const {
-    const int64_t per_slab = tiles_m * tiles_n;
+    const int64_t per_slab = groups_m * tiles_n;
     const int64_t z = t / per_slab;
     int64_t tm, tn;
-    GroupedRaster{tiles_m, tiles_n}.Tile(t - z * per_slab, &tm, &tn);
+    GroupedRaster{groups_m, tiles_n}.Tile(t - z * per_slab, &tm, &tn);
+#if defined(JG_SM90_ENABLED)
+    if constexpr (P::kClusterM > 1) tm = tm * P::kClusterM + ClusterRank();
+#endif
     const int64_t split = z % p.split_k;
     const int64_t k_size = p.split_k > 1 ? p.ChunkK(split) : p.k;
     *slab = z;
@@ -128,7 +146,7 @@ struct Sm90MatrixLoads {
     const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
     int stage = 0;
     uint32_t phase = 0;
-    for (int64_t t = blockIdx.x; t < schedule.total; t += gridDim.x) {
+    for (int64_t t = schedule.First(); t < schedule.total; t += schedule.Step()) {
       int64_t slab;
       const Sm90Work w = schedule.Get(p, t, &slab);
       const int batch = static_cast<int>(w.batch);
@@ -145,17 +163,34 @@ struct Sm90MatrixLoads {
             TmaLoad2d(dst, map, &full[stage], c0, c1);
           }
         };
+        // To every block of the cluster (B is the same for the cluster's tiles).
+        auto load_shared = [&](void* dst, const CUtensorMap* map, bool has_batch, int c0, int c1) {
+          if constexpr (P::kClusterM == 1) {
+            load(dst, map, has_batch, c0, c1);
+          } else if (has_batch) {
+            TmaLoad3dMulticast(dst, map, &full[stage], c0, c1, batch, (1u << P::kClusterM) - 1);
+          } else {
+            TmaLoad2dMulticast(dst, map, &full[stage], c0, c1, (1u << P::kClusterM) - 1);
+          }
+        };
         if (!kTransA) {  // [m][k] rows: one box of kBM rows
           load(sa, &a, batched.a, k0, static_cast<int>(w.m0));
         } else {  // [k][m]: 64-wide m blocks
 #pragma unroll
           for (int j = 0; j < P::kBM / 64; ++j) load(sa + j * P::kMnBlockBytes, &a, batched.a, static_cast<int>(w.m0) + 64 * j, k0);
         }
-        if (kTransB) {  // [n][k] rows
-          load(sb, &b, batched.b, k0, static_cast<int>(w.n0));
+        // B: this block's share (all of it without a cluster).
+        const int rank = P::kClusterM > 1 ? static_cast<int>(ClusterRank()) : 0;
+        if (kTransB) {  // [n][k] rows: a box of kBN / kClusterM rows (128 B each)
+          constexpr int kRows = P::kBN / P::kClusterM;
+          load_shared(sb + rank * kRows * 128, &b, batched.b, k0, static_cast<int>(w.n0) + rank * kRows);
         } else {  // [k][n]: 64-wide n blocks
+          constexpr int kBlocks = P::kBN / 64 / P::kClusterM;
 #pragma unroll
-          for (int j = 0; j < P::kBN / 64; ++j) load(sb + j * P::kMnBlockBytes, &b, batched.b, static_cast<int>(w.n0) + 64 * j, k0);
+          for (int jj = 0; jj < kBlocks; ++jj) {
+            const int j = rank * kBlocks + jj;
+            load_shared(sb + j * P::kMnBlockBytes, &b, batched.b, static_cast<int>(w.n0) + 64 * j, k0);
+          }
         }
         if (++stage == P::kStages) {
           stage = 0;
@@ -240,12 +275,22 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
   const int first_row = P::kPingpong ? 0 : 64 * wg;
   const uint32_t smem_a = SharedAddress(tiles_a) + first_row * P::kBK * 2;
   const uint32_t smem_b = SharedAddress(tiles_b);
+  // A consumed stage is free once every cluster block's consumers are done with it (the
+  // producers of all of them write into it).
+  auto Release = [](uint64_t* empty_barrier) {
+    if constexpr (P::kClusterM == 1) {
+      MbarrierArrive(empty_barrier);
+    } else {
+#pragma unroll
+      for (int r = 0; r < P::kClusterM; ++r) MbarrierArriveCluster(empty_barrier, r);
+    }
+  };
   int stage = 0;
   uint32_t phase = 0;
   float acc[P::kMmaM][P::kBN / 2];
   uint32_t order_phase = 0;
   int64_t i = 0;  // position in the block's tile sequence
-  for (int64_t t = blockIdx.x; t < schedule.total; t += gridDim.x, ++i) {
+  for (int64_t t = schedule.First(); t < schedule.total; t += schedule.Step(), ++i) {
     int64_t slab;
     const Sm90Work w = schedule.Get(p, t, &slab);
     if (P::kPingpong && i % 2 != wg) {  // the other consumer's tile: skip its stages
@@ -285,7 +330,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
       WgmmaCommitGroup();
       // Keep one group in flight: the previous k-tile's group is done, its stage is free.
       WgmmaWaitGroup<1>();
-      if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
+      if (previous >= 0 && lane == 0) Release(&empty[previous]);
       previous = stage;
       if (++stage == P::kStages) {
         stage = 0;
@@ -294,7 +339,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
     }
     if (P::kPingpong && threadIdx.x % 128 == 0) MbarrierArrive(&order[1 - wg]);
     WgmmaWaitGroup<0>();
-    if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
+    if (previous >= 0 && lane == 0) Release(&empty[previous]);
 
     if constexpr (sizeof(TOut) == 2) {
       if (store.enabled) {
@@ -382,13 +427,18 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     for (int s = 0; s < P::kStages; ++s) {
       MbarrierInit(&full[s], 1);                    // the producer's expect_tx arrival
       // One arrival per warp of the consumers that read a stage.
-      MbarrierInit(&empty[s], P::kPingpong ? 4 : 4 * P::kConsumers);
+      MbarrierInit(&empty[s], (P::kPingpong ? 4 : 4 * P::kConsumers) * P::kClusterM);
     }
     MbarrierInit(&order[0], 1);
     MbarrierInit(&order[1], 1);
     FenceMbarrierInit();
   }
-  __syncthreads();
+  // The peers' barriers must be initialized before anything is multicast to them.
+  if constexpr (P::kClusterM > 1) {
+    ClusterSync();
+  } else {
+    __syncthreads();
+  }
 
   if (warpgroup == 0) {
     SetMaxRegistersDecrease<P::kProducerRegisters>();
@@ -397,6 +447,8 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     SetMaxRegistersIncrease<P::kConsumerRegisters>();
     Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty, order, scratch, store);
   }
+  // A block leaves only when its peers no longer arrive on its barriers.
+  if constexpr (P::kClusterM > 1) ClusterSync();
 #endif
 }
 
@@ -420,20 +472,43 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   return store;
 }
 
-// Launches Sm90GemmKernel persistently: min(tiles, sm_count) blocks.
+// Launches Sm90GemmKernel persistently: as many blocks (clusters) as fit at once, at most
+// one per work item.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_count, cudaStream_t stream) {
   auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads>;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes);
   if (status != cudaSuccess) return status;
-  const int64_t tiles = Sm90Schedule<P>::For(p).total;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, std::max(sm_count, 1)));
-  kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(loads, p, MakeSm90Store<TOut>(p));
-  return cudaGetLastError();
+  cudaLaunchConfig_t config = {};
+  config.blockDim = dim3(P::kThreads);
+  config.dynamicSmemBytes = P::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = P::kClusterM;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  // Clusters must sit in one GPC, so fewer than sm_count / 2 pairs may fit: ask once.
+  static std::atomic<int> resident_clusters{0};
+  int resident = P::kClusterM == 1 ? std::max(sm_count, 1) : resident_clusters.load(std::memory_order_relaxed);
+  if (resident == 0) {
+    config.gridDim = dim3(P::kClusterM * std::max(sm_count / P::kClusterM, 1));
+    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess || resident <= 0) {
+      (void)cudaGetLastError();  // clear it; fall back to the SM count
+      resident = std::max(sm_count / P::kClusterM, 1);
+    }
+    resident_clusters.store(resident, std::memory_order_relaxed);
+  }
+  const int64_t items = Sm90Schedule<P>::For(p).total;
+  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(items, resident) * P::kClusterM));
+  status = cudaLaunchKernelEx(&config, kernel, loads, p, MakeSm90Store<TOut>(p));
+  return status != cudaSuccess ? status : cudaGetLastError();
 }
 
 template <class TIn, class TOut>
-cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_n, int sm_count, cudaStream_t stream) {
+cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_count, cudaStream_t stream) {
   int64_t stride_a = 0, stride_b = 0;
   if (!SingleBatchStride(p.batch, kOperandA, &stride_a) || !SingleBatchStride(p.batch, kOperandB, &stride_b)) {
     return cudaErrorInvalidValue;
@@ -453,7 +528,7 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_n, int sm_count, cudaS
     loads.batched = batched;
     // A box: kBM rows of 64 k, or 64 m x 64 k blocks; B likewise with kBN.
     status = EncodeTmaMap(&loads.a, a, 64, kTransA ? P::kBK : P::kBM);
-    if (status == cudaSuccess) status = EncodeTmaMap(&loads.b, b, 64, kTransB ? P::kBN : P::kBK);
+    if (status == cudaSuccess) status = EncodeTmaMap(&loads.b, b, 64, kTransB ? P::kBN / P::kClusterM : P::kBK);
     if (status == cudaSuccess) status = LaunchSm90Kernel<P, TIn, TOut, kTransA, kTransB>(loads, p, sm_count, stream);
   };
   auto with_layout = [&](auto policy) {
@@ -465,9 +540,11 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_n, int sm_count, cudaS
       p.trans_b ? launch(policy, F{}, T{}) : launch(policy, F{}, F{});
     }
   };
-  if (tile_n == 256) {
+  if (tile_m == 256 && tile_n == 256) {
+    with_layout(Sm90Policy<256, false, 2>{});
+  } else if (tile_m == 128 && tile_n == 256) {
     with_layout(Sm90Policy<256>{});
-  } else if (tile_n == 128) {
+  } else if (tile_m == 128 && tile_n == 128) {
     with_layout(Sm90Policy<128, true>{});
   } else {
     return cudaErrorInvalidValue;

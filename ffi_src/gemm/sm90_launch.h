@@ -31,10 +31,12 @@ inline bool Sm90Supports(const GemmProblem& p) {
          stride_a % 8 == 0 && stride_b % 8 == 0;
 }
 
-// Launches the persistent sm90 kernel on `sm_count` multiprocessors with 128 x tile_n tiles:
-// 256 runs the cooperative schedule (both consumers on each tile), 128 the pingpong one
-// (consumers alternate tiles, one's epilogue under the other's mainloop).
+// Launches the persistent sm90 kernel on `sm_count` multiprocessors. Schedules, by the
+// output area a block (cluster) covers:
+//   128 x 128: pingpong (consumers alternate tiles, one's epilogue under the other's mainloop);
+//   128 x 256: cooperative (both consumers on each tile, 64 rows each);
+//   256 x 256: cooperative 128 x 256 tiles in clusters of two blocks sharing B (multicast).
 template <class TIn, class TOut>
-cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_n, int sm_count, cudaStream_t stream);
+cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_count, cudaStream_t stream);
 
 }  // namespace jaxgemm

@@ -3,7 +3,7 @@
 
 namespace jaxgemm {
 
-template cudaError_t LaunchSm90Gemm<__half, __half>(const GemmProblem&, int, int, cudaStream_t);
-template cudaError_t LaunchSm90Gemm<__half, float>(const GemmProblem&, int, int, cudaStream_t);
+template cudaError_t LaunchSm90Gemm<__half, __half>(const GemmProblem&, int, int, int, cudaStream_t);
+template cudaError_t LaunchSm90Gemm<__half, float>(const GemmProblem&, int, int, int, cudaStream_t);
 
 }  // namespace jaxgemm
