@@ -30,6 +30,7 @@ from jax.interpreters import batching, mlir
 from jaxgemm import _ffi, activations
 from jaxgemm.epilogue import bias_act_grad
 from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype
+from jaxgemm.matmul import matmul
 
 _FPROP, _DGRAD, _WGRAD = 0, 1, 2  # ConvKind ids (ffi_src/conv/problem.h)
 _TILE = 128  # output tile of every conv kernel (rows and columns)
@@ -361,6 +362,21 @@ def _conv_bwd(config, saved, dy):
 _conv.defvjp(_conv_fwd, _conv_bwd)
 
 
+def _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype):
+    """An unpadded 1x1 convolution is a GEMM of the (strided) pixels with w as (C, K): it
+    runs on jaxgemm.matmul (sm90 on Hopper), whose VJP gives the gradients (the strided
+    slice's transpose scatters dx back into the skipped pixels as zeros)."""
+    sh, sw = stride
+    if sh > 1 or sw > 1:
+        x = x[:, ::sh, ::sw, :]
+    n, p, q, c = x.shape
+    k = w.shape[3]
+    res = None if residual is None else residual.reshape(n * p * q, k)
+    y = matmul(x.reshape(n * p * q, c), w.reshape(c, k), bias=bias, activation=activation, residual=res,
+               out_dtype=out_dtype)  # fmt: skip
+    return y.reshape(n, p, q, k)
+
+
 # ---------------------------------------------------------------------------------------
 # Argument checking and the public entry.
 
@@ -428,7 +444,8 @@ def conv2d(
     dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=groups)`, accumulated
     in float32 (exact float32 for float32 inputs; tensor cores for 16-bit inputs). Its
     gradient runs the fused bias/activation backward kernel, then jaxgemm's data-gradient
-    and weight-gradient convolution kernels.
+    and weight-gradient convolution kernels. Unpadded 1x1 convolutions with groups=1 run
+    as one GEMM (`jaxgemm.matmul`) on the strided pixels, gradients included.
 
     Args:
       x: (N, H, W, C) input.
@@ -493,6 +510,8 @@ def conv2d(
     if not _nonempty(out_shape):
         return jnp.zeros(out_shape, out_dtype)
     x, w = x.astype(dtype), w.astype(dtype)
+    if r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)):
+        return _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype)
     if dtype != jnp.float32 and groups == 1 and c % 8 and k % 8 == 0:
         # First layers (C = 3, 4): zero channels up to a multiple of 8 put the conv on the
         # tensor-core kernel (16-byte chunks) instead of SIMT; their gradients are sliced off.

@@ -146,6 +146,29 @@ def test_first_layer_c3_half(dtype):
     _check((2, 15, 14, 3, 8, 7, 7), dict(stride=2), dtype, "relu", seed=5)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("stride", [1, 2, (2, 3)])
+@pytest.mark.parametrize("epilogue", ["none", "bias_act_residual"])
+def test_1x1_runs_as_gemm(dtype, stride, epilogue):
+    """Unpadded 1x1 convolutions (groups=1) take jaxgemm.matmul; values and every
+    gradient still match lax, strided ones included (dx is zero at skipped pixels)."""
+    fused = epilogue != "none"
+    for padding in ("SAME", "VALID"):
+        _check((2, 7, 9, 12, 16, 1, 1), dict(stride=stride, padding=padding), dtype, "gelu" if fused else None,
+               with_bias=fused, with_residual=fused, seed=11)  # fmt: skip
+    x = jnp.ones((2, 7, 9, 12), dtype)
+    w = jnp.ones((1, 1, 12, 16), dtype)
+    text = str(jax.make_jaxpr(jax.grad(lambda x: jaxgemm.conv2d(x, w, stride=stride).astype(jnp.float32).sum()))(x))
+    assert "jaxgemm_gemm" in text and "jaxgemm_conv2d" not in text
+
+
+def test_1x1_with_padding_or_groups_stays_on_conv():
+    x, w = jnp.ones((1, 5, 5, 4), jnp.float32), jnp.ones((1, 1, 4, 4), jnp.float32)
+    for kw in (dict(padding=1), dict(groups=2)):
+        wk = w[:, :, : 4 // kw.get("groups", 1)]
+        assert "jaxgemm_conv2d" in str(jax.make_jaxpr(lambda x: jaxgemm.conv2d(x, wk, **kw))(x))
+
+
 def test_out_dtype():
     rng = np.random.default_rng(6)
     x, w = _inputs(rng, 2, 6, 6, 8, 8, 3, 3, 1, jnp.bfloat16)
