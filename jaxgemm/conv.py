@@ -34,6 +34,8 @@ from jaxgemm.matmul import matmul
 
 _FPROP, _DGRAD, _WGRAD = 0, 1, 2  # ConvKind ids (ffi_src/conv/problem.h)
 _TILE = 128  # output tile of every conv kernel (rows and columns)
+# ConvConfig.kernel -> the handler's KernelFamily id (ffi_src/gemm/dispatch.h).
+_CONV_KERNELS = {None: 0, "sm80": 2, "sm90": 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +43,9 @@ class ConvConfig:
     """Static attributes of a convolution (hashable: primitive parameters).
 
     stride, dilation: (h, w); padding: ((top, bottom), (left, right)); out_dtype: what the
-    forward kernel writes (the input dtype or float32)."""
+    forward kernel writes (the input dtype or float32); kernel: the CUDA forward kernel
+    family, for tests and tuning (None: the heuristic; "sm80": never the sm90 kernel;
+    "sm90": the sm90 kernel or an error where it cannot run)."""
 
     stride: tuple[int, int] = (1, 1)
     padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
@@ -49,6 +53,11 @@ class ConvConfig:
     groups: int = 1
     activation: str | None = None
     out_dtype: Any = jnp.dtype(jnp.float32)
+    kernel: str | None = None
+
+    def __post_init__(self):
+        if self.kernel not in _CONV_KERNELS:
+            raise ValueError(f"ConvConfig.kernel must be None, 'sm80' or 'sm90', got {self.kernel!r}")
 
     def output_hw(self, hw, rs) -> tuple[int, int]:
         """(P, Q) of an input of spatial size hw and a kernel of spatial size rs."""
@@ -70,6 +79,7 @@ def _attrs(config: ConvConfig, kind: int, activation: str | None = None) -> dict
         dil_w=np.int64(config.dilation[1]),
         groups=np.int64(config.groups),
         activation=np.int64(activations.activation_id(activation)),
+        kernel=np.int64(_CONV_KERNELS[config.kernel]),
     )
 
 
@@ -436,6 +446,7 @@ def conv2d(
     activation=None,
     residual=None,
     out_dtype=None,
+    kernel=None,
 ):
     """2-D convolution of NHWC `x` with HWIO `w` and a fused epilogue, on jaxgemm's kernels.
 
@@ -458,6 +469,10 @@ def conv2d(
         "gelu_exact", "silu", "sigmoid" or "tanh".
       residual: added after the activation; broadcastable to the output (N, P, Q, K).
       out_dtype: result dtype; defaults to the promoted input dtype.
+      kernel: for tests and tuning, the CUDA kernel family of the forward convolution
+        (and of the stride-1 data gradient, which runs on it): None lets the heuristic
+        pick, "sm80" avoids the Hopper kernel, "sm90" requires it. A family forced here
+        also keeps 1x1 convolutions on the conv kernels instead of the GEMM.
 
     Returns:
       (N, P, Q, K) output.
@@ -489,7 +504,9 @@ def conv2d(
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     pads = _padding(padding, (h, wd), (r, s), stride, dilation)
     kernel_dtype = _kernel_out_dtype(dtype, out_dtype)
-    config = ConvConfig(stride, pads, dilation, groups, activation, kernel_dtype)
+    if kernel not in _CONV_KERNELS:
+        raise ValueError(f"jaxgemm.conv2d: kernel must be None, 'sm80' or 'sm90', got {kernel!r}")
+    config = ConvConfig(stride, pads, dilation, groups, activation, kernel_dtype, kernel)
     out_shape = (n, *config.output_hw((h, wd), (r, s)), k)
     if bias is not None:
         bias = jnp.asarray(bias)
@@ -510,7 +527,7 @@ def conv2d(
     if not _nonempty(out_shape):
         return jnp.zeros(out_shape, out_dtype)
     x, w = x.astype(dtype), w.astype(dtype)
-    if r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)):
+    if kernel is None and r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)):
         return _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype)
     if dtype != jnp.float32 and groups == 1 and c % 8 and k % 8 == 0:
         # First layers (C = 3, 4): zero channels up to a multiple of 8 put the conv on the

@@ -61,8 +61,10 @@ def _inputs(rng, n, h, w, c, k, r, s, groups, dtype):
     return x, wt.astype(dtype)
 
 
-def _check(shape, conv_kw, dtype=jnp.float32, act=None, with_bias=True, with_residual=False, grads=True, seed=0):
-    """Forward and (optionally) gradients of every input against the reference."""
+def _check(shape, conv_kw, dtype=jnp.float32, act=None, with_bias=True, with_residual=False, grads=True, seed=0,
+           kernel=None, out_dtype=None):
+    """Forward and (optionally) gradients of every input against the reference; `kernel`
+    forces a CUDA kernel family (ignored on CPU)."""
     n, h, w, c, k, r, s = shape
     rng = np.random.default_rng(seed)
     groups = conv_kw.get("groups", 1)
@@ -72,10 +74,10 @@ def _check(shape, conv_kw, dtype=jnp.float32, act=None, with_bias=True, with_res
     residual = random(rng, ref_y.shape, dtype) if with_residual else None
     if residual is not None:
         ref_y = ref_y + jnp.asarray(residual, jnp.float32)
-    ours = functools.partial(jaxgemm.conv2d, activation=act, **conv_kw)
+    ours = functools.partial(jaxgemm.conv2d, activation=act, kernel=kernel, out_dtype=out_dtype, **conv_kw)
     y = jax.jit(lambda x, wt, b, res: ours(x, wt, bias=b, residual=res))(x, wt, bias, residual)
     tol = TOLERANCE[jnp.dtype(dtype)]
-    assert y.dtype == jnp.dtype(dtype) and y.shape == ref_y.shape
+    assert y.dtype == jnp.dtype(out_dtype or dtype) and y.shape == ref_y.shape
     assert rel_error(y, ref_y) <= tol, rel_error(y, ref_y)
     if not grads or y.size == 0:
         return
@@ -291,6 +293,71 @@ def test_gpu_wgrad_split(dtype):
     for split in (None, 1, 5, 300):
         dw = conv2d_wgrad(x, dy, config, (3, 3), split=split)
         assert rel_error(dw, ref) <= TOLERANCE[jnp.dtype(dtype)], split
+
+
+def test_kernel_family_argument():
+    # CPU ignores the family (the CUDA handler honours it); unknown names are errors.
+    rng = np.random.default_rng(12)
+    x, w = _inputs(rng, 2, 6, 7, 8, 8, 3, 3, 1, jnp.float32)
+    for kernel in ("sm80", "sm90") if jax.default_backend() == "cpu" else ("sm80",):
+        assert rel_error(jaxgemm.conv2d(x, w, kernel=kernel, stride=2), _reference(x, w, stride=2)) <= 1e-5
+    with pytest.raises(ValueError, match="kernel"):
+        jaxgemm.conv2d(x, w, kernel="simt")
+
+
+# sm90 (TMA im2col + wgmma) fprop, forced: channel blocks of 64 with zero-filled tails
+# (C = 8, 72), K not a multiple of the 128 / 256 tiles, M not a multiple of 128, the pixel
+# walk crossing rows and images, strides, dilation, SAME / VALID / asymmetric padding.
+SM90_CASES = [
+    ((2, 17, 19, 64, 64, 3, 3), dict()),
+    ((2, 30, 29, 72, 128, 3, 3), dict(stride=2)),
+    ((2, 20, 21, 256, 200, 3, 3), dict(dilation=2, padding="VALID")),
+    ((3, 21, 22, 8, 64, 3, 3), dict(stride=(2, 1), padding=((2, 1), (0, 2)))),
+    ((2, 13, 11, 64, 128, 3, 3), dict(stride=2, dilation=2, padding="SAME")),
+    ((1, 12, 12, 128, 64, 3, 5), dict(stride=(1, 2), dilation=(2, 1), padding=((3, 0), (1, 4)))),
+    ((2, 16, 15, 64, 128, 1, 1), dict(padding=1)),  # padded 1x1: stays a conv
+    ((2, 30, 30, 3, 64, 7, 7), dict(stride=2)),  # first layer: C = 3 padded to 8
+    ((4, 14, 14, 256, 256, 3, 3), dict()),  # wide K: the cooperative 128 x 256 tile
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("shape,conv_kw", SM90_CASES, ids=[f"{s}-{k}" for s, k in SM90_CASES])
+def test_gpu_sm90_fprop(shape, conv_kw, dtype):
+    if jaxgemm._ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    _check(shape, conv_kw, dtype, "relu", with_residual=True, grads=False, seed=13, kernel="sm90")
+    _check(shape, conv_kw, dtype, "gelu", with_bias=False, grads=False, seed=14, kernel="sm90", out_dtype=jnp.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_gpu_sm90_matches_sm80_and_grads(dtype):
+    if jaxgemm._ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    rng = np.random.default_rng(15)
+    x, w = _inputs(rng, 4, 28, 28, 128, 128, 3, 3, 1, dtype)
+    bias = random(rng, (128,), dtype)
+    run = lambda kernel: jax.jit(lambda x, w, b: jaxgemm.conv2d(x, w, bias=b, activation="silu", kernel=kernel))
+    y90, y80 = run("sm90")(x, w, bias), run("sm80")(x, w, bias)
+    ref = _reference(x, w, bias=bias, activation="silu")
+    tol = TOLERANCE[jnp.dtype(dtype)]
+    assert rel_error(y90, ref) <= tol and rel_error(y80, ref) <= tol
+    assert rel_error(y90, np.asarray(y80, np.float64)) <= tol
+    _check((2, 15, 16, 64, 64, 3, 3), dict(stride=2), dtype, "relu", with_residual=True, seed=16, kernel="sm90")
+
+
+@pytest.mark.gpu
+def test_gpu_sm90_refuses_what_it_cannot_take():
+    if jaxgemm._ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    x, w = jnp.ones((1, 8, 8, 16), jnp.float32), jnp.ones((3, 3, 16, 16), jnp.float32)
+    with pytest.raises(Exception, match="sm90"):
+        jax.block_until_ready(jaxgemm.conv2d(x, w, kernel="sm90"))  # float32: no sm90 kernel
+    x, w = x.astype(jnp.bfloat16), jnp.ones((3, 3, 8, 16), jnp.bfloat16)
+    with pytest.raises(Exception, match="sm90"):
+        jax.block_until_ready(jaxgemm.conv2d(x, w, groups=2, kernel="sm90"))
 
 
 def _cuda_include_dir():

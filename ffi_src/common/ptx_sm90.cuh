@@ -1,4 +1,4 @@
-// Hopper (sm_90 / sm_90a) PTX wrappers, one instruction each: mbarriers, TMA tile loads,
+// Hopper (sm_90 / sm_90a) PTX wrappers, one instruction each: mbarriers, TMA tile and im2col loads,
 // wgmma synchronization, setmaxnreg, and the wgmma shared-memory matrix descriptor.
 // Only meaningful in device code compiled for sm_90a; callers guard with JG_SM90_ENABLED.
 #pragma once
@@ -64,6 +64,18 @@ __device__ __forceinline__ void TmaLoad3d(void* smem, const CUtensorMap* map, ui
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
       "[%5];\n" ::"r"(SharedAddress(smem)),
       "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(SharedAddress(bar))
+      : "memory");
+}
+
+// TMA im2col mode on a 4-D (C, W, H, N) map: the box's pixel walk starts at (w, h, n) and
+// each visited position reads channels [c, c + channelsPerPixel) of the pixel shifted by
+// (off_w, off_h), zeros outside the tensor (gemm/sm90_tensor_map.h has the walk).
+__device__ __forceinline__ void TmaLoadIm2col4d(void* smem, const CUtensorMap* map, uint64_t* bar, int c, int w,
+                                                int h, int n, uint16_t off_w, uint16_t off_h) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6], {%7, %8};\n" ::"r"(SharedAddress(smem)),
+      "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(SharedAddress(bar)), "h"(off_w), "h"(off_h)
       : "memory");
 }
 
