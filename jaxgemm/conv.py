@@ -4,7 +4,8 @@ the GEMM's fused epilogue, and its gradient.
 Three primitives, one per kernel kind (ffi_src/conv/problem.h has the math):
 
     conv2d_p        y = act(conv(x, w) + bias) + residual, optionally aux = pre-activation
-    conv2d_dgrad_p  dx from dy and w (the transposed convolution, strided ones included)
+    conv2d_dgrad_p  dx from dy and w (the transposed convolution, strided ones included;
+                    16-bit stride-1 ones run as a forward convolution, see conv2d_dgrad)
     conv2d_wgrad_p  dw from x and dy (split over N*P*Q, fp32 partials summed by XLA)
 
 each with abstract eval, a lowering to the jaxgemm_conv FFI call (CPU and CUDA) and a
@@ -314,9 +315,37 @@ _register(conv2d_dgrad_p, _dgrad_abstract_eval, _dgrad_lowering, _dgrad_batch)
 _register(conv2d_wgrad_p, _wgrad_abstract_eval, _wgrad_lowering, _wgrad_batch, per_platform=True)
 
 
+def _dgrad_as_fprop(dy, w, config: ConvConfig, input_hw) -> ConvConfig | None:
+    """The forward convolution that equals dgrad, for stride 1 and groups 1 with 16-bit
+    operands whose channel counts fit the tensor-core kernels (None otherwise): dx is dy
+    convolved with the spatially flipped, (C, K)-swapped filters, stride 1, the same
+    dilation and the complementary padding (R - 1) * dil - pad on each side. It runs on the
+    forward kernels (sm90 on Hopper); strided dgrad keeps its phase-split kernel."""
+    r, s, c, k = w.shape
+    if (
+        config.stride != (1, 1)
+        or config.groups != 1
+        or dy.dtype not in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+        or c % 8
+        or k % 8
+        or not _nonempty(dy.shape, w.shape, input_hw)
+    ):
+        return None
+    (pt, pb), (pl, pr) = config.padding
+    span_h, span_w = (r - 1) * config.dilation[0], (s - 1) * config.dilation[1]
+    padding = ((span_h - pt, span_h - pb), (span_w - pl, span_w - pr))
+    fprop = ConvConfig((1, 1), padding, config.dilation, 1, None, dy.dtype, config.kernel)
+    return fprop if fprop.output_hw(dy.shape[1:3], (r, s)) == tuple(input_hw) else None
+
+
 def conv2d_dgrad(dy, w, config: ConvConfig, input_hw):
     """dx (N, *input_hw, C) of the convolution `config` from dy (N, P, Q, K)."""
-    return conv2d_dgrad_p.bind(dy, w, config=config, input_hw=tuple(int(v) for v in input_hw))
+    input_hw = tuple(int(v) for v in input_hw)
+    fprop = _dgrad_as_fprop(dy, w, config, input_hw)
+    if fprop is not None:
+        w_t = jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2)
+        return conv2d_p.bind(dy, w_t, config=fprop, has_bias=False, has_residual=False, want_aux=False)[0]
+    return conv2d_dgrad_p.bind(dy, w, config=config, input_hw=input_hw)
 
 
 def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None):

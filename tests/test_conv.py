@@ -171,6 +171,28 @@ def test_1x1_with_padding_or_groups_stays_on_conv():
         assert "jaxgemm_conv2d" in str(jax.make_jaxpr(lambda x: jaxgemm.conv2d(x, wk, **kw))(x))
 
 
+STRIDE1_DGRAD = [
+    ((2, 9, 8, 16, 24, 3, 3), dict()),
+    ((2, 9, 8, 16, 8, 3, 3), dict(padding="VALID")),
+    ((1, 10, 11, 8, 16, 3, 2), dict(dilation=(2, 3), padding=((3, 0), (1, 4)))),
+    ((2, 12, 11, 8, 16, 5, 5), dict(padding=((-1, 2), (0, 1)))),
+    ((1, 8, 8, 8, 8, 1, 1), dict(padding=1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("shape,conv_kw", STRIDE1_DGRAD, ids=[f"{s}-{k}" for s, k in STRIDE1_DGRAD])
+def test_stride1_dgrad_runs_as_fprop(shape, conv_kw, dtype):
+    """16-bit stride-1 dgrad is the forward conv of dy with flipped, (C, K)-swapped filters
+    and complementary padding: gradients match lax, and no dgrad kernel runs."""
+    _check(shape, conv_kw, dtype, "relu", with_residual=True, seed=17)
+    n, h, w, c, k, r, s = shape
+    x, wt = jnp.ones((n, h, w, c), dtype), jnp.ones((r, s, c, k), dtype)
+    loss = lambda x: jaxgemm.conv2d(x, wt, **conv_kw).astype(jnp.float32).sum()
+    text = str(jax.make_jaxpr(jax.grad(loss))(x))
+    assert "jaxgemm_conv2d_dgrad" not in text and text.count("jaxgemm_conv2d[") >= 2
+
+
 def test_out_dtype():
     rng = np.random.default_rng(6)
     x, w = _inputs(rng, 2, 6, 6, 8, 8, 3, 3, 1, jnp.bfloat16)
