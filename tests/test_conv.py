@@ -368,6 +368,8 @@ def test_gpu_sm90_matches_sm80_and_grads(dtype):
     assert rel_error(y90, ref) <= tol and rel_error(y80, ref) <= tol
     assert rel_error(y90, np.asarray(y80, np.float64)) <= tol
     _check((2, 15, 16, 64, 64, 3, 3), dict(stride=2), dtype, "relu", with_residual=True, seed=16, kernel="sm90")
+    # Stride 1: dgrad is a forward conv too, forced onto sm90 with the forward.
+    _check((2, 15, 16, 64, 72, 3, 3), dict(padding=((2, 0), (1, 1))), dtype, "relu", seed=18, kernel="sm90")
 
 
 @pytest.mark.gpu
