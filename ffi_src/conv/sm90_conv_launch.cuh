@@ -13,7 +13,9 @@ template <class TIn, class TOut>
 cudaError_t LaunchSm90ConvFprop(const Sm90ConvFpropLoads& loads, const GemmProblem& p, int tile_n, int sm_count,
                                 cudaStream_t stream) {
   if (tile_n == 256) return LaunchSm90Kernel<Sm90Policy<256>, TIn, TOut, false, false>(loads, p, sm_count, stream);
-  if (tile_n == 128) return LaunchSm90Kernel<Sm90Policy<128, true>, TIn, TOut, false, false>(loads, p, sm_count, stream);
+  if (tile_n == 128) {
+    return LaunchSm90Kernel<Sm90Policy<128, true>, TIn, TOut, false, false>(loads, p, sm_count, stream);
+  }
   return cudaErrorInvalidValue;
 }
 

@@ -17,7 +17,8 @@ void* DriverFunction(const char* name) {
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
-  static const auto encoder = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(DriverFunction("cuTensorMapEncodeTiled"));
+  static const auto encoder =
+      reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(DriverFunction("cuTensorMapEncodeTiled"));
   return encoder;
 }
 
@@ -58,8 +59,9 @@ cudaError_t EncodeIm2colTmaMap(CUtensorMap* map, const TmaIm2col& t) {
   const int lower[2] = {t.lower_w, t.lower_h}, upper[2] = {t.upper_w, t.upper_h};
   const cuuint32_t element_strides[4] = {1, cuuint32_t(t.stride_w), cuuint32_t(t.stride_h), 1};
   const CUresult r = encode(map, TmaDataType(t.type), 4, const_cast<void*>(t.base), dims, strides, lower, upper,
-                            cuuint32_t(t.channels), cuuint32_t(t.pixels), element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            cuuint32_t(t.channels), cuuint32_t(t.pixels), element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
