@@ -52,11 +52,12 @@ def _precision(dtype):
     return lax.Precision.HIGHEST if jnp.dtype(dtype) == jnp.float32 else None
 
 
-def _functions(layer: Layer, dtype):
-    """(ours_fprop, xla_fprop, ours_fwd_bwd, xla_fwd_bwd), jitted, taking (x, w, ct)."""
+def _functions(layer: Layer, dtype, kernel=None):
+    """(ours_fprop, xla_fprop, ours_fwd_bwd, xla_fwd_bwd), jitted, taking (x, w, ct);
+    `kernel` forces our CUDA conv kernel family (conv2d's `kernel`)."""
 
     def ours(x, w):
-        return jaxgemm.conv2d(x, w, stride=layer.stride, padding="SAME")
+        return jaxgemm.conv2d(x, w, stride=layer.stride, padding="SAME", kernel=kernel)
 
     def xla(x, w):
         return lax.conv_general_dilated(
@@ -80,15 +81,15 @@ def _rel_error(x, ref) -> float:
     return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
 
 
-def run_layer(layer: Layer, dtype: str, batch: int, iterations: int, seed: int = 0) -> dict:
+def run_layer(layer: Layer, dtype: str, batch: int, iterations: int, seed: int = 0, kernel=None) -> dict:
     kx, kw, kc = jax.random.split(jax.random.key(seed), 3)
     x = jax.random.normal(kx, (batch, layer.hw, layer.hw, layer.c), dtype)
     w = jax.random.normal(kw, (layer.rs, layer.rs, layer.c, layer.k), dtype) / float(np.sqrt(layer.rs**2 * layer.c))
     out_hw = -(-layer.hw // layer.stride)
     ct = jax.random.normal(kc, (batch, out_hw, out_hw, layer.k), dtype)
-    ours_f, xla_f, ours_fb, xla_fb = _functions(layer, dtype)
+    ours_f, xla_f, ours_fb, xla_fb = _functions(layer, dtype, kernel)
     args = (x, w, ct)
-    row = {**dataclasses.asdict(layer), "dtype": dtype, "batch": batch}
+    row = {**dataclasses.asdict(layer), "dtype": dtype, "batch": batch, "kernel": kernel}
     flops = 2.0 * batch * out_hw * out_hw * layer.k * layer.c * layer.rs**2
     for kind, ours, xla, mult in (("fprop", ours_f, xla_f, 1), ("fwd_bwd", ours_fb, xla_fb, 3)):
         ours_ms, method = time_ms(ours, args, iterations)
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--layers", help="comma-separated substrings of layer names (default: all)")
     parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--kernel", choices=["sm80", "sm90"], help="force our conv kernel family (default: heuristic)")
     args = parser.parse_args(argv)
     layers = RESNET50
     if args.layers:
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for i, (layer, dtype) in enumerate(cases):
         print(f"\r[{i + 1}/{len(cases)}] {dtype} {layer.name:<26}", end="", file=sys.stderr, flush=True)
-        rows.append(run_layer(layer, dtype, args.batch, args.iterations))
+        rows.append(run_layer(layer, dtype, args.batch, args.iterations, kernel=args.kernel))
     print(file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:

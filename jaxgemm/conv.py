@@ -4,7 +4,8 @@ the GEMM's fused epilogue, and its gradient.
 Three primitives, one per kernel kind (ffi_src/conv/problem.h has the math):
 
     conv2d_p        y = act(conv(x, w) + bias) + residual, optionally aux = pre-activation
-    conv2d_dgrad_p  dx from dy and w (the transposed convolution, strided ones included)
+    conv2d_dgrad_p  dx from dy and w (the transposed convolution, strided ones included;
+                    16-bit stride-1 ones run as a forward convolution, see conv2d_dgrad)
     conv2d_wgrad_p  dw from x and dy (split over N*P*Q, fp32 partials summed by XLA)
 
 each with abstract eval, a lowering to the jaxgemm_conv FFI call (CPU and CUDA) and a
@@ -30,9 +31,12 @@ from jax.interpreters import batching, mlir
 from jaxgemm import _ffi, activations
 from jaxgemm.epilogue import bias_act_grad
 from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype
+from jaxgemm.matmul import matmul
 
 _FPROP, _DGRAD, _WGRAD = 0, 1, 2  # ConvKind ids (ffi_src/conv/problem.h)
 _TILE = 128  # output tile of every conv kernel (rows and columns)
+# ConvConfig.kernel -> the handler's KernelFamily id (ffi_src/gemm/dispatch.h).
+_CONV_KERNELS = {None: 0, "sm80": 2, "sm90": 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +44,9 @@ class ConvConfig:
     """Static attributes of a convolution (hashable: primitive parameters).
 
     stride, dilation: (h, w); padding: ((top, bottom), (left, right)); out_dtype: what the
-    forward kernel writes (the input dtype or float32)."""
+    forward kernel writes (the input dtype or float32); kernel: the CUDA forward kernel
+    family, for tests and tuning (None: the heuristic; "sm80": never the sm90 kernel;
+    "sm90": the sm90 kernel or an error where it cannot run)."""
 
     stride: tuple[int, int] = (1, 1)
     padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
@@ -48,6 +54,11 @@ class ConvConfig:
     groups: int = 1
     activation: str | None = None
     out_dtype: Any = jnp.dtype(jnp.float32)
+    kernel: str | None = None
+
+    def __post_init__(self):
+        if self.kernel not in _CONV_KERNELS:
+            raise ValueError(f"ConvConfig.kernel must be None, 'sm80' or 'sm90', got {self.kernel!r}")
 
     def output_hw(self, hw, rs) -> tuple[int, int]:
         """(P, Q) of an input of spatial size hw and a kernel of spatial size rs."""
@@ -69,6 +80,7 @@ def _attrs(config: ConvConfig, kind: int, activation: str | None = None) -> dict
         dil_w=np.int64(config.dilation[1]),
         groups=np.int64(config.groups),
         activation=np.int64(activations.activation_id(activation)),
+        kernel=np.int64(_CONV_KERNELS[config.kernel]),
     )
 
 
@@ -303,9 +315,37 @@ _register(conv2d_dgrad_p, _dgrad_abstract_eval, _dgrad_lowering, _dgrad_batch)
 _register(conv2d_wgrad_p, _wgrad_abstract_eval, _wgrad_lowering, _wgrad_batch, per_platform=True)
 
 
+def _dgrad_as_fprop(dy, w, config: ConvConfig, input_hw) -> ConvConfig | None:
+    """The forward convolution that equals dgrad, for stride 1 and groups 1 with 16-bit
+    operands whose channel counts fit the tensor-core kernels (None otherwise): dx is dy
+    convolved with the spatially flipped, (C, K)-swapped filters, stride 1, the same
+    dilation and the complementary padding (R - 1) * dil - pad on each side. It runs on the
+    forward kernels (sm90 on Hopper); strided dgrad keeps its phase-split kernel."""
+    r, s, c, k = w.shape
+    if (
+        config.stride != (1, 1)
+        or config.groups != 1
+        or dy.dtype not in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+        or c % 8
+        or k % 8
+        or not _nonempty(dy.shape, w.shape, input_hw)
+    ):
+        return None
+    (pt, pb), (pl, pr) = config.padding
+    span_h, span_w = (r - 1) * config.dilation[0], (s - 1) * config.dilation[1]
+    padding = ((span_h - pt, span_h - pb), (span_w - pl, span_w - pr))
+    fprop = ConvConfig((1, 1), padding, config.dilation, 1, None, dy.dtype, config.kernel)
+    return fprop if fprop.output_hw(dy.shape[1:3], (r, s)) == tuple(input_hw) else None
+
+
 def conv2d_dgrad(dy, w, config: ConvConfig, input_hw):
     """dx (N, *input_hw, C) of the convolution `config` from dy (N, P, Q, K)."""
-    return conv2d_dgrad_p.bind(dy, w, config=config, input_hw=tuple(int(v) for v in input_hw))
+    input_hw = tuple(int(v) for v in input_hw)
+    fprop = _dgrad_as_fprop(dy, w, config, input_hw)
+    if fprop is not None:
+        w_t = jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2)
+        return conv2d_p.bind(dy, w_t, config=fprop, has_bias=False, has_residual=False, want_aux=False)[0]
+    return conv2d_dgrad_p.bind(dy, w, config=config, input_hw=input_hw)
 
 
 def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None):
@@ -359,6 +399,21 @@ def _conv_bwd(config, saved, dy):
 
 
 _conv.defvjp(_conv_fwd, _conv_bwd)
+
+
+def _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype):
+    """An unpadded 1x1 convolution is a GEMM of the (strided) pixels with w as (C, K): it
+    runs on jaxgemm.matmul (sm90 on Hopper), whose VJP gives the gradients (the strided
+    slice's transpose scatters dx back into the skipped pixels as zeros)."""
+    sh, sw = stride
+    if sh > 1 or sw > 1:
+        x = x[:, ::sh, ::sw, :]
+    n, p, q, c = x.shape
+    k = w.shape[3]
+    res = None if residual is None else residual.reshape(n * p * q, k)
+    y = matmul(x.reshape(n * p * q, c), w.reshape(c, k), bias=bias, activation=activation, residual=res,
+               out_dtype=out_dtype)  # fmt: skip
+    return y.reshape(n, p, q, k)
 
 
 # ---------------------------------------------------------------------------------------
@@ -420,6 +475,7 @@ def conv2d(
     activation=None,
     residual=None,
     out_dtype=None,
+    kernel=None,
 ):
     """2-D convolution of NHWC `x` with HWIO `w` and a fused epilogue, on jaxgemm's kernels.
 
@@ -428,7 +484,8 @@ def conv2d(
     dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=groups)`, accumulated
     in float32 (exact float32 for float32 inputs; tensor cores for 16-bit inputs). Its
     gradient runs the fused bias/activation backward kernel, then jaxgemm's data-gradient
-    and weight-gradient convolution kernels.
+    and weight-gradient convolution kernels. Unpadded 1x1 convolutions with groups=1 run
+    as one GEMM (`jaxgemm.matmul`) on the strided pixels, gradients included.
 
     Args:
       x: (N, H, W, C) input.
@@ -441,6 +498,10 @@ def conv2d(
         "gelu_exact", "silu", "sigmoid" or "tanh".
       residual: added after the activation; broadcastable to the output (N, P, Q, K).
       out_dtype: result dtype; defaults to the promoted input dtype.
+      kernel: for tests and tuning, the CUDA kernel family of the forward convolution
+        (and of the stride-1 data gradient, which runs on it): None lets the heuristic
+        pick, "sm80" avoids the Hopper kernel, "sm90" requires it. A family forced here
+        also keeps 1x1 convolutions on the conv kernels instead of the GEMM.
 
     Returns:
       (N, P, Q, K) output.
@@ -472,7 +533,9 @@ def conv2d(
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     pads = _padding(padding, (h, wd), (r, s), stride, dilation)
     kernel_dtype = _kernel_out_dtype(dtype, out_dtype)
-    config = ConvConfig(stride, pads, dilation, groups, activation, kernel_dtype)
+    if kernel not in _CONV_KERNELS:
+        raise ValueError(f"jaxgemm.conv2d: kernel must be None, 'sm80' or 'sm90', got {kernel!r}")
+    config = ConvConfig(stride, pads, dilation, groups, activation, kernel_dtype, kernel)
     out_shape = (n, *config.output_hw((h, wd), (r, s)), k)
     if bias is not None:
         bias = jnp.asarray(bias)
@@ -493,6 +556,8 @@ def conv2d(
     if not _nonempty(out_shape):
         return jnp.zeros(out_shape, out_dtype)
     x, w = x.astype(dtype), w.astype(dtype)
+    if kernel is None and r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)):
+        return _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype)
     if dtype != jnp.float32 and groups == 1 and c % 8 and k % 8 == 0:
         # First layers (C = 3, 4): zero channels up to a multiple of 8 put the conv on the
         # tensor-core kernel (16-byte chunks) instead of SIMT; their gradients are sliced off.

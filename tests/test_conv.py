@@ -61,8 +61,10 @@ def _inputs(rng, n, h, w, c, k, r, s, groups, dtype):
     return x, wt.astype(dtype)
 
 
-def _check(shape, conv_kw, dtype=jnp.float32, act=None, with_bias=True, with_residual=False, grads=True, seed=0):
-    """Forward and (optionally) gradients of every input against the reference."""
+def _check(shape, conv_kw, dtype=jnp.float32, act=None, with_bias=True, with_residual=False, grads=True, seed=0,
+           kernel=None, out_dtype=None):
+    """Forward and (optionally) gradients of every input against the reference; `kernel`
+    forces a CUDA kernel family (ignored on CPU)."""
     n, h, w, c, k, r, s = shape
     rng = np.random.default_rng(seed)
     groups = conv_kw.get("groups", 1)
@@ -72,10 +74,10 @@ def _check(shape, conv_kw, dtype=jnp.float32, act=None, with_bias=True, with_res
     residual = random(rng, ref_y.shape, dtype) if with_residual else None
     if residual is not None:
         ref_y = ref_y + jnp.asarray(residual, jnp.float32)
-    ours = functools.partial(jaxgemm.conv2d, activation=act, **conv_kw)
+    ours = functools.partial(jaxgemm.conv2d, activation=act, kernel=kernel, out_dtype=out_dtype, **conv_kw)
     y = jax.jit(lambda x, wt, b, res: ours(x, wt, bias=b, residual=res))(x, wt, bias, residual)
     tol = TOLERANCE[jnp.dtype(dtype)]
-    assert y.dtype == jnp.dtype(dtype) and y.shape == ref_y.shape
+    assert y.dtype == jnp.dtype(out_dtype or dtype) and y.shape == ref_y.shape
     assert rel_error(y, ref_y) <= tol, rel_error(y, ref_y)
     if not grads or y.size == 0:
         return
@@ -144,6 +146,51 @@ def test_grads_with_epilogue(act, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_first_layer_c3_half(dtype):
     _check((2, 15, 14, 3, 8, 7, 7), dict(stride=2), dtype, "relu", seed=5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("stride", [1, 2, (2, 3)])
+@pytest.mark.parametrize("epilogue", ["none", "bias_act_residual"])
+def test_1x1_runs_as_gemm(dtype, stride, epilogue):
+    """Unpadded 1x1 convolutions (groups=1) take jaxgemm.matmul; values and every
+    gradient still match lax, strided ones included (dx is zero at skipped pixels)."""
+    fused = epilogue != "none"
+    for padding in ("SAME", "VALID"):
+        _check((2, 7, 9, 12, 16, 1, 1), dict(stride=stride, padding=padding), dtype, "gelu" if fused else None,
+               with_bias=fused, with_residual=fused, seed=11)  # fmt: skip
+    x = jnp.ones((2, 7, 9, 12), dtype)
+    w = jnp.ones((1, 1, 12, 16), dtype)
+    text = str(jax.make_jaxpr(jax.grad(lambda x: jaxgemm.conv2d(x, w, stride=stride).astype(jnp.float32).sum()))(x))
+    assert "jaxgemm_gemm" in text and "jaxgemm_conv2d" not in text
+
+
+def test_1x1_with_padding_or_groups_stays_on_conv():
+    x, w = jnp.ones((1, 5, 5, 4), jnp.float32), jnp.ones((1, 1, 4, 4), jnp.float32)
+    for kw in (dict(padding=1), dict(groups=2)):
+        wk = w[:, :, : 4 // kw.get("groups", 1)]
+        assert "jaxgemm_conv2d" in str(jax.make_jaxpr(lambda x: jaxgemm.conv2d(x, wk, **kw))(x))
+
+
+STRIDE1_DGRAD = [
+    ((2, 9, 8, 16, 24, 3, 3), dict()),
+    ((2, 9, 8, 16, 8, 3, 3), dict(padding="VALID")),
+    ((1, 10, 11, 8, 16, 3, 2), dict(dilation=(2, 3), padding=((3, 0), (1, 4)))),
+    ((2, 12, 11, 8, 16, 5, 5), dict(padding=((-1, 2), (0, 1)))),
+    ((1, 8, 8, 8, 8, 1, 1), dict(padding=1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("shape,conv_kw", STRIDE1_DGRAD, ids=[f"{s}-{k}" for s, k in STRIDE1_DGRAD])
+def test_stride1_dgrad_runs_as_fprop(shape, conv_kw, dtype):
+    """16-bit stride-1 dgrad is the forward conv of dy with flipped, (C, K)-swapped filters
+    and complementary padding: gradients match lax, and no dgrad kernel runs."""
+    _check(shape, conv_kw, dtype, "relu", with_residual=True, seed=17)
+    n, h, w, c, k, r, s = shape
+    x, wt = jnp.ones((n, h, w, c), dtype), jnp.ones((r, s, c, k), dtype)
+    loss = lambda x: jaxgemm.conv2d(x, wt, **conv_kw).astype(jnp.float32).sum()
+    text = str(jax.make_jaxpr(jax.grad(loss))(x))
+    assert "jaxgemm_conv2d_dgrad" not in text and text.count("jaxgemm_conv2d[") >= 2
 
 
 def test_out_dtype():
@@ -268,6 +315,73 @@ def test_gpu_wgrad_split(dtype):
     for split in (None, 1, 5, 300):
         dw = conv2d_wgrad(x, dy, config, (3, 3), split=split)
         assert rel_error(dw, ref) <= TOLERANCE[jnp.dtype(dtype)], split
+
+
+def test_kernel_family_argument():
+    # CPU ignores the family (the CUDA handler honours it); unknown names are errors.
+    rng = np.random.default_rng(12)
+    x, w = _inputs(rng, 2, 6, 7, 8, 8, 3, 3, 1, jnp.float32)
+    for kernel in ("sm80", "sm90") if jax.default_backend() == "cpu" else ("sm80",):
+        assert rel_error(jaxgemm.conv2d(x, w, kernel=kernel, stride=2), _reference(x, w, stride=2)) <= 1e-5
+    with pytest.raises(ValueError, match="kernel"):
+        jaxgemm.conv2d(x, w, kernel="simt")
+
+
+# sm90 (TMA im2col + wgmma) fprop, forced: channel blocks of 64 with zero-filled tails
+# (C = 8, 72), K not a multiple of the 128 / 256 tiles, M not a multiple of 128, the pixel
+# walk crossing rows and images, strides, dilation, SAME / VALID / asymmetric padding.
+SM90_CASES = [
+    ((2, 17, 19, 64, 64, 3, 3), dict()),
+    ((2, 30, 29, 72, 128, 3, 3), dict(stride=2)),
+    ((2, 20, 21, 256, 200, 3, 3), dict(dilation=2, padding="VALID")),
+    ((3, 21, 22, 8, 64, 3, 3), dict(stride=(2, 1), padding=((2, 1), (0, 2)))),
+    ((2, 13, 11, 64, 128, 3, 3), dict(stride=2, dilation=2, padding="SAME")),
+    ((1, 12, 12, 128, 64, 3, 5), dict(stride=(1, 2), dilation=(2, 1), padding=((3, 0), (1, 4)))),
+    ((2, 16, 15, 64, 128, 1, 1), dict(padding=1)),  # padded 1x1: stays a conv
+    ((2, 30, 30, 3, 64, 7, 7), dict(stride=2)),  # first layer: C = 3 padded to 8
+    ((4, 14, 14, 256, 256, 3, 3), dict()),  # wide K: the cooperative 128 x 256 tile
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("shape,conv_kw", SM90_CASES, ids=[f"{s}-{k}" for s, k in SM90_CASES])
+def test_gpu_sm90_fprop(shape, conv_kw, dtype):
+    if jaxgemm._ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    _check(shape, conv_kw, dtype, "relu", with_residual=True, grads=False, seed=13, kernel="sm90")
+    _check(shape, conv_kw, dtype, "gelu", with_bias=False, grads=False, seed=14, kernel="sm90", out_dtype=jnp.float32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_gpu_sm90_matches_sm80_and_grads(dtype):
+    if jaxgemm._ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    rng = np.random.default_rng(15)
+    x, w = _inputs(rng, 4, 28, 28, 128, 128, 3, 3, 1, dtype)
+    bias = random(rng, (128,), dtype)
+    run = lambda kernel: jax.jit(lambda x, w, b: jaxgemm.conv2d(x, w, bias=b, activation="silu", kernel=kernel))
+    y90, y80 = run("sm90")(x, w, bias), run("sm80")(x, w, bias)
+    ref = _reference(x, w, bias=bias, activation="silu")
+    tol = TOLERANCE[jnp.dtype(dtype)]
+    assert rel_error(y90, ref) <= tol and rel_error(y80, ref) <= tol
+    assert rel_error(y90, np.asarray(y80, np.float64)) <= tol
+    _check((2, 15, 16, 64, 64, 3, 3), dict(stride=2), dtype, "relu", with_residual=True, seed=16, kernel="sm90")
+    # Stride 1: dgrad is a forward conv too, forced onto sm90 with the forward.
+    _check((2, 15, 16, 64, 72, 3, 3), dict(padding=((2, 0), (1, 1))), dtype, "relu", seed=18, kernel="sm90")
+
+
+@pytest.mark.gpu
+def test_gpu_sm90_refuses_what_it_cannot_take():
+    if jaxgemm._ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    x, w = jnp.ones((1, 8, 8, 16), jnp.float32), jnp.ones((3, 3, 16, 16), jnp.float32)
+    with pytest.raises(Exception, match="sm90"):
+        jax.block_until_ready(jaxgemm.conv2d(x, w, kernel="sm90"))  # float32: no sm90 kernel
+    x, w = x.astype(jnp.bfloat16), jnp.ones((3, 3, 8, 16), jnp.bfloat16)
+    with pytest.raises(Exception, match="sm90"):
+        jax.block_until_ready(jaxgemm.conv2d(x, w, groups=2, kernel="sm90"))
 
 
 def _cuda_include_dir():

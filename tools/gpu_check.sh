@@ -40,6 +40,10 @@ sm90='_ZN7jaxgemm14Sm90GemmKernelINS_10Sm90PolicyILi128ELb1EEE13__nv_bfloat16S3_
 cuobjdump -sass -fun "$sm90" "$so" >"$out/sm90.sass" 2>&1
 sass_line="$sass_line
 sm90 SASS (pingpong 128x128 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90.sass")"
+# The conv fprop instance of the same kernel (pingpong bf16), found by name pattern.
+cuobjdump -sass "$so" | awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90ConvFpropLoads/ && /Sm90PolicyILi128ELb1E/ && /nv_bfloat16S3_/} f' >"$out/sm90_conv.sass" 2>&1
+sass_line="$sass_line
+sm90 conv fprop SASS (pingpong bf16): HGMMA=$(grep -c HGMMA "$out/sm90_conv.sass") UTMALDG.IM2COL=$(grep -c 'UTMALDG.4D.IM2COL' "$out/sm90_conv.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_conv.sass")"
 
 $py -m jaxgemm.bench --suite "$suite" --json "$out/bench.json" >"$out/bench.txt" 2>"$out/bench.err"
 bench_rc=$?

@@ -1,4 +1,4 @@
-// Hopper (sm_90 / sm_90a) PTX wrappers, one instruction each: mbarriers, TMA tile loads,
+// Hopper (sm_90 / sm_90a) PTX wrappers, one instruction each: mbarriers, TMA tile and im2col loads,
 // wgmma synchronization, setmaxnreg, and the wgmma shared-memory matrix descriptor.
 // Only meaningful in device code compiled for sm_90a; callers guard with JG_SM90_ENABLED.
 #pragma once
@@ -160,6 +160,18 @@ __device__ __forceinline__ void BulkWaitGroupAll() { asm volatile("cp.async.bulk
 
 // Makes this thread's ordinary shared-memory writes visible to the async proxy (TMA).
 __device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// TMA im2col mode on a 4-D (C, W, H, N) map: the box's pixel walk starts at (w, h, n) and
+// each visited position reads channels [c, c + channelsPerPixel) of the pixel shifted by
+// (off_w, off_h), zeros outside the tensor (gemm/sm90_tensor_map.h has the walk).
+__device__ __forceinline__ void TmaLoadIm2col4d(void* smem, const CUtensorMap* map, uint64_t* bar, int c, int w,
+                                                int h, int n, uint16_t off_w, uint16_t off_h) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6], {%7, %8};\n" ::"r"(SharedAddress(smem)),
+      "l"(map), "r"(c), "r"(w), "r"(h), "r"(n), "r"(SharedAddress(bar)), "h"(off_w), "h"(off_h)
+      : "memory");
+}
 
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");

@@ -7,6 +7,7 @@
 
 #include "conv/implicit_gemm.h"
 #include "conv/launch.h"
+#include "conv/sm90_conv.h"
 
 namespace jaxgemm {
 namespace {
@@ -48,7 +49,7 @@ cudaError_t LaunchAll(const ConvProblem& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, std::string* unsupported) {
+cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fprop_family, std::string* unsupported) {
   const ConvGemm g = MakeConvGemm(p);
   if (g.m == 0 || g.n == 0) return cudaSuccess;  // nothing to write (K == 0 still writes the epilogue)
   if (!ConvFitsInt32(p)) {
@@ -58,6 +59,26 @@ cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, std::string* unsu
   if (p.groups * p.split > 65535) {  // one grid row per (group, split) slab
     *unsupported = "groups * wgrad split > 65535";
     return cudaErrorInvalidValue;
+  }
+  if (p.kind == ConvKind::kFprop && fprop_family != KernelFamily::kSm80) {
+    // sm90 on Hopper (sm_90a code runs on compute capability 9.0 only) when TMA can gather x.
+    const bool sm90_ok = CurrentDeviceComputeCapability() == 90 && Sm90ConvSupports(p);
+    const bool forced = fprop_family == KernelFamily::kSm90;
+    if (forced && !sm90_ok) {
+      *unsupported = "the sm90 conv kernel cannot take this problem or device";
+      return cudaErrorInvalidValue;
+    }
+    if (sm90_ok && (forced || Sm90ConvPreferred(p))) {
+      const int sm_count = CurrentDeviceSmCount();
+      bool encoded = false;
+      const cudaError_t status = RunSm90ConvFprop(p, sm_count > 0 ? sm_count : 132, stream, &encoded);
+      if (encoded) return status;
+      if (forced) {
+        *unsupported = "the driver rejected the sm90 conv's tensor maps";
+        return cudaErrorInvalidValue;
+      }
+      // The heuristic's choice: fall back to the sm80 kernel below.
+    }
   }
   using E = ElementType;
   if (p.in_type == E::kF32 && p.out_type == E::kF32) return LaunchAll<float, float>(p, stream);

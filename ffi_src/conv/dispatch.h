@@ -1,15 +1,18 @@
-// Picks a conv kernel (sm80 tensor cores or SIMT) for a ConvProblem and launches it.
+// Picks a conv kernel (sm90 TMA im2col + wgmma, sm80 tensor cores or SIMT) for a
+// ConvProblem and launches it.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <string>
 
 #include "conv/problem.h"
+#include "gemm/dispatch.h"
 
 namespace jaxgemm {
 
 // Returns a CUDA status; *unsupported is set (and cudaErrorInvalidValue returned) when no
-// kernel takes the problem.
-cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, std::string* unsupported);
+// kernel takes the problem. `fprop_family` steers fprop only: kAuto lets the heuristic
+// choose, kSm80 keeps it off sm90, kSm90 requires sm90 (an error where it cannot run).
+cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fprop_family, std::string* unsupported);
 
 }  // namespace jaxgemm

@@ -5,7 +5,9 @@
 //                   out = dx (N,H,W,C) in the input dtype.
 //   kind 2 (wgrad): a = x (N,H,W,C), b = dy (N,P,Q,K), out = fp32 partials (S',R,S,C/G,K)
 //                   summed by the caller.
-// Attributes: the forward convolution's strides, top/left padding, dilations and groups.
+// Attributes: the forward convolution's strides, top/left padding, dilations and groups;
+// `kernel` picks the CUDA fprop kernel (KernelFamily ids: 0 heuristic, 2 never sm90,
+// 3 sm90 or an error); the other kinds and the CPU handler ignore it.
 #pragma once
 #include <string>
 #include <utility>
@@ -18,6 +20,7 @@ namespace jaxgemm {
 struct ConvAttrs {
   int64_t kind = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
   int64_t activation = 0;
+  int64_t kernel = 0;
 };
 
 template <class Binding>
@@ -36,7 +39,8 @@ auto BindConvCall(Binding binding) {
       .template Attr<int64_t>("dil_h")
       .template Attr<int64_t>("dil_w")
       .template Attr<int64_t>("groups")
-      .template Attr<int64_t>("activation");
+      .template Attr<int64_t>("activation")
+      .template Attr<int64_t>("kernel");
 }
 
 inline ffi::ErrorOr<ConvProblem> DecodeConv(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
@@ -56,6 +60,7 @@ inline ffi::ErrorOr<ConvProblem> DecodeConv(const ffi::AnyBuffer& a, const ffi::
     return fail("strides, dilations and groups must be >= 1");
   }
   if (!IsActivation(static_cast<int>(attrs.activation))) return fail("unknown activation id");
+  if (attrs.kernel != 0 && attrs.kernel != 2 && attrs.kernel != 3) return fail("unknown kernel family id");
   if (a.element_type() != b.element_type() || !ToElementType(a.element_type(), &p.in_type)) {
     return fail("a and b need one dtype of float32, float16, bfloat16");
   }

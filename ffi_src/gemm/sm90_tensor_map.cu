@@ -5,18 +5,31 @@
 namespace jaxgemm {
 namespace {
 
+// A driver entry point by name (12.0 ABI), or null.
+void* DriverFunction(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    return nullptr;
+  }
+  return fn;
+}
+
 PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      return PFN_cuTensorMapEncodeTiled_v12000(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
+  static const auto encoder =
+      reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(DriverFunction("cuTensorMapEncodeTiled"));
   return encoder;
+}
+
+PFN_cuTensorMapEncodeIm2col_v12000 Im2colMapEncoder() {
+  static const auto encoder =
+      reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(DriverFunction("cuTensorMapEncodeIm2col"));
+  return encoder;
+}
+
+CUtensorMapDataType TmaDataType(ElementType t) {
+  return t == ElementType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
 
 }  // namespace
@@ -24,8 +37,7 @@ PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
 cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
   if (!encode) return cudaErrorNotSupported;
-  const CUtensorMapDataType type =
-      m.type == ElementType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = TmaDataType(m.type);
   const cuuint32_t rank = m.batch > 1 ? 3 : 2;
   const cuuint64_t dims[3] = {cuuint64_t(m.cols), cuuint64_t(m.rows), cuuint64_t(m.batch)};
   // Strides of dims 1.. in bytes (dim 0 is contiguous).
@@ -33,6 +45,21 @@ cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int
   const cuuint32_t box[3] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r = encode(map, type, rank, const_cast<void*>(m.base), dims, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+cudaError_t EncodeIm2colTmaMap(CUtensorMap* map, const TmaIm2col& t) {
+  const PFN_cuTensorMapEncodeIm2col_v12000 encode = Im2colMapEncoder();
+  if (!encode) return cudaErrorNotSupported;
+  // Every array lists dims innermost first: (C, W, H, N); corners and offsets (W, H).
+  const cuuint64_t dims[4] = {cuuint64_t(t.c), cuuint64_t(t.w), cuuint64_t(t.h), cuuint64_t(t.n)};
+  const cuuint64_t strides[3] = {cuuint64_t(t.c) * 2, cuuint64_t(t.c * t.w) * 2, cuuint64_t(t.c * t.w * t.h) * 2};
+  const int lower[2] = {t.lower_w, t.lower_h}, upper[2] = {t.upper_w, t.upper_h};
+  const cuuint32_t element_strides[4] = {1, cuuint32_t(t.stride_w), cuuint32_t(t.stride_h), 1};
+  const CUresult r = encode(map, TmaDataType(t.type), 4, const_cast<void*>(t.base), dims, strides, lower, upper,
+                            cuuint32_t(t.channels), cuuint32_t(t.pixels), element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;

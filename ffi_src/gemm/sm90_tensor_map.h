@@ -25,4 +25,23 @@ struct TmaMatrix {
 // cudaErrorInvalidValue when the driver rejects the geometry.
 cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int box_rows);
 
+// An NHWC tensor of 16-bit elements read in TMA im2col mode. One load walks `pixels`
+// positions, w fastest, then h, then n, stepping by the traversal strides through the
+// bounding box [lower, dim - 1 + upper] of each spatial dim (wrapping to its lower corner
+// and the next row / image at the upper one), and reads `channels` channels of the pixel
+// at each position plus the load's (w, h) offsets: one output pixel's filter tap per row of
+// the box. Pixels or channels outside the tensor read as zeros. Corners must lie in
+// [-128, 127] (4-D maps), strides in [1, 8], channels * 2 bytes <= 128 (the swizzle span).
+struct TmaIm2col {
+  const void* base;
+  ElementType type;
+  int64_t n, h, w, c;
+  int lower_h, lower_w, upper_h, upper_w;
+  int stride_h, stride_w;
+  int channels, pixels;
+};
+
+// The im2col map, 128-byte swizzled rows of `channels` elements (one per pixel).
+cudaError_t EncodeIm2colTmaMap(CUtensorMap* map, const TmaIm2col& t);
+
 }  // namespace jaxgemm

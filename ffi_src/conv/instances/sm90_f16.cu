@@ -1,0 +1,11 @@
+// sm90 (TMA im2col + wgmma) conv fprop instantiations for f16 inputs.
+#include "conv/sm90_conv_launch.cuh"
+
+namespace jaxgemm {
+
+template cudaError_t LaunchSm90ConvFprop<__half, __half>(const Sm90ConvFpropLoads&, const GemmProblem&, int, int,
+                                                         cudaStream_t);
+template cudaError_t LaunchSm90ConvFprop<__half, float>(const Sm90ConvFpropLoads&, const GemmProblem&, int, int,
+                                                        cudaStream_t);
+
+}  // namespace jaxgemm

@@ -1,0 +1,99 @@
+#include "conv/sm90_conv.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "conv/sm90_conv_loads.cuh"
+#include "gemm/dispatch.h"
+#include "gemm/sm90_tensor_map.h"
+
+namespace jaxgemm {
+namespace {
+
+// The im2col bounding box of one spatial dim: starts at -pad (the first output pixel's
+// window), and is (P - 1) * stride + 1 long, so the walk visits exactly P positions per
+// row before it wraps (the upper corner is relative to the last input pixel).
+struct BoxCorners {
+  int64_t lower, upper;
+};
+
+BoxCorners Corners(int64_t size, int64_t out, int64_t stride, int64_t pad) {
+  return {-pad, (out - 1) * stride + 1 - size - pad};
+}
+
+bool InCornerRange(int64_t v) { return v >= -128 && v <= 127; }
+
+int64_t ChannelBlocks(const ConvProblem& p) { return (p.c + 63) / 64; }
+
+}  // namespace
+
+bool Sm90ConvSupports(const ConvProblem& p) {
+  if (p.kind != ConvKind::kFprop || p.in_type == ElementType::kF32 || p.groups != 1) return false;
+  if (p.c <= 0 || p.c % 8 != 0 || p.k % 8 != 0 || p.p < 1 || p.q < 1) return false;
+  if (reinterpret_cast<uintptr_t>(p.a) % 16 != 0 || reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
+  const int64_t lim = int64_t{1} << 30;
+  if (p.n * p.p * p.q >= lim || p.n * p.h * p.w >= lim || p.k >= lim || p.r * p.s * ChannelBlocks(p) * 64 >= lim) {
+    return false;
+  }
+  if (p.stride_h > 8 || p.stride_w > 8) return false;
+  // Filter offsets (unsigned 16-bit in the instruction) kept within the corners' range.
+  if ((p.r - 1) * p.dil_h > 127 || (p.s - 1) * p.dil_w > 127) return false;
+  const BoxCorners h = Corners(p.h, p.p, p.stride_h, p.pad_h), w = Corners(p.w, p.q, p.stride_w, p.pad_w);
+  return InCornerRange(h.lower) && InCornerRange(h.upper) && InCornerRange(w.lower) && InCornerRange(w.upper);
+}
+
+bool Sm90ConvPreferred(const ConvProblem& p) { return p.c >= 32; }
+
+cudaError_t RunSm90ConvFprop(const ConvProblem& c, int sm_count, cudaStream_t stream, bool* encoded) {
+  *encoded = false;
+  const int64_t c_blocks = ChannelBlocks(c);
+  GemmProblem p;
+  p.m = c.n * c.p * c.q;
+  p.n = c.k;
+  p.k = c.r * c.s * c_blocks * 64;
+  p.lda = c.c;
+  p.ldb = c.k;
+  p.ldd = c.k;
+  p.in_type = c.in_type;
+  p.out_type = c.out_type;
+  p.a = c.a;
+  p.b = c.b;
+  p.d = c.out;
+  p.epilogue = c.epilogue;
+
+  Sm90ConvFpropLoads loads;
+  const BoxCorners h = Corners(c.h, c.p, c.stride_h, c.pad_h), w = Corners(c.w, c.q, c.stride_w, c.pad_w);
+  TmaIm2col x{c.a, c.in_type, c.n, c.h, c.w, c.c, int(h.lower), int(w.lower), int(h.upper), int(w.upper),
+              int(c.stride_h), int(c.stride_w), 64, 128};
+  cudaError_t status = EncodeIm2colTmaMap(&loads.x, x);
+  if (status != cudaSuccess) return status;
+  // w (R, S, C, K) as R*S matrices of C rows x K columns.
+  TmaMatrix wm{c.b, c.in_type, c.k, c.c, c.k};
+  if (c.r * c.s > 1) wm.batch = c.r * c.s, wm.batch_stride = c.c * c.k;
+  status = EncodeTmaMap(&loads.w, wm, 64, 64);
+  if (status != cudaSuccess) return status;
+  *encoded = true;
+  loads.w_3d = c.r * c.s > 1;
+  loads.div_pq = FastDivmod(static_cast<int32_t>(c.p * c.q));
+  loads.div_q = FastDivmod(static_cast<int32_t>(c.q));
+  loads.stride_h = int32_t(c.stride_h), loads.stride_w = int32_t(c.stride_w);
+  loads.pad_h = int32_t(c.pad_h), loads.pad_w = int32_t(c.pad_w);
+  loads.dil_h = int32_t(c.dil_h), loads.dil_w = int32_t(c.dil_w);
+  loads.s = int32_t(c.s);
+  loads.c_blocks = int32_t(c_blocks);
+
+  // The conv loads do not multicast: the GEMM's cluster schedule becomes its 128 x 256 tile.
+  const int tile_n = ChooseSm90Tile(p, sm_count).n;
+  using E = ElementType;
+  if (c.in_type == E::kBF16 && c.out_type == E::kBF16)
+    return LaunchSm90ConvFprop<__nv_bfloat16, __nv_bfloat16>(loads, p, tile_n, sm_count, stream);
+  if (c.in_type == E::kBF16 && c.out_type == E::kF32)
+    return LaunchSm90ConvFprop<__nv_bfloat16, float>(loads, p, tile_n, sm_count, stream);
+  if (c.in_type == E::kF16 && c.out_type == E::kF16)
+    return LaunchSm90ConvFprop<__half, __half>(loads, p, tile_n, sm_count, stream);
+  if (c.in_type == E::kF16 && c.out_type == E::kF32)
+    return LaunchSm90ConvFprop<__half, float>(loads, p, tile_n, sm_count, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace jaxgemm

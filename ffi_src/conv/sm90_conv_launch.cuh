@@ -1,0 +1,22 @@
+// The sm90 conv fprop launcher, included by conv/instances/sm90_*.cu only (each include
+// compiles the kernels).
+#pragma once
+#include "conv/sm90_conv.h"
+#include "conv/sm90_conv_loads.cuh"
+
+namespace jaxgemm {
+
+// Launches the conv as the persistent sm90 kernel: `p` is the GEMM the consumers see
+// (m = N*P*Q, n = K, k = R*S*ceil(C/64)*64, D = y with pitch K and the conv's epilogue).
+// tile_n 256: cooperative 128 x 256; 128: pingpong 128 x 128.
+template <class TIn, class TOut>
+cudaError_t LaunchSm90ConvFprop(const Sm90ConvFpropLoads& loads, const GemmProblem& p, int tile_n, int sm_count,
+                                cudaStream_t stream) {
+  if (tile_n == 256) return LaunchSm90Kernel<Sm90Policy<256>, TIn, TOut, false, false>(loads, p, sm_count, stream);
+  if (tile_n == 128) {
+    return LaunchSm90Kernel<Sm90Policy<128, true>, TIn, TOut, false, false>(loads, p, sm_count, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace jaxgemm

@@ -1,0 +1,93 @@
+// Implicit-GEMM fprop on the sm90 GEMM kernel: operand loads for Sm90GemmKernel whose A
+// tiles are im2col gathers of x made by TMA itself, so the consumers (wgmma + epilogue) run
+// unchanged on y = [N*P*Q, K] row-major.
+//
+// GEMM k runs over (filter tap r * S + s, 64-channel block): one k-tile is one tap times
+// 64 channels, k = R * S * ceil(C / 64) * 64.
+//   A (K-major, 128 x 64): one im2col load, 128 output pixels from the tile's first row
+//     (the walk crosses rows and images), the tap as the (w, h) offset, channels >= C and
+//     pixels in the padding read as zeros.
+//   B (MN-major, 64 x kBN): w as a (K, C, R*S) tiled map, 64 x 64 boxes like the GEMM's
+//     NN layout; channels >= C read as zeros, so padded k-tiles add nothing.
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "common/ptx_sm90.cuh"
+#include "conv/fast_divmod.h"
+#include "gemm/problem.h"
+#include "gemm/sm90_kernel.cuh"
+
+namespace jaxgemm {
+
+struct Sm90ConvFpropLoads {
+  CUtensorMap x;  // im2col over (C, W, H, N): 128 pixels x 64 channels per load
+  CUtensorMap w;  // tiled over (K, C, R*S), or (K, C) when R*S = 1
+  FastDivmod div_pq, div_q;  // output pixel (n, p, q) of a GEMM row
+  int32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  int32_t s;         // filter width
+  int32_t c_blocks;  // ceil(C / 64) k-tiles per tap
+  bool w_3d;
+
+  __device__ __forceinline__ void Prefetch() const {
+#if defined(JG_SM90_ENABLED)
+    PrefetchTensorMap(&x);
+    PrefetchTensorMap(&w);
+#endif
+  }
+
+  // Called by one thread: fills stage after stage in the consumers' tile order (the same
+  // ring walk as Sm90MatrixLoads::Produce). Only the NN layout exists for convolutions.
+  template <class P, bool kTransA, bool kTransB>
+  __device__ __forceinline__ void Produce(const GemmProblem& p, unsigned char* tiles_a, unsigned char* tiles_b,
+                                          uint64_t* full, uint64_t* empty) const {
+    static_assert(!kTransA && !kTransB, "conv fprop loads are K-major A and MN-major B");
+    static_assert(P::kBK == 64 && P::kBM == 128, "one load is 128 pixels x 64 channels");
+    static_assert(P::kClusterM == 1, "no multicast: one block per work item");
+#if defined(JG_SM90_ENABLED)
+    const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t t = schedule.First(); t < schedule.total; t += schedule.Step()) {
+      int64_t slab;
+      const Sm90Work work = schedule.Get(p, t, &slab);
+      // Where the walk starts: the tile's first output pixel, in padded input coordinates.
+      int image, pq, oy, ox;
+      div_pq.DivMod(static_cast<int32_t>(work.m0), &image, &pq);
+      div_q.DivMod(pq, &oy, &ox);
+      const int h0 = oy * stride_h - pad_h, w0 = ox * stride_w - pad_w;
+      const int n0 = static_cast<int>(work.n0);
+      int cb = 0, fr = 0, fs = 0;  // k-tile = (tap (fr, fs), channel block cb)
+      for (int kt = 0; kt < work.k_tiles; ++kt) {
+        MbarrierWait(&empty[stage], phase ^ 1);
+        MbarrierArriveExpectTx(&full[stage], P::kStageBytes);
+        TmaLoadIm2col4d(tiles_a + stage * P::kTileABytes, &x, &full[stage], 64 * cb, w0, h0, image,
+                        static_cast<uint16_t>(fs * dil_w), static_cast<uint16_t>(fr * dil_h));
+        unsigned char* sb = tiles_b + stage * P::kTileBBytes;
+#pragma unroll
+        for (int j = 0; j < P::kBN / 64; ++j) {
+          if (w_3d) {
+            TmaLoad3d(sb + j * P::kMnBlockBytes, &w, &full[stage], n0 + 64 * j, 64 * cb, fr * s + fs);
+          } else {
+            TmaLoad2d(sb + j * P::kMnBlockBytes, &w, &full[stage], n0 + 64 * j, 64 * cb);
+          }
+        }
+        if (++cb == c_blocks) {
+          cb = 0;
+          if (++fs == s) {
+            fs = 0;
+            ++fr;
+          }
+        }
+        if (++stage == P::kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+#endif
+  }
+};
+
+}  // namespace jaxgemm
