@@ -8,7 +8,7 @@ from jaxgemm.bench import time_ms
 from jaxgemm.gemm import GemmConfig, _gemm
 
 SHAPES = [(8192, 8192, 8192), (4096, 8192, 4096), (4096, 4096, 4096), (2048, 2048, 2048), (16384, 4096, 14336)]
-TILES = {"coop 128x256": (128, 256), "pingpong 128x128": (128, 128)}
+TILES = {"cluster 256x256": (256, 256), "coop 128x256": (128, 256), "pingpong 128x128": (128, 128)}
 
 print(f"{'M x N x K':>18} {'XLA TF/s':>9} " + " ".join(f"{name:>17}" for name in TILES))
 for m, n, k in SHAPES:
