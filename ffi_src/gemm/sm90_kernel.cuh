@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "common/ptx_sm90.cuh"
@@ -472,13 +474,20 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   return store;
 }
 
-// Launches Sm90GemmKernel persistently: as many blocks (clusters) as fit at once, at most
-// one per work item.
+// Launches Sm90GemmKernel persistently: one block per SM (one cluster per kClusterM SMs),
+// at most one per work item.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_count, cudaStream_t stream) {
   auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads>;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes);
   if (status != cudaSuccess) return status;
+  const Sm90Store store = MakeSm90Store<TOut>(p);
+  const int64_t items = Sm90Schedule<P>::For(p).total;
+  if constexpr (P::kClusterM == 1) {
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, std::max(sm_count, 1)));
+    kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(loads, p, store);
+    return cudaGetLastError();
+  }
   cudaLaunchConfig_t config = {};
   config.blockDim = dim3(P::kThreads);
   config.dynamicSmemBytes = P::kSmemBytes;
@@ -490,19 +499,17 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   cluster[0].val.clusterDim.z = 1;
   config.attrs = cluster;
   config.numAttrs = 1;
-  // Clusters must sit in one GPC, so fewer than sm_count / 2 pairs may fit: ask once.
-  static std::atomic<int> resident_clusters{0};
-  int resident = P::kClusterM == 1 ? std::max(sm_count, 1) : resident_clusters.load(std::memory_order_relaxed);
-  if (resident == 0) {
-    config.gridDim = dim3(P::kClusterM * std::max(sm_count / P::kClusterM, 1));
-    if (cudaOccupancyMaxActiveClusters(&resident, kernel, &config) != cudaSuccess || resident <= 0) {
-      (void)cudaGetLastError();  // clear it; fall back to the SM count
-      resident = std::max(sm_count / P::kClusterM, 1);
-    }
-    resident_clusters.store(resident, std::memory_order_relaxed);
+  const int clusters = std::max(sm_count / P::kClusterM, 1);
+  static std::atomic<bool> reported{false};
+  if (std::getenv("JAXGEMM_VERBOSE") && !reported.exchange(true)) {
+    int resident = 0;
+    config.gridDim = dim3(P::kClusterM * clusters);
+    const cudaError_t query = cudaOccupancyMaxActiveClusters(&resident, kernel, &config);
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "jaxgemm: sm90 %d-block clusters: %d resident (query: %s), launching up to %d\n",
+                 P::kClusterM, resident, cudaGetErrorString(query), clusters);
   }
-  const int64_t items = Sm90Schedule<P>::For(p).total;
-  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(items, resident) * P::kClusterM));
+  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(items, clusters) * P::kClusterM));
   status = cudaLaunchKernelEx(&config, kernel, loads, p, MakeSm90Store<TOut>(p));
   return status != cudaSuccess ? status : cudaGetLastError();
 }
