@@ -230,6 +230,7 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, const floa
   for (int c = 0; c < P::kMmaM * kColBlocks; ++c) {
     const int mi = c / kColBlocks, nb = c % kColBlocks;
     unsigned char* box = boxes + (c % 2) * P::kOutBoxBytes;
+    const uint32_t box_address = SharedAddress(box);
     if (tid == 0) BulkWaitGroupRead<1>();  // the store that last read this box is done with it
     NamedBarrierSync(1 + wg, 128);
 #pragma unroll
@@ -238,8 +239,8 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, const floa
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = warp * 16 + lane / 4 + 8 * h;
-        *reinterpret_cast<uint32_t*>(box + r * 128 + ((u ^ (r % 8)) * 16) + 4 * (lane % 4)) =
-            PackPair<TOut>(alpha * acc[mi][4 * j + 2 * h], alpha * acc[mi][4 * j + 2 * h + 1]);
+        StoreShared32(box_address + r * 128 + ((u ^ (r % 8)) * 16) + 4 * (lane % 4),
+                      PackPair<TOut>(alpha * acc[mi][4 * j + 2 * h], alpha * acc[mi][4 * j + 2 * h + 1]));
       }
     }
     FenceProxyAsyncShared();
