@@ -111,24 +111,26 @@ int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count) {
 }
 
 // A wave model: the busiest SM's (cluster's) work items times each item's tile area, over
-// the schedule's measured relative speed (NOTES.md: cooperative tiles beat pingpong once
-// the epilogue is a TMA store; clusters save L2 traffic). A cluster covers two tiles at
-// once, and only about half the SMs' worth of clusters are resident.
+// the schedule's measured relative speed (NOTES.md, sm90 v4: with the TMA-store epilogue
+// the cooperative tiles beat pingpong, and 2-block clusters, which cut L2 traffic, win
+// by ~1-2% once there are several waves; in a single wave they measured 4% slower). A
+// cluster covers two tiles at once, and half the SMs' worth of clusters are resident.
 Sm90Tile ChooseSm90Tile(const GemmProblem& p, int sm_count) {
   struct Candidate {
     Sm90Tile tile;
     int tile_area, blocks;
-    double speed;
+    double speed, single_wave_speed;
   };
-  constexpr Candidate kCandidates[] = {
-      {{256, 256}, 128 * 256, 2, 1.00}, {{128, 256}, 128 * 256, 1, 0.97}, {{128, 128}, 128 * 128, 1, 0.94}};
+  constexpr Candidate kCandidates[] = {{{256, 256}, 128 * 256, 2, 1.00, 0.96},
+                                       {{128, 256}, 128 * 256, 1, 0.99, 0.99},
+                                       {{128, 128}, 128 * 128, 1, 0.96, 0.99}};
   const double slabs = double(p.batch.count) * double(p.split_k);
   Sm90Tile best{128, 128};
   double best_cost = 0;
   for (const Candidate& c : kCandidates) {
     const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;
-    const double resident = std::max(1, sm_count / c.blocks);
-    const double cost = std::ceil(items / resident) * c.tile_area / c.speed;
+    const double waves = std::ceil(items / std::max(1, sm_count / c.blocks));
+    const double cost = waves * c.tile_area / (waves > 1 ? c.speed : c.single_wave_speed);
     if (best_cost == 0 || cost < best_cost) {
       best_cost = cost;
       best = c.tile;
