@@ -36,12 +36,13 @@ so=$($py -c "import glob, os, jaxgemm; print(glob.glob(os.path.join(os.path.dirn
 flagship='_ZN7jaxgemm14SimtGemmKernelINS_10SimtPolicyILi128ELi128ELi16ELi0ELi3EEEffLb0ELb0ELb1EEEvNS_11GemmProblemE'
 cuobjdump -sass -fun "$flagship" "$so" >"$out/flagship.sass" 2>&1
 sass_line="flagship SASS (128x128 f32 NN): FFMA=$(grep -c FFMA "$out/flagship.sass") LDS.128=$(grep -c 'LDS.128' "$out/flagship.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/flagship.sass")"
-sm90='_ZN7jaxgemm14Sm90GemmKernelINS_10Sm90PolicyILi128ELb1EEE13__nv_bfloat16S3_Lb0ELb0ENS_15Sm90MatrixLoadsEEEvT4_NS_11GemmProblemENS_9Sm90StoreE'
-cuobjdump -sass -fun "$sm90" "$so" >"$out/sm90.sass" 2>&1
+# sm90 kernels, found by name pattern: the GEMM's clustered 128x256 bf16 NN instance.
+cuobjdump -sass "$so" >"$out/all.sass" 2>&1
+awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi256ELb0ELi2E/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90.sass"
 sass_line="$sass_line
-sm90 SASS (pingpong 128x128 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90.sass")"
+sm90 SASS (cluster 2x 128x256 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90.sass")"
 # The conv fprop instance of the same kernel (pingpong bf16), found by name pattern.
-cuobjdump -sass "$so" | awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90ConvFpropLoads/ && /Sm90PolicyILi128ELb1E/ && /nv_bfloat16S3_/} f' >"$out/sm90_conv.sass" 2>&1
+awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90ConvFpropLoads/ && /Sm90PolicyILi128ELb1E/ && /nv_bfloat16S3_/} f' "$out/all.sass" >"$out/sm90_conv.sass"
 sass_line="$sass_line
 sm90 conv fprop SASS (pingpong bf16): HGMMA=$(grep -c HGMMA "$out/sm90_conv.sass") UTMALDG.IM2COL=$(grep -c 'UTMALDG.4D.IM2COL' "$out/sm90_conv.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_conv.sass")"
 
