@@ -44,9 +44,9 @@ class ConvConfig:
     """Static attributes of a convolution (hashable: primitive parameters).
 
     stride, dilation: (h, w); padding: ((top, bottom), (left, right)); out_dtype: what the
-    forward kernel writes (the input dtype or float32); kernel: the CUDA forward kernel
-    family, for tests and tuning (None: the heuristic; "sm80": never the sm90 kernel;
-    "sm90": the sm90 kernel or an error where it cannot run)."""
+    forward kernel writes (the input dtype or float32); kernel: the CUDA kernel family of
+    fprop and wgrad, for tests and tuning (None: the heuristic; "sm80": never the sm90
+    kernels; "sm90": the sm90 kernel or an error where it cannot run)."""
 
     stride: tuple[int, int] = (1, 1)
     padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
@@ -261,9 +261,10 @@ def _wgrad_abstract_eval(x, dy, *, config, kernel_hw, split):
     return jax.core.ShapedArray((*kernel_hw, x.shape[3] // config.groups, dy.shape[3]), x.dtype)
 
 
-def _wgrad_split(m, n, k, groups, platform, forced) -> int:
-    """Chunks of N*P*Q computed in parallel: about two blocks per SM, chunks of at least
-    512 pixels, and groups * chunks within the kernels' 65535 grid rows."""
+def _wgrad_split(m, n, k, groups, platform, forced, sm90=False) -> int:
+    """Chunks of N*P*Q computed in parallel (one fp32 partial each), within the kernels'
+    65535 grid rows. sm80 / SIMT: about two blocks per SM, chunks of at least 512 pixels.
+    sm90 (`sm90`: the persistent kernel will run it): the count minimizing a cost model."""
     limit = max(1, 65535 // groups)
     if forced is not None:
         return min(max(1, int(forced)), limit)
@@ -272,15 +273,46 @@ def _wgrad_split(m, n, k, groups, platform, forced) -> int:
     sm_count = _ffi.cuda_sm_count()
     if sm_count <= 0:
         return 1
+    if sm90:
+        return _sm90_wgrad_split(m, n, k, sm_count)
     tiles = math.ceil(m / _TILE) * math.ceil(n / _TILE) * groups
     return int(max(1, min(math.ceil(2 * sm_count / tiles), k // 512, 128, limit)))
+
+
+def _sm90_wgrad_split(m, n, k, sm_count) -> int:
+    """The persistent sm90 wgrad (128 x 128 tiles, k-tiles of 64 pixels): rounds of
+    sm_count work items times the k-tiles of a chunk (+2 for a tile's pipeline fill and
+    epilogue, ~0.5 us per 128 x 128 x 64 k-tile), plus writing and summing the partials
+    (~3 TB/s). Chunks of at least 4 k-tiles."""
+    tiles = math.ceil(m / 128) * math.ceil(n / 128)
+    k_tiles = math.ceil(k / 64)
+
+    def cost(split):
+        rounds = math.ceil(tiles * split / sm_count)
+        return rounds * (math.ceil(k_tiles / split) + 2) * 0.5e-6 + split * m * n * 8 / 3e12
+
+    return min(range(1, max(1, min(128, k_tiles // 4)) + 1), key=cost)
+
+
+def _sm90_wgrad_likely(x_aval, config: ConvConfig) -> bool:
+    """Whether the CUDA wgrad will run on the sm90 kernel (Sm90ConvSupports in
+    ffi_src/conv/sm90_conv.cu has the full rule; this is its shape part)."""
+    return (
+        config.kernel != "sm80"
+        and _ffi.WITH_CUDA
+        and _ffi.cuda_compute_capability() == 90
+        and x_aval.dtype in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+        and config.groups == 1
+        and x_aval.shape[3] % 64 == 0
+    )
 
 
 def _wgrad_lowering(ctx, x, dy, *, config, kernel_hw, split, platform):
     (dw_aval,) = ctx.avals_out
     r, s, cg, k = dw_aval.shape
     pixels = math.prod(ctx.avals_in[1].shape[:3])  # N*P*Q: the GEMM's k
-    parts = _wgrad_split(r * s * cg, k // config.groups, pixels, config.groups, platform, split)
+    sm90 = platform == "cuda" and _sm90_wgrad_likely(ctx.avals_in[0], config)
+    parts = _wgrad_split(r * s * cg, k // config.groups, pixels, config.groups, platform, split, sm90)
 
     def run(x, dy):
         if not _nonempty(x.shape, dy.shape, dw_aval.shape):
@@ -498,10 +530,11 @@ def conv2d(
         "gelu_exact", "silu", "sigmoid" or "tanh".
       residual: added after the activation; broadcastable to the output (N, P, Q, K).
       out_dtype: result dtype; defaults to the promoted input dtype.
-      kernel: for tests and tuning, the CUDA kernel family of the forward convolution
-        (and of the stride-1 data gradient, which runs on it): None lets the heuristic
-        pick, "sm80" avoids the Hopper kernel, "sm90" requires it. A family forced here
-        also keeps 1x1 convolutions on the conv kernels instead of the GEMM.
+      kernel: for tests and tuning, the CUDA kernel family of the forward convolution,
+        of the stride-1 data gradient (which runs on it) and of the weight gradient: None
+        lets the heuristic pick, "sm80" avoids the Hopper kernels, "sm90" requires them
+        (the sm90 weight gradient needs C % 64 == 0). A family forced here also keeps 1x1
+        convolutions on the conv kernels instead of the GEMM.
 
     Returns:
       (N, P, Q, K) output.

@@ -18,7 +18,7 @@ from reference import TOLERANCE, random, rel_error
 
 import jaxgemm
 from jaxgemm import activations
-from jaxgemm.conv import ConvConfig, conv2d_wgrad
+from jaxgemm.conv import ConvConfig, _padding, conv2d_wgrad
 
 DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
 ACTS = [None, "relu", "gelu", "gelu_exact", "silu", "sigmoid", "tanh"]
@@ -370,6 +370,45 @@ def test_gpu_sm90_matches_sm80_and_grads(dtype):
     _check((2, 15, 16, 64, 64, 3, 3), dict(stride=2), dtype, "relu", with_residual=True, seed=16, kernel="sm90")
     # Stride 1: dgrad is a forward conv too, forced onto sm90 with the forward.
     _check((2, 15, 16, 64, 72, 3, 3), dict(padding=((2, 0), (1, 1))), dtype, "relu", seed=18, kernel="sm90")
+
+
+# sm90 wgrad, forced: dw rows (R*S*C) not a multiple of 128, K not a multiple of 128, the
+# pixel walk crossing rows and images, N*P*Q not a multiple of 64, strides, dilation,
+# padding; splits from the cost model, one, and more chunks than k-tiles (empty partials).
+SM90_WGRAD_CASES = [
+    ((2, 17, 19, 64, 64, 3, 3), dict()),
+    ((2, 30, 29, 128, 72, 3, 3), dict(stride=2)),
+    ((2, 20, 21, 64, 200, 3, 3), dict(dilation=2, padding="VALID")),
+    ((3, 21, 22, 64, 64, 3, 5), dict(stride=(2, 1), padding=((2, 1), (0, 2)))),
+    ((1, 12, 12, 192, 64, 3, 5), dict(stride=(1, 2), dilation=(2, 1), padding=((3, 0), (1, 4)))),
+    ((2, 16, 15, 64, 128, 1, 1), dict(padding=1)),
+    ((8, 28, 28, 128, 128, 3, 3), dict()),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("shape,conv_kw", SM90_WGRAD_CASES, ids=[f"{s}-{k}" for s, k in SM90_WGRAD_CASES])
+def test_gpu_sm90_wgrad(shape, conv_kw, dtype):
+    if jaxgemm._ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    n, h, wd, c, k, r, s = shape
+    rng = np.random.default_rng(19)
+    x, w = _inputs(rng, n, h, wd, c, k, r, s, 1, dtype)
+    y = _reference(x, w, **conv_kw)
+    dy = random(rng, y.shape, dtype)
+    ref = jax.vjp(lambda w: _reference(x, w, **conv_kw), jnp.asarray(w, jnp.float32))[1](jnp.asarray(dy, jnp.float32))[0]
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
+    stride, dilation = pair(conv_kw.get("stride", 1)), pair(conv_kw.get("dilation", 1))
+    padding = _padding(conv_kw.get("padding", "SAME"), (h, wd), (r, s), stride, dilation)
+    config = ConvConfig(stride, padding, dilation, kernel="sm90")
+    pixels = y.shape[0] * y.shape[1] * y.shape[2]
+    for split in (None, 1, pixels // 64 + 3):
+        dw = jax.jit(lambda x, dy: conv2d_wgrad(x, dy, config, (r, s), split=split))(x, dy)
+        assert dw.shape == w.shape and dw.dtype == jnp.dtype(dtype)
+        assert rel_error(dw, ref) <= TOLERANCE[jnp.dtype(dtype)], split
+    # Through conv2d's gradient (the heuristic's choice, sm90 on Hopper).
+    _check(shape, conv_kw, dtype, "relu", with_bias=False, seed=20)
 
 
 @pytest.mark.gpu

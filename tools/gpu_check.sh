@@ -2,6 +2,8 @@
 # On a GPU machine, in one call: build and install jaxgemm, run every test (GPU ones
 # included), read the flagship kernel's SASS, run the benchmark; a short summary last.
 #   tools/gpu_check.sh [bench suites, default tc,epilogue] [pytest args, default tests; "none" skips]
+# Suites: jaxgemm.bench's (simt, tc, epilogue, smoke, all), "none", and "conv" / "conv-bf16"
+# (jaxgemm.bench_conv, both dtypes / bfloat16 only), comma-separated.
 # Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,9 +48,21 @@ awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90ConvFpropLoads/ && /Sm90PolicyIL
 sass_line="$sass_line
 sm90 conv fprop SASS (pingpong bf16): HGMMA=$(grep -c HGMMA "$out/sm90_conv.sass") UTMALDG.IM2COL=$(grep -c 'UTMALDG.4D.IM2COL' "$out/sm90_conv.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_conv.sass")"
 
-$py -m jaxgemm.bench --suite "$suite" --json "$out/bench.json" >"$out/bench.txt" 2>"$out/bench.err"
-bench_rc=$?
-[ $bench_rc -ne 0 ] && tail -20 "$out/bench.err"
+gemm_suites=$(echo "$suite" | tr ',' '\n' | grep -vE '^(conv|conv-bf16|none)$' | paste -sd, -)
+: >"$out/bench.txt"
+if [ -n "$gemm_suites" ]; then
+  $py -m jaxgemm.bench --suite "$gemm_suites" --json "$out/bench.json" >>"$out/bench.txt" 2>"$out/bench.err" ||
+    tail -20 "$out/bench.err"
+fi
+conv_dtypes=""
+case ",$suite," in
+  *,conv,*) conv_dtypes=bfloat16,float32 ;;
+  *,conv-bf16,*) conv_dtypes=bfloat16 ;;
+esac
+if [ -n "$conv_dtypes" ]; then
+  $py -m jaxgemm.bench_conv --dtypes "$conv_dtypes" --json "$out/bench_conv.json" >>"$out/bench.txt" 2>"$out/bench_conv.err" ||
+    tail -20 "$out/bench_conv.err"
+fi
 
 echo
 echo "===== summary ====="

@@ -49,7 +49,7 @@ cudaError_t LaunchAll(const ConvProblem& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fprop_family, std::string* unsupported) {
+cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily family, std::string* unsupported) {
   const ConvGemm g = MakeConvGemm(p);
   if (g.m == 0 || g.n == 0) return cudaSuccess;  // nothing to write (K == 0 still writes the epilogue)
   if (!ConvFitsInt32(p)) {
@@ -60,10 +60,10 @@ cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fpro
     *unsupported = "groups * wgrad split > 65535";
     return cudaErrorInvalidValue;
   }
-  if (p.kind == ConvKind::kFprop && fprop_family != KernelFamily::kSm80) {
+  if (p.kind != ConvKind::kDgrad && family != KernelFamily::kSm80) {
     // sm90 on Hopper (sm_90a code runs on compute capability 9.0 only) when TMA can gather x.
     const bool sm90_ok = CurrentDeviceComputeCapability() == 90 && Sm90ConvSupports(p);
-    const bool forced = fprop_family == KernelFamily::kSm90;
+    const bool forced = family == KernelFamily::kSm90;
     if (forced && !sm90_ok) {
       *unsupported = "the sm90 conv kernel cannot take this problem or device";
       return cudaErrorInvalidValue;
@@ -71,7 +71,9 @@ cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fpro
     if (sm90_ok && (forced || Sm90ConvPreferred(p))) {
       const int sm_count = CurrentDeviceSmCount();
       bool encoded = false;
-      const cudaError_t status = RunSm90ConvFprop(p, sm_count > 0 ? sm_count : 132, stream, &encoded);
+      const int sms = sm_count > 0 ? sm_count : 132;
+      const cudaError_t status = p.kind == ConvKind::kFprop ? RunSm90ConvFprop(p, sms, stream, &encoded)
+                                                            : RunSm90ConvWgrad(p, sms, stream, &encoded);
       if (encoded) return status;
       if (forced) {
         *unsupported = "the driver rejected the sm90 conv's tensor maps";

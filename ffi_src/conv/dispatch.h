@@ -11,8 +11,9 @@
 namespace jaxgemm {
 
 // Returns a CUDA status; *unsupported is set (and cudaErrorInvalidValue returned) when no
-// kernel takes the problem. `fprop_family` steers fprop only: kAuto lets the heuristic
-// choose, kSm80 keeps it off sm90, kSm90 requires sm90 (an error where it cannot run).
-cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fprop_family, std::string* unsupported);
+// kernel takes the problem. `family` steers fprop and wgrad (dgrad has no sm90 kernel):
+// kAuto lets the heuristic choose, kSm80 keeps them off sm90, kSm90 requires sm90 (an error
+// where it cannot run).
+cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily family, std::string* unsupported);
 
 }  // namespace jaxgemm

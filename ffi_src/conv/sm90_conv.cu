@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include "conv/sm90_conv_loads.cuh"
+#include "conv/sm90_conv_wgrad_loads.cuh"
 #include "gemm/dispatch.h"
 #include "gemm/sm90_tensor_map.h"
 
@@ -25,10 +26,10 @@ bool InCornerRange(int64_t v) { return v >= -128 && v <= 127; }
 
 int64_t ChannelBlocks(const ConvProblem& p) { return (p.c + 63) / 64; }
 
-}  // namespace
-
-bool Sm90ConvSupports(const ConvProblem& p) {
-  if (p.kind != ConvKind::kFprop || p.in_type == ElementType::kF32 || p.groups != 1) return false;
+// What every sm90 conv kernel needs: 16-bit operands, groups = 1, 16-byte TMA rows and
+// bases, 32-bit sizes, and a bounding box and filter offsets the 4-D im2col map can hold.
+bool Sm90Im2colFits(const ConvProblem& p) {
+  if (p.in_type == ElementType::kF32 || p.groups != 1) return false;
   if (p.c <= 0 || p.c % 8 != 0 || p.k % 8 != 0 || p.p < 1 || p.q < 1) return false;
   if (reinterpret_cast<uintptr_t>(p.a) % 16 != 0 || reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
   const int64_t lim = int64_t{1} << 30;
@@ -40,6 +41,28 @@ bool Sm90ConvSupports(const ConvProblem& p) {
   if ((p.r - 1) * p.dil_h > 127 || (p.s - 1) * p.dil_w > 127) return false;
   const BoxCorners h = Corners(p.h, p.p, p.stride_h, p.pad_h), w = Corners(p.w, p.q, p.stride_w, p.pad_w);
   return InCornerRange(h.lower) && InCornerRange(h.upper) && InCornerRange(w.lower) && InCornerRange(w.upper);
+}
+
+// x read in im2col mode, `pixels` output pixels x 64 channels per load.
+cudaError_t EncodeIm2colX(const ConvProblem& c, int pixels, CUtensorMap* map) {
+  const BoxCorners h = Corners(c.h, c.p, c.stride_h, c.pad_h), w = Corners(c.w, c.q, c.stride_w, c.pad_w);
+  TmaIm2col x{c.a, c.in_type, c.n, c.h, c.w, c.c, int(h.lower), int(w.lower), int(h.upper), int(w.upper),
+              int(c.stride_h), int(c.stride_w), 64, pixels};
+  return EncodeIm2colTmaMap(map, x);
+}
+
+}  // namespace
+
+bool Sm90ConvSupports(const ConvProblem& p) {
+  switch (p.kind) {
+    case ConvKind::kFprop:
+      return Sm90Im2colFits(p);
+    case ConvKind::kWgrad:  // a 64-row block of dw must be one tap's channels
+      return Sm90Im2colFits(p) && p.c % 64 == 0;
+    case ConvKind::kDgrad:
+      return false;
+  }
+  return false;
 }
 
 bool Sm90ConvPreferred(const ConvProblem& p) { return p.c >= 32; }
@@ -62,10 +85,7 @@ cudaError_t RunSm90ConvFprop(const ConvProblem& c, int sm_count, cudaStream_t st
   p.epilogue = c.epilogue;
 
   Sm90ConvFpropLoads loads;
-  const BoxCorners h = Corners(c.h, c.p, c.stride_h, c.pad_h), w = Corners(c.w, c.q, c.stride_w, c.pad_w);
-  TmaIm2col x{c.a, c.in_type, c.n, c.h, c.w, c.c, int(h.lower), int(w.lower), int(h.upper), int(w.upper),
-              int(c.stride_h), int(c.stride_w), 64, 128};
-  cudaError_t status = EncodeIm2colTmaMap(&loads.x, x);
+  cudaError_t status = EncodeIm2colX(c, 128, &loads.x);
   if (status != cudaSuccess) return status;
   // w (R, S, C, K) as R*S matrices of C rows x K columns.
   TmaMatrix wm{c.b, c.in_type, c.k, c.c, c.k};
@@ -93,6 +113,40 @@ cudaError_t RunSm90ConvFprop(const ConvProblem& c, int sm_count, cudaStream_t st
     return LaunchSm90ConvFprop<__half, __half>(loads, p, tile_n, sm_count, stream);
   if (c.in_type == E::kF16 && c.out_type == E::kF32)
     return LaunchSm90ConvFprop<__half, float>(loads, p, tile_n, sm_count, stream);
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t RunSm90ConvWgrad(const ConvProblem& c, int sm_count, cudaStream_t stream, bool* encoded) {
+  *encoded = false;
+  GemmProblem p;
+  p.m = c.r * c.s * c.c;
+  p.n = c.k;
+  p.k = c.n * c.p * c.q;
+  p.trans_a = true;
+  p.split_k = c.split;
+  p.ldd = c.k;
+  p.in_type = c.in_type;
+  p.out_type = ElementType::kF32;
+  p.a = c.a;
+  p.b = c.b;
+  p.d = c.out;  // partial s at s * m * n: the (split, R, S, C, K) layout
+
+  Sm90ConvWgradLoads loads;
+  cudaError_t status = EncodeIm2colX(c, 64, &loads.x);
+  if (status != cudaSuccess) return status;
+  status = EncodeTmaMap(&loads.dy, TmaMatrix{c.b, c.in_type, c.k, p.k, c.k}, 64, 64);
+  if (status != cudaSuccess) return status;
+  *encoded = true;
+  loads.div_pq = FastDivmod(static_cast<int32_t>(c.p * c.q));
+  loads.div_q = FastDivmod(static_cast<int32_t>(c.q));
+  loads.div_c = FastDivmod(static_cast<int32_t>(c.c));
+  loads.div_s = FastDivmod(static_cast<int32_t>(c.s));
+  loads.taps = static_cast<int32_t>(c.r * c.s);
+  loads.stride_h = int32_t(c.stride_h), loads.stride_w = int32_t(c.stride_w);
+  loads.pad_h = int32_t(c.pad_h), loads.pad_w = int32_t(c.pad_w);
+  loads.dil_h = int32_t(c.dil_h), loads.dil_w = int32_t(c.dil_w);
+  if (c.in_type == ElementType::kBF16) return LaunchSm90ConvWgrad<__nv_bfloat16>(loads, p, sm_count, stream);
+  if (c.in_type == ElementType::kF16) return LaunchSm90ConvWgrad<__half>(loads, p, sm_count, stream);
   return cudaErrorInvalidValue;
 }
 

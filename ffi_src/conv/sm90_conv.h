@@ -9,10 +9,12 @@
 namespace jaxgemm {
 
 struct Sm90ConvFpropLoads;
+struct Sm90ConvWgradLoads;
 
-// Whether the sm90 fprop can take the conv: 16-bit fprop with groups = 1; C and K multiples
-// of 8 (16-byte TMA rows); 16-byte aligned x and w; 32-bit sizes; strides <= 8 and a
-// bounding box and filter offsets within the 4-D im2col map's 8-bit corner range.
+// Whether an sm90 kernel can take the conv: 16-bit fprop or wgrad with groups = 1; C and K
+// multiples of 8 (16-byte TMA rows), and of 64 for C of wgrad; 16-byte aligned operands;
+// 32-bit sizes; strides <= 8 and a bounding box and filter offsets within the 4-D im2col
+// map's 8-bit corner range. No sm90 dgrad (stride-1 dgrad reaches it as an fprop).
 bool Sm90ConvSupports(const ConvProblem& p);
 
 // Whether the heuristic prefers it to the sm80 kernel (given Sm90ConvSupports): k-tiles
@@ -22,9 +24,17 @@ bool Sm90ConvPreferred(const ConvProblem& p);
 // Encodes the tensor maps and launches. *encoded is false (and nothing launched) when the
 // driver rejected a map.
 cudaError_t RunSm90ConvFprop(const ConvProblem& p, int sm_count, cudaStream_t stream, bool* encoded);
+// The same for wgrad: p.split fp32 partials of dw, chunks of N*P*Q (the GEMM's split-K).
+cudaError_t RunSm90ConvWgrad(const ConvProblem& p, int sm_count, cudaStream_t stream, bool* encoded);
 
 template <class TIn, class TOut>
 cudaError_t LaunchSm90ConvFprop(const Sm90ConvFpropLoads& loads, const GemmProblem& p, int tile_n, int sm_count,
+                                cudaStream_t stream);
+
+// The wgrad GEMM (m = R*S*C rows of dw, n = K, k = N*P*Q split into p.split_k chunks) on
+// the pingpong 128 x 128 schedule, fp32 partials.
+template <class TIn>
+cudaError_t LaunchSm90ConvWgrad(const Sm90ConvWgradLoads& loads, const GemmProblem& p, int sm_count,
                                 cudaStream_t stream);
 
 }  // namespace jaxgemm

@@ -1,8 +1,9 @@
-// The sm90 conv fprop launcher, included by conv/instances/sm90_*.cu only (each include
+// The sm90 conv launchers, included by conv/instances/sm90_*.cu only (each include
 // compiles the kernels).
 #pragma once
 #include "conv/sm90_conv.h"
 #include "conv/sm90_conv_loads.cuh"
+#include "conv/sm90_conv_wgrad_loads.cuh"
 
 namespace jaxgemm {
 
@@ -17,6 +18,12 @@ cudaError_t LaunchSm90ConvFprop(const Sm90ConvFpropLoads& loads, const GemmProbl
     return LaunchSm90Kernel<Sm90Policy<128, true>, TIn, TOut, false, false>(loads, p, sm_count, stream);
   }
   return cudaErrorInvalidValue;
+}
+
+template <class TIn>
+cudaError_t LaunchSm90ConvWgrad(const Sm90ConvWgradLoads& loads, const GemmProblem& p, int sm_count,
+                                cudaStream_t stream) {
+  return LaunchSm90Kernel<Sm90Policy<128, true>, TIn, float, true, false>(loads, p, sm_count, stream);
 }
 
 }  // namespace jaxgemm
