@@ -351,6 +351,8 @@ def test_gpu_sm90_fprop(shape, conv_kw, dtype):
         pytest.skip("the sm90 kernel needs compute capability 9.0")
     _check(shape, conv_kw, dtype, "relu", with_residual=True, grads=False, seed=13, kernel="sm90")
     _check(shape, conv_kw, dtype, "gelu", with_bias=False, grads=False, seed=14, kernel="sm90", out_dtype=jnp.float32)
+    # Bias and activation without residual: the fused TMA-store epilogue.
+    _check(shape, conv_kw, dtype, "gelu", grads=False, seed=19, kernel="sm90")
 
 
 @pytest.mark.gpu

@@ -248,6 +248,62 @@ def test_gpu_epilogue_on_every_kernel(kernel_tile, dtype):
         assert rel_error(z, rz) <= tol and rel_error(y, ry) <= tol, act
 
 
+# The sm90 TMA-store epilogue with bias, activation and aux (no C or residual, which take
+# the general epilogue): each schedule, M and N not multiples of the tile or of 64, with and
+# without aux (the boxes alternate / both hold one block), batches with and without a
+# per-batch bias (3-D maps), and N % 8 != 0 (no TMA store: the general epilogue).
+SM90_TMA_EPILOGUE_CASES = [
+    # (batch_a, batch_b, bias_batched, m, n, k, transpose_b)
+    ((), (), False, 300, 200, 264, False),
+    ((), (), False, 129, 72, 64, True),
+    ((3,), (3,), False, 200, 136, 192, False),
+    ((2,), (2,), True, 72, 264, 128, True),
+    ((), (), False, 150, 133, 96, True),  # ldd = 133: the general epilogue
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [(128, 128), (128, 256), (256, 256)])
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("case", SM90_TMA_EPILOGUE_CASES, ids=[str(c) for c in SM90_TMA_EPILOGUE_CASES])
+def test_gpu_sm90_fused_tma_store_epilogue(case, dtype, tile):
+    from jaxgemm import _ffi
+
+    if _ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    from jaxgemm.epilogue import EpilogueConfig, fused_matmul
+    from jaxgemm.gemm import GemmConfig
+
+    batch_a, batch_b, bias_batched, m, n, k, tb = case
+    rng = np.random.default_rng(11)
+    a = random(rng, batch_a + (m, k), dtype)
+    b = random(rng, batch_b + ((n, k) if tb else (k, n)), dtype)
+    bias = random(rng, (batch_b + (n,)) if bias_batched else (n,), dtype)
+    ref_bias = bias[..., None, :] if bias_batched else bias
+    tol = TOLERANCE[jnp.dtype(dtype)]
+    for act, with_bias, want_aux, alpha in [
+        ("gelu", True, True, 1.0),
+        ("gelu", True, False, 1.0),
+        ("silu", False, True, 0.75),
+        (None, True, True, 1.0),
+        (None, True, False, 1.5),
+        ("relu", True, True, -0.5),
+        ("gelu_exact", True, True, 1.0),
+        ("sigmoid", True, False, 1.0),
+        ("tanh", False, True, 1.0),
+    ]:
+        config = GemmConfig(False, tb, False, jnp.dtype(dtype), kernel="sm90", tile=tile, alpha=alpha)
+        out = fused_matmul(a, b, None, bias if with_bias else None, None, config, EpilogueConfig(act, 0.0, want_aux))
+        y, z = out if want_aux else (out, None)
+        ry, rz = _epilogue_reference(a, b, False, tb, ref_bias if with_bias else None, act, alpha)
+        assert y.dtype == jnp.dtype(dtype) and y.shape == ry.shape, act
+        # The norm-wise error, and every element within a few output roundings of the
+        # largest (a block stored at the wrong place, or with a wrong bias, fails either).
+        for got, want in [(y, ry)] + ([(z, rz)] if want_aux else []):
+            assert rel_error(got, want) <= tol, (act, with_bias, want_aux)
+            assert np.max(np.abs(to64(got) - want)) <= 4 * tol * np.max(np.abs(want)), (act, with_bias, want_aux)
+
+
 @pytest.mark.gpu
 def test_gpu_dense_large_ragged():
     rng = np.random.default_rng(10)

@@ -118,12 +118,21 @@ struct Sm90Batching {
   bool a, b;
 };
 
-// The TMA-store epilogue: when the epilogue is a plain (scaled) cast to a 16-bit output,
-// the consumers write each 64 x 64 block of D to shared memory and one thread stores it with
-// TMA, instead of running the general epilogue. `slabs` > 1: a 3-D map (batches, splits).
+// The TMA-store epilogue, for 16-bit outputs whose epilogue reads no C and no residual:
+// the consumers write each 64 x 64 block of D (and of Aux) to shared memory and one thread
+// stores it with TMA, instead of running the general epilogue. `fused`: alpha, bias,
+// activation and Aux are applied to the fragments (Sm90StoreTileFused); otherwise D is
+// alpha * acc (Sm90StoreTile). `slabs` > 1: 3-D maps (batches, splits).
 struct Sm90Store {
-  CUtensorMap d;
+  CUtensorMap d, aux;  // aux: used when with_aux
   int enabled, slabs;
+  int fused, with_aux;
+  // The fused path's parameters (copies of GemmProblem's: see Sm90StoreTileFused).
+  const void* bias;
+  int64_t bias_stride;  // elements between the bias vectors of consecutive batch indices
+  int64_t n;
+  float alpha;
+  Activation activation;
 };
 
 // The GEMM's operand loads: one thread issues every TMA load of the ring, from tensor maps
@@ -257,6 +266,148 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, const floa
   }
 }
 
+// Bias of columns col and col + 1 (0 where >= n, as in GemmEpilogue): one 32-bit load when
+// `pairs` (a 4-byte aligned bias; col is even) and both columns exist.
+template <class T>
+__device__ __forceinline__ float2 LoadBiasPair(const T* bias, int64_t col, int64_t n, bool pairs) {
+  if (pairs && col + 1 < n) {
+    const unsigned int word = __ldg(reinterpret_cast<const unsigned int*>(bias + col));
+    T x[2];
+    memcpy(x, &word, 4);
+    return make_float2(ToFloat(x[0]), ToFloat(x[1]));
+  }
+  return make_float2(col < n ? ToFloat(bias[col]) : 0.f, col + 1 < n ? ToFloat(bias[col + 1]) : 0.f);
+}
+
+// v = the 32 values of 64 x 64 block b (row block b / (kBN / 64), column block
+// b % (kBN / 64)) in this thread's fragments: v[h][2 u + x] is row 16 warp + lane / 4 + 8 h,
+// column 8 u + 2 (lane % 4) + x of the block. b is a runtime index, the fragment indices
+// must be compile-time: an if-else chain ending in an unconditional else, so v is defined on
+// every path (otherwise it stays live around the tile loop, through the mainloop). The
+// copies are volatile moves so they stay in their branches (speculated, each value would
+// become one select per block).
+template <class P, int kB = 0>
+__device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kBN / 2], int b, float (&v)[2][16]) {
+  constexpr int kColBlocks = P::kBN / 64, kBlocks = P::kMmaM * kColBlocks;
+  auto take = [&] {
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          asm volatile("mov.b32 %0, %1;"
+                       : "=f"(v[h][2 * u + x])
+                       : "f"(acc[kB / kColBlocks][4 * (kB % kColBlocks * 8 + u) + 2 * h + x]));
+        }
+  };
+  if constexpr (kB == kBlocks - 1) {
+    take();
+  } else if (b == kB) {
+    take();
+  } else {
+    Sm90TakeBlock<P, kB + 1>(acc, b, v);
+  }
+}
+
+// The fused TMA-store epilogue of one consumer's tile: the general epilogue's arithmetic
+// without C and residual (GemmEpilogue::StoreRows), on the fragments:
+//   z = alpha * acc + bias (the product rounded before the add),  Aux = z,  D = act(z),
+// Aux and D rounded to nearest from the fp32 values, act with the 16-bit outputs' hardware
+// tanh / exp as there. One 64 x 64 block per iteration of a runtime loop, so the activation
+// code exists once (unrolled per block, every activation times every block overflows the
+// instruction cache); the block's 32 values per thread come out of the accumulators with
+// compile-time indices, one branch per block.
+// Without Aux the two boxes alternate as in Sm90StoreTile. With Aux a block fills both
+// (Aux in box 0, D in box 1, stored as one bulk group): it waits until the previous block's
+// stores have read them, after its own bias loads and arithmetic, and writes Aux before the
+// activation so that z holds no registers through it.
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
+                                                   int64_t row0, int64_t col0, int64_t slab, int64_t batch, int wg,
+                                                   unsigned char* boxes) {
+  // The parameters and the thread index are read through values the compiler cannot see
+  // through, so they are loaded on each tile: hoisted out of the tile loop they would hold
+  // a dozen registers through the mainloop and the general epilogue (which then spilled).
+  const Sm90Store* params = &store;
+  unsigned thread;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread), "+l"(params));
+  const Sm90Store& s = *params;
+  const int tid = thread % 128, lane = tid % 32, warp = tid / 32;
+  constexpr int kColBlocks = P::kBN / 64, kBlocks = P::kMmaM * kColBlocks;
+  const int64_t n = s.n;
+  const float alpha = s.alpha;
+  const Activation activation = s.activation;
+  const TOut* bias = s.bias ? static_cast<const TOut*>(s.bias) + batch * s.bias_stride : nullptr;
+  const bool bias_pairs = IsAligned(bias, 4);
+  const bool with_aux = s.with_aux != 0;
+  // Byte offset of this thread's word in row 16 warp + lane / 4 of a box (+ 1 KB for h = 1;
+  // 16-byte unit u sits at u ^ (row % 8) = u ^ (lane / 4)).
+  const int row_offset = (warp * 16 + lane / 4) * 128 + 4 * (lane % 4);
+#pragma unroll 1
+  for (int c = 0; c < kBlocks; ++c) {
+    float v[2][16];
+    Sm90TakeBlock<P>(acc, c, v);
+    const int mi = c / kColBlocks, nb = c % kColBlocks;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < 16; ++j) v[h][j] = __fmul_rn(v[h][j], alpha);
+    if (bias) {
+      const int64_t col = col0 + 64 * nb + 2 * (lane % 4);
+      // Blocks inside N with an aligned bias: eight 32-bit loads; others column by column.
+      const bool whole = bias_pairs && col0 + 64 * (nb + 1) <= n;
+      float2 b[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) b[u] = LoadBiasPair(bias, col + 8 * u, whole ? INT64_MAX : n, whole);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          v[h][2 * u] += b[u].x;
+          v[h][2 * u + 1] += b[u].y;
+        }
+      }
+    }
+    // The stores that last read the box(es) this block writes are done with them.
+    if (tid == 0) {
+      if (with_aux) {
+        BulkWaitGroupRead<0>();
+      } else {
+        BulkWaitGroupRead<1>();
+      }
+    }
+    NamedBarrierSync(1 + wg, 128);
+    unsigned char* d_box = boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes;
+    auto write_box = [&](const unsigned char* box) {
+      const uint32_t address = SharedAddress(box) + row_offset;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          StoreShared32(address + h * 8 * 128 + ((u ^ (lane / 4)) * 16), PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]));
+        }
+      }
+    };
+    if (with_aux) write_box(boxes);
+    ActivateAll<true>(activation, v);
+    write_box(d_box);
+    FenceProxyAsyncShared();
+    NamedBarrierSync(1 + wg, 128);
+    if (tid == 0) {
+      const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
+      if (s.slabs > 1) {
+        if (with_aux) TmaStore3d(&s.aux, boxes, col, row, static_cast<int>(slab));
+        TmaStore3d(&s.d, d_box, col, row, static_cast<int>(slab));
+      } else {
+        if (with_aux) TmaStore2d(&s.aux, boxes, col, row);
+        TmaStore2d(&s.d, d_box, col, row);
+      }
+      BulkCommitGroup();
+    }
+  }
+}
+
 // Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
 // or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB>
@@ -346,8 +497,13 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
 
     if constexpr (sizeof(TOut) == 2) {
       if (store.enabled) {
-        Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
-                               reinterpret_cast<unsigned char*>(scratch));
+        if (store.fused) {
+          Sm90StoreTileFused<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, w.batch, wg,
+                                      reinterpret_cast<unsigned char*>(scratch));
+        } else {
+          Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
+                                 reinterpret_cast<unsigned char*>(scratch));
+        }
         continue;
       }
     }
@@ -427,6 +583,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   if (threadIdx.x == 0) {
     loads.Prefetch();
     if (store.enabled) PrefetchTensorMap(&store.d);
+    if (store.with_aux) PrefetchTensorMap(&store.aux);
     for (int s = 0; s < P::kStages; ++s) {
       MbarrierInit(&full[s], 1);                    // the producer's expect_tx arrival
       // One arrival per warp of the consumers that read a stage.
@@ -455,21 +612,35 @@ __global__ void __launch_bounds__(P::kThreads, 1)
 #endif
 }
 
-// Whether D can take the TMA-store epilogue, and its tensor map: 16-bit output, an epilogue
-// that only scales (no C, bias, activation, residual or aux), TMA-addressable D.
+// Whether D (and Aux) can take the TMA-store epilogue, and the tensor maps: a 16-bit output,
+// an epilogue without C or residual (those stay on the general epilogue), TMA-addressable
+// D and Aux (Aux is laid out like D: pitch ldd, slabs m * n apart).
 template <class TOut>
 Sm90Store MakeSm90Store(const GemmProblem& p) {
   Sm90Store store{};
   const EpilogueParams& e = p.epilogue;
   const int64_t slabs = p.batch.count * p.split_k;
-  const bool plain = !e.c && !e.bias && !e.residual && !e.aux && e.activation == Activation::kNone;
-  if (sizeof(TOut) != 2 || !plain || p.ldd % 8 != 0 || reinterpret_cast<uintptr_t>(p.d) % 16 != 0 ||
+  // A bias's batch offsets must be one stride times the batch index (no divisions per tile).
+  if (sizeof(TOut) != 2 || e.c || e.residual ||
+      (e.bias && !SingleBatchStride(p.batch, kOperandBias, &store.bias_stride)) || p.ldd % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(p.d) % 16 != 0 || reinterpret_cast<uintptr_t>(e.aux) % 16 != 0 ||
       (slabs > 1 && (p.m * p.n) % 8 != 0) || p.m >= INT32_MAX || p.n >= INT32_MAX || slabs >= INT32_MAX) {
     return store;
   }
   TmaMatrix d{p.d, p.out_type, p.n, p.m, p.ldd};
   if (slabs > 1) d.batch = slabs, d.batch_stride = p.m * p.n;
   if (EncodeTmaMap(&store.d, d, 64, 64) != cudaSuccess) return store;  // the general epilogue then
+  if (e.aux) {
+    TmaMatrix aux = d;
+    aux.base = e.aux;
+    if (EncodeTmaMap(&store.aux, aux, 64, 64) != cudaSuccess) return store;
+    store.with_aux = 1;
+  }
+  store.fused = e.bias || e.aux || e.activation != Activation::kNone;
+  store.bias = e.bias;
+  store.n = p.n;
+  store.alpha = e.alpha;
+  store.activation = e.activation;
   store.enabled = 1;
   store.slabs = static_cast<int>(slabs);
   return store;
@@ -511,7 +682,7 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
                  P::kClusterM, resident, cudaGetErrorString(query), clusters);
   }
   config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(items, clusters) * P::kClusterM));
-  status = cudaLaunchKernelEx(&config, kernel, loads, p, MakeSm90Store<TOut>(p));
+  status = cudaLaunchKernelEx(&config, kernel, loads, p, store);
   return status != cudaSuccess ? status : cudaGetLastError();
 }
 
