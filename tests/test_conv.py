@@ -18,7 +18,7 @@ from reference import TOLERANCE, random, rel_error
 
 import jaxgemm
 from jaxgemm import activations
-from jaxgemm.conv import ConvConfig, _padding, conv2d_wgrad
+from jaxgemm.conv import ConvConfig, _padding, conv2d_dgrad, conv2d_wgrad
 
 DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
 ACTS = [None, "relu", "gelu", "gelu_exact", "silu", "sigmoid", "tanh"]
@@ -411,6 +411,42 @@ def test_gpu_sm90_wgrad(shape, conv_kw, dtype):
         assert rel_error(dw, ref) <= TOLERANCE[jnp.dtype(dtype)], split
     # Through conv2d's gradient (the heuristic's choice, sm90 on Hopper).
     _check(shape, conv_kw, dtype, "relu", with_bias=False, seed=20)
+
+
+# sm90 strided dgrad, forced: one forward conv per output phase, taps reversed, rows
+# scattered to the phase's dx pixels; phases of unequal sizes and tap counts, dilation,
+# padding, K not a multiple of 64, C not a multiple of 64 (and C = 8).
+SM90_DGRAD_CASES = [
+    ((2, 17, 19, 64, 64, 3, 3), dict(stride=2)),
+    ((2, 30, 29, 128, 72, 3, 3), dict(stride=2, padding="VALID")),
+    ((2, 20, 21, 40, 64, 3, 3), dict(stride=(2, 3), dilation=2)),
+    ((3, 21, 22, 8, 64, 5, 5), dict(stride=2, padding=((2, 1), (0, 2)))),
+    ((4, 28, 28, 128, 128, 3, 3), dict(stride=2)),
+    ((2, 16, 16, 64, 128, 1, 1), dict(stride=2)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("shape,conv_kw", SM90_DGRAD_CASES, ids=[f"{s}-{k}" for s, k in SM90_DGRAD_CASES])
+def test_gpu_sm90_strided_dgrad(shape, conv_kw, dtype):
+    if jaxgemm._ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    n, h, wd, c, k, r, s = shape
+    rng = np.random.default_rng(21)
+    x, w = _inputs(rng, n, h, wd, c, k, r, s, 1, dtype)
+    y = _reference(x, w, **conv_kw)
+    dy = random(rng, y.shape, dtype)
+    ref = jax.vjp(lambda x: _reference(x, w, **conv_kw), jnp.asarray(x, jnp.float32))[1](jnp.asarray(dy, jnp.float32))[0]
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
+    stride, dilation = pair(conv_kw.get("stride", 1)), pair(conv_kw.get("dilation", 1))
+    padding = _padding(conv_kw.get("padding", "SAME"), (h, wd), (r, s), stride, dilation)
+    config = ConvConfig(stride, padding, dilation, kernel="sm90")
+    dx = jax.jit(lambda dy, w: conv2d_dgrad(dy, w, config, (h, wd)))(dy, w)
+    assert dx.shape == x.shape and dx.dtype == jnp.dtype(dtype)
+    assert rel_error(dx, ref) <= TOLERANCE[jnp.dtype(dtype)]
+    # Through conv2d's gradient (the heuristic's choice, sm90 on Hopper).
+    _check(shape, conv_kw, dtype, "relu", with_bias=False, seed=22)
 
 
 @pytest.mark.gpu

@@ -60,7 +60,7 @@ cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fami
     *unsupported = "groups * wgrad split > 65535";
     return cudaErrorInvalidValue;
   }
-  if (p.kind != ConvKind::kDgrad && family != KernelFamily::kSm80) {
+  if (family != KernelFamily::kSm80) {
     // sm90 on Hopper (sm_90a code runs on compute capability 9.0 only) when TMA can gather x.
     const bool sm90_ok = CurrentDeviceComputeCapability() == 90 && Sm90ConvSupports(p);
     const bool forced = family == KernelFamily::kSm90;
@@ -72,8 +72,18 @@ cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fami
       const int sm_count = CurrentDeviceSmCount();
       bool encoded = false;
       const int sms = sm_count > 0 ? sm_count : 132;
-      const cudaError_t status = p.kind == ConvKind::kFprop ? RunSm90ConvFprop(p, sms, stream, &encoded)
-                                                            : RunSm90ConvWgrad(p, sms, stream, &encoded);
+      cudaError_t status = cudaSuccess;
+      switch (p.kind) {
+        case ConvKind::kFprop:
+          status = RunSm90ConvFprop(p, sms, stream, &encoded);
+          break;
+        case ConvKind::kDgrad:
+          status = RunSm90ConvDgrad(p, sms, stream, &encoded);
+          break;
+        case ConvKind::kWgrad:
+          status = RunSm90ConvWgrad(p, sms, stream, &encoded);
+          break;
+      }
       if (encoded) return status;
       if (forced) {
         *unsupported = "the driver rejected the sm90 conv's tensor maps";

@@ -11,7 +11,7 @@
 namespace jaxgemm {
 
 // Returns a CUDA status; *unsupported is set (and cudaErrorInvalidValue returned) when no
-// kernel takes the problem. `family` steers fprop and wgrad (dgrad has no sm90 kernel):
+// kernel takes the problem. `family` steers every kind:
 // kAuto lets the heuristic choose, kSm80 keeps them off sm90, kSm90 requires sm90 (an error
 // where it cannot run).
 cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily family, std::string* unsupported);

@@ -3,6 +3,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <vector>
+
+#include "conv/implicit_gemm.h"
 #include "conv/sm90_conv_loads.cuh"
 #include "conv/sm90_conv_wgrad_loads.cuh"
 #include "gemm/dispatch.h"
@@ -51,6 +54,50 @@ cudaError_t EncodeIm2colX(const ConvProblem& c, int pixels, CUtensorMap* map) {
   return EncodeIm2colTmaMap(map, x);
 }
 
+// One output phase (py, px) of a strided dgrad as the forward conv the fprop loads run:
+// x = dy (N, P, Q, K), stride 1, the phase's taps as an R' x S' filter walked in reverse
+// (offsets (R' - 1 - t) * step rising from the last tap's), output = the phase's pixel grid,
+// B = the phase's block of w^T (R, S, K, C in phase order, jaxgemm/conv.py). `has_taps`
+// is false when the phase has no taps (its dx pixels are zeros), `rows` false when it
+// has no dx pixels.
+struct DgradPhase {
+  ConvProblem fprop;
+  int64_t py, px;
+  bool has_taps, rows;
+};
+
+std::vector<DgradPhase> DgradPhasesAsFprop(const ConvProblem& c) {
+  std::vector<DgradPhase> phases;
+  int64_t b_row = 0;
+  for (int64_t py = 0; py < c.stride_h; ++py) {
+    const PhaseTaps ty = TapsOfPhase(py, c.r, c.stride_h, c.pad_h, c.dil_h);
+    for (int64_t px = 0; px < c.stride_w; ++px) {
+      const PhaseTaps tx = TapsOfPhase(px, c.s, c.stride_w, c.pad_w, c.dil_w);
+      DgradPhase ph{c, py, px, ty.count > 0 && tx.count > 0, false};
+      ConvProblem& f = ph.fprop;
+      f.kind = ConvKind::kFprop;
+      f.h = c.p, f.w = c.q, f.c = c.k;  // dy is the image
+      f.k = c.c;
+      f.p = py < c.h ? (c.h - py + c.stride_h - 1) / c.stride_h : 0;
+      f.q = px < c.w ? (c.w - px + c.stride_w - 1) / c.stride_w : 0;
+      ph.rows = f.n * f.p * f.q > 0;
+      f.r = ty.count, f.s = tx.count;
+      f.stride_h = f.stride_w = 1;
+      // dy row of phase row i at phase tap t: i + (py + pad - (first + t * step) * dil) / stride;
+      // the walk starts at the last tap's (smallest) offset.
+      const int64_t step_h = ty.step * c.dil_h / c.stride_h, step_w = tx.step * c.dil_w / c.stride_w;
+      f.pad_h = -((py + c.pad_h - ty.first * c.dil_h) / c.stride_h - (ty.count - 1) * step_h);
+      f.pad_w = -((px + c.pad_w - tx.first * c.dil_w) / c.stride_w - (tx.count - 1) * step_w);
+      f.dil_h = step_h, f.dil_w = step_w;
+      f.b = static_cast<const char*>(c.b) + b_row * c.c * ElementBytes(c.in_type);
+      f.epilogue = EpilogueParams{};
+      b_row += ty.count * tx.count * c.k;
+      phases.push_back(ph);
+    }
+  }
+  return phases;
+}
+
 }  // namespace
 
 bool Sm90ConvSupports(const ConvProblem& p) {
@@ -59,18 +106,26 @@ bool Sm90ConvSupports(const ConvProblem& p) {
       return Sm90Im2colFits(p);
     case ConvKind::kWgrad:  // a 64-row block of dw must be one tap's channels
       return Sm90Im2colFits(p) && p.c % 64 == 0;
-    case ConvKind::kDgrad:
-      return false;
+    case ConvKind::kDgrad:  // every phase a forward conv the fprop kernel takes
+      if (p.in_type == ElementType::kF32 || p.groups != 1 || p.c % 8 != 0 || p.k % 8 != 0) return false;
+      if (p.n * p.h * p.w >= (int64_t{1} << 30)) return false;
+      for (const DgradPhase& ph : DgradPhasesAsFprop(p)) {
+        if (ph.rows && (!ph.has_taps || !Sm90Im2colFits(ph.fprop))) return false;
+      }
+      return true;
   }
   return false;
 }
 
-bool Sm90ConvPreferred(const ConvProblem& p) { return p.c >= 32; }
+bool Sm90ConvPreferred(const ConvProblem& p) { return (p.kind == ConvKind::kDgrad ? p.k : p.c) >= 32; }
 
-cudaError_t RunSm90ConvFprop(const ConvProblem& c, int sm_count, cudaStream_t stream, bool* encoded) {
+namespace {
+
+// The fprop loads and GEMM of a forward conv (c.kind == kFprop); *encoded as for the runs.
+cudaError_t PrepareFprop(const ConvProblem& c, Sm90ConvFpropLoads* loads, GemmProblem* gemm, bool* encoded) {
   *encoded = false;
   const int64_t c_blocks = ChannelBlocks(c);
-  GemmProblem p;
+  GemmProblem& p = *gemm;
   p.m = c.n * c.p * c.q;
   p.n = c.k;
   p.k = c.r * c.s * c_blocks * 64;
@@ -84,24 +139,28 @@ cudaError_t RunSm90ConvFprop(const ConvProblem& c, int sm_count, cudaStream_t st
   p.d = c.out;
   p.epilogue = c.epilogue;
 
-  Sm90ConvFpropLoads loads;
-  cudaError_t status = EncodeIm2colX(c, 128, &loads.x);
+  cudaError_t status = EncodeIm2colX(c, 128, &loads->x);
   if (status != cudaSuccess) return status;
   // w (R, S, C, K) as R*S matrices of C rows x K columns.
   TmaMatrix wm{c.b, c.in_type, c.k, c.c, c.k};
   if (c.r * c.s > 1) wm.batch = c.r * c.s, wm.batch_stride = c.c * c.k;
-  status = EncodeTmaMap(&loads.w, wm, 64, 64);
+  status = EncodeTmaMap(&loads->w, wm, 64, 64);
   if (status != cudaSuccess) return status;
   *encoded = true;
-  loads.w_3d = c.r * c.s > 1;
-  loads.div_pq = FastDivmod(static_cast<int32_t>(c.p * c.q));
-  loads.div_q = FastDivmod(static_cast<int32_t>(c.q));
-  loads.stride_h = int32_t(c.stride_h), loads.stride_w = int32_t(c.stride_w);
-  loads.pad_h = int32_t(c.pad_h), loads.pad_w = int32_t(c.pad_w);
-  loads.dil_h = int32_t(c.dil_h), loads.dil_w = int32_t(c.dil_w);
-  loads.s = int32_t(c.s);
-  loads.c_blocks = int32_t(c_blocks);
+  loads->w_3d = c.r * c.s > 1;
+  loads->div_pq = FastDivmod(static_cast<int32_t>(c.p * c.q));
+  loads->div_q = FastDivmod(static_cast<int32_t>(c.q));
+  loads->stride_h = int32_t(c.stride_h), loads->stride_w = int32_t(c.stride_w);
+  loads->pad_h = int32_t(c.pad_h), loads->pad_w = int32_t(c.pad_w);
+  loads->dil_h = int32_t(c.dil_h), loads->dil_w = int32_t(c.dil_w);
+  loads->s = int32_t(c.s);
+  loads->taps = int32_t(c.r * c.s);
+  loads->c_blocks = int32_t(c_blocks);
+  return cudaSuccess;
+}
 
+cudaError_t LaunchFprop(const ConvProblem& c, const Sm90ConvFpropLoads& loads, const GemmProblem& p, int sm_count,
+                        cudaStream_t stream) {
   // The conv loads do not multicast: the GEMM's cluster schedule becomes its 128 x 256 tile.
   const int tile_n = ChooseSm90Tile(p, sm_count).n;
   using E = ElementType;
@@ -114,6 +173,41 @@ cudaError_t RunSm90ConvFprop(const ConvProblem& c, int sm_count, cudaStream_t st
   if (c.in_type == E::kF16 && c.out_type == E::kF32)
     return LaunchSm90ConvFprop<__half, float>(loads, p, tile_n, sm_count, stream);
   return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t RunSm90ConvFprop(const ConvProblem& c, int sm_count, cudaStream_t stream, bool* encoded) {
+  Sm90ConvFpropLoads loads;
+  GemmProblem p;
+  const cudaError_t status = PrepareFprop(c, &loads, &p, encoded);
+  return status != cudaSuccess ? status : LaunchFprop(c, loads, p, sm_count, stream);
+}
+
+cudaError_t RunSm90ConvDgrad(const ConvProblem& c, int sm_count, cudaStream_t stream, bool* encoded) {
+  // Every map first, so a map the driver rejects leaves nothing launched.
+  std::vector<DgradPhase> phases = DgradPhasesAsFprop(c);
+  std::vector<Sm90ConvFpropLoads> loads(phases.size());
+  std::vector<GemmProblem> gemms(phases.size());
+  for (size_t i = 0; i < phases.size(); ++i) {
+    if (!phases[i].rows) continue;
+    const cudaError_t status = PrepareFprop(phases[i].fprop, &loads[i], &gemms[i], encoded);
+    if (status != cudaSuccess) return status;
+    *encoded = false;
+    Sm90ConvFpropLoads& l = loads[i];
+    l.reverse_taps = true;
+    l.phased = true;
+    l.dx_h = int32_t(c.h), l.dx_w = int32_t(c.w);
+    l.phase_y = int32_t(phases[i].py), l.phase_x = int32_t(phases[i].px);
+    l.step_y = int32_t(c.stride_h), l.step_x = int32_t(c.stride_w);
+  }
+  *encoded = true;
+  for (size_t i = 0; i < phases.size(); ++i) {
+    if (!phases[i].rows) continue;
+    const cudaError_t status = LaunchFprop(phases[i].fprop, loads[i], gemms[i], sm_count, stream);
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t RunSm90ConvWgrad(const ConvProblem& c, int sm_count, cudaStream_t stream, bool* encoded) {

@@ -11,19 +11,24 @@ namespace jaxgemm {
 struct Sm90ConvFpropLoads;
 struct Sm90ConvWgradLoads;
 
-// Whether an sm90 kernel can take the conv: 16-bit fprop or wgrad with groups = 1; C and K
+// Whether an sm90 kernel can take the conv: 16-bit operands with groups = 1; C and K
 // multiples of 8 (16-byte TMA rows), and of 64 for C of wgrad; 16-byte aligned operands;
 // 32-bit sizes; strides <= 8 and a bounding box and filter offsets within the 4-D im2col
-// map's 8-bit corner range. No sm90 dgrad (stride-1 dgrad reaches it as an fprop).
+// map's 8-bit corner range (for dgrad: of every output phase's forward conv, and every
+// phase with pixels has taps).
 bool Sm90ConvSupports(const ConvProblem& p);
 
 // Whether the heuristic prefers it to the sm80 kernel (given Sm90ConvSupports): k-tiles
-// hold 64 channels of one tap, so C < 32 would multiply mostly padding.
+// hold 64 channels of one tap, so fewer than 32 gathered channels (C; K for dgrad) would
+// multiply mostly padding.
 bool Sm90ConvPreferred(const ConvProblem& p);
 
 // Encodes the tensor maps and launches. *encoded is false (and nothing launched) when the
 // driver rejected a map.
 cudaError_t RunSm90ConvFprop(const ConvProblem& p, int sm_count, cudaStream_t stream, bool* encoded);
+// Strided dgrad: one fprop launch per output phase (dy gathered at stride 1, the phase's
+// taps reversed, rows stored at the phase's dx pixels through the general epilogue).
+cudaError_t RunSm90ConvDgrad(const ConvProblem& p, int sm_count, cudaStream_t stream, bool* encoded);
 // The same for wgrad: p.split fp32 partials of dw, chunks of N*P*Q (the GEMM's split-K).
 cudaError_t RunSm90ConvWgrad(const ConvProblem& p, int sm_count, cudaStream_t stream, bool* encoded);
 

@@ -9,6 +9,12 @@
 //     pixels in the padding read as zeros.
 //   B (MN-major, 64 x kBN): w as a (K, C, R*S) tiled map, 64 x 64 boxes like the GEMM's
 //     NN layout; channels >= C read as zeros, so padded k-tiles add nothing.
+//
+// One output phase of a strided dgrad is such a forward conv too (conv/sm90_conv.cu):
+// x = dy, stride 1, the phase's taps as the filter (their dy offsets fall as the tap
+// index rises, so the loads walk them in reverse: B's taps reversed, offsets rising), and
+// GEMM row (n, i, j) of the phase's pixel grid stored at dx pixel
+// (n, phase_y + i * step_y, phase_x + j * step_x).
 #pragma once
 #include <cuda.h>
 
@@ -27,8 +33,24 @@ struct Sm90ConvFpropLoads {
   FastDivmod div_pq, div_q;  // output pixel (n, p, q) of a GEMM row
   int32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
   int32_t s;         // filter width
+  int32_t taps;      // R * S
   int32_t c_blocks;  // ceil(C / 64) k-tiles per tap
   bool w_3d;
+  bool reverse_taps = false;  // dgrad: B's tap t is the loads' tap taps - 1 - t
+  bool phased = false;        // dgrad: GEMM rows are a phase's pixels (OutputRow)
+  int32_t dx_h = 0, dx_w = 0, phase_y = 0, phase_x = 0, step_y = 1, step_x = 1;
+
+  static constexpr bool kMapsRows = true;
+  bool MapsRows() const { return phased; }
+
+  // D's row of GEMM row m: m itself, or the dx pixel of a dgrad phase's row.
+  __device__ __forceinline__ int64_t OutputRow(int64_t m) const {
+    if (!phased) return m;
+    int image, yx, y, x;
+    div_pq.DivMod(static_cast<int32_t>(m), &image, &yx);
+    div_q.DivMod(yx, &y, &x);
+    return (int64_t{image} * dx_h + phase_y + y * step_y) * dx_w + phase_x + x * step_x;
+  }
 
   __device__ __forceinline__ void Prefetch() const {
 #if defined(JG_SM90_ENABLED)
@@ -65,10 +87,11 @@ struct Sm90ConvFpropLoads {
         TmaLoadIm2col4d(tiles_a + stage * P::kTileABytes, &x, &full[stage], 64 * cb, w0, h0, image,
                         static_cast<uint16_t>(fs * dil_w), static_cast<uint16_t>(fr * dil_h));
         unsigned char* sb = tiles_b + stage * P::kTileBBytes;
+        const int tap = reverse_taps ? taps - 1 - (fr * s + fs) : fr * s + fs;
 #pragma unroll
         for (int j = 0; j < P::kBN / 64; ++j) {
           if (w_3d) {
-            TmaLoad3d(sb + j * P::kMnBlockBytes, &w, &full[stage], n0 + 64 * j, 64 * cb, fr * s + fs);
+            TmaLoad3d(sb + j * P::kMnBlockBytes, &w, &full[stage], n0 + 64 * j, 64 * cb, tap);
           } else {
             TmaLoad2d(sb + j * P::kMnBlockBytes, &w, &full[stage], n0 + 64 * j, 64 * cb);
           }

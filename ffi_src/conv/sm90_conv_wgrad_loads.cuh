@@ -28,6 +28,7 @@ struct Sm90ConvWgradLoads {
   FastDivmod div_c, div_s;   // tap and channel of a GEMM row; (r, s) of a tap
   int32_t taps;              // R * S
   int32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  static constexpr bool kMapsRows = false;
 
   __device__ __forceinline__ void Prefetch() const {
 #if defined(JG_SM90_ENABLED)

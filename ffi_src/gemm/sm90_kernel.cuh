@@ -141,6 +141,9 @@ struct Sm90Store {
 struct Sm90MatrixLoads {
   CUtensorMap a, b;
   Sm90Batching batched;
+  // Loads types with kMapsRows also say where each GEMM row goes in D (MapsRows(),
+  // OutputRow(row)), for operands whose GEMM rows are not D's rows (conv dgrad phases).
+  static constexpr bool kMapsRows = false;
 
   __device__ __forceinline__ void Prefetch() const {
 #if defined(JG_SM90_ENABLED)
@@ -410,10 +413,11 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
 
 // Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
 // or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
-template <class P, class TIn, class TOut, bool kTransA, bool kTransB>
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsigned char* tiles_a,
                                             unsigned char* tiles_b, uint64_t* full, uint64_t* empty,
-                                            uint64_t* order, float* scratch, const Sm90Store& store) {
+                                            uint64_t* order, float* scratch, const Sm90Store& store,
+                                            const Loads& loads) {
   // Descriptor geometry: K-major tiles step 32 B per k16 inside the swizzled row; MN-major
   // tiles step two 8-row (1 KB) groups.
   // The leading byte offset matters only for MN-major tiles (the 64-wide block stride).
@@ -554,6 +558,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
         const int r = piece * (128 / kPiecesPerRow) + tid / kPiecesPerRow;
         rows[piece] = block_row + r;
         live[piece] = rows[piece] < p.m;
+        if constexpr (Loads::kMapsRows) {
+          if (live[piece]) rows[piece] = loads.OutputRow(rows[piece]);
+        }
         const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * P::kEpiloguePitch + tid % kPiecesPerRow * 4]);
         v[piece][0] = v4.x, v[piece][1] = v4.y, v[piece][2] = v4.z, v[piece][3] = v4.w;
       }
@@ -605,7 +612,8 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     if (threadIdx.x == 0) loads.template Produce<P, kTransA, kTransB>(p, tiles_a, tiles_b, full, empty);
   } else {
     SetMaxRegistersIncrease<P::kConsumerRegisters>();
-    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty, order, scratch, store);
+    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty, order, scratch, store,
+                                                loads);
   }
   // A block leaves only when its peers no longer arrive on its barriers.
   if constexpr (P::kClusterM > 1) ClusterSync();
@@ -653,7 +661,10 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads>;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes);
   if (status != cudaSuccess) return status;
-  const Sm90Store store = MakeSm90Store<TOut>(p);
+  Sm90Store store = MakeSm90Store<TOut>(p);
+  if constexpr (Loads::kMapsRows) {
+    if (loads.MapsRows()) store.enabled = 0;  // D's rows are not a TMA box: the general epilogue
+  }
   const int64_t items = Sm90Schedule<P>::For(p).total;
   if constexpr (P::kClusterM == 1) {
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, std::max(sm_count, 1)));
