@@ -419,7 +419,7 @@ def test_gpu_sm90_wgrad(shape, conv_kw, dtype):
 SM90_DGRAD_CASES = [
     ((2, 17, 19, 64, 64, 3, 3), dict(stride=2)),
     ((2, 30, 29, 128, 72, 3, 3), dict(stride=2, padding="VALID")),
-    ((2, 20, 21, 40, 64, 3, 3), dict(stride=(2, 3), dilation=2)),
+    ((2, 20, 21, 40, 64, 3, 3), dict(stride=(2, 3), dilation=(1, 2))),
     ((3, 21, 22, 8, 64, 5, 5), dict(stride=2, padding=((2, 1), (0, 2)))),
     ((4, 28, 28, 128, 128, 3, 3), dict(stride=2)),
     ((2, 16, 16, 64, 128, 1, 1), dict(stride=2)),
@@ -447,6 +447,20 @@ def test_gpu_sm90_strided_dgrad(shape, conv_kw, dtype):
     assert rel_error(dx, ref) <= TOLERANCE[jnp.dtype(dtype)]
     # Through conv2d's gradient (the heuristic's choice, sm90 on Hopper).
     _check(shape, conv_kw, dtype, "relu", with_bias=False, seed=22)
+
+
+@pytest.mark.gpu
+def test_gpu_sm90_dgrad_phase_without_taps():
+    # Stride 2 with dilation 2: odd phases get no taps (zeros); sm90 refuses, auto falls back.
+    if jaxgemm._ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    rng = np.random.default_rng(23)
+    x, w = _inputs(rng, 2, 20, 21, 64, 64, 3, 3, 1, jnp.bfloat16)
+    config = ConvConfig((2, 2), ((2, 2), (2, 2)), (2, 2), kernel="sm90")
+    dy = random(rng, (2, 10, 11, 64), jnp.bfloat16)
+    with pytest.raises(Exception, match="sm90"):
+        jax.block_until_ready(conv2d_dgrad(dy, w, config, (20, 21)))
+    _check((2, 20, 21, 64, 64, 3, 3), dict(stride=2, dilation=2, padding=2), jnp.bfloat16, seed=24)
 
 
 @pytest.mark.gpu

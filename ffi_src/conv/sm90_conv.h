@@ -20,7 +20,7 @@ bool Sm90ConvSupports(const ConvProblem& p);
 
 // Whether the heuristic prefers it to the sm80 kernel (given Sm90ConvSupports): k-tiles
 // hold 64 channels of one tap, so fewer than 32 gathered channels (C; K for dgrad) would
-// multiply mostly padding.
+// multiply mostly padding; dgrad also wants C >= 64 output columns.
 bool Sm90ConvPreferred(const ConvProblem& p);
 
 // Encodes the tensor maps and launches. *encoded is false (and nothing launched) when the
