@@ -516,8 +516,8 @@ def conv2d(
     dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=groups)`, accumulated
     in float32 (exact float32 for float32 inputs; tensor cores for 16-bit inputs). Its
     gradient runs the fused bias/activation backward kernel, then jaxgemm's data-gradient
-    and weight-gradient convolution kernels. Unpadded 1x1 convolutions with groups=1 run
-    as one GEMM (`jaxgemm.matmul`) on the strided pixels, gradients included.
+    and weight-gradient convolution kernels. Unpadded 16-bit 1x1 convolutions with
+    groups=1 run as one GEMM (`jaxgemm.matmul`) on the strided pixels, gradients included.
 
     Args:
       x: (N, H, W, C) input.
@@ -589,7 +589,9 @@ def conv2d(
     if not _nonempty(out_shape):
         return jnp.zeros(out_shape, out_dtype)
     x, w = x.astype(dtype), w.astype(dtype)
-    if kernel is None and r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)):
+    # 16-bit only: float32 1x1 layers measured 2.7-3x faster forward + backward on the SIMT
+    # conv kernels than through the SIMT GEMM's gradient (ResNet-50's 56^2 1x1s, H200).
+    if kernel is None and r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)) and dtype != jnp.float32:
         return _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype)
     if dtype != jnp.float32 and groups == 1 and c % 8 and k % 8 == 0:
         # First layers (C = 3, 4): zero channels up to a multiple of 8 put the conv on the
