@@ -433,6 +433,19 @@ def _conv_bwd(config, saved, dy):
 _conv.defvjp(_conv_fwd, _conv_bwd)
 
 
+def _conv1x1_prefers_matmul(dtype, stride, c, k) -> bool:
+    """Whether an unpadded 1x1 convolution (groups 1) runs faster as jaxgemm.matmul. Measured
+    on the H200 (ResNet-50's 56^2 1x1s, batch 64, forward + backward): float32 is 2.7-3x
+    faster on the SIMT conv kernels than through the SIMT GEMM's gradient, and 16-bit
+    stride-1 convs whose wgrad takes the sm90 conv kernel (C % 64 == 0) are 1.15x faster
+    on the conv kernels; other 16-bit ones (strided: their dgrad phases lack taps) take
+    the GEMM."""
+    if dtype == jnp.float32:
+        return False
+    hopper_conv = _ffi.WITH_CUDA and _ffi.cuda_compute_capability() == 90 and c % 64 == 0 and k % 8 == 0
+    return not (hopper_conv and tuple(stride) == (1, 1))
+
+
 def _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype):
     """An unpadded 1x1 convolution is a GEMM of the (strided) pixels with w as (C, K): it
     runs on jaxgemm.matmul (sm90 on Hopper), whose VJP gives the gradients (the strided
@@ -517,7 +530,8 @@ def conv2d(
     in float32 (exact float32 for float32 inputs; tensor cores for 16-bit inputs). Its
     gradient runs the fused bias/activation backward kernel, then jaxgemm's data-gradient
     and weight-gradient convolution kernels. Unpadded 16-bit 1x1 convolutions with
-    groups=1 run as one GEMM (`jaxgemm.matmul`) on the strided pixels, gradients included.
+    groups=1 run as one GEMM (`jaxgemm.matmul`) on the strided pixels, gradients included,
+    unless the Hopper conv kernels take them (stride 1, C % 64 == 0).
 
     Args:
       x: (N, H, W, C) input.
@@ -589,10 +603,9 @@ def conv2d(
     if not _nonempty(out_shape):
         return jnp.zeros(out_shape, out_dtype)
     x, w = x.astype(dtype), w.astype(dtype)
-    # 16-bit only: float32 1x1 layers measured 2.7-3x faster forward + backward on the SIMT
-    # conv kernels than through the SIMT GEMM's gradient (ResNet-50's 56^2 1x1s, H200).
-    if kernel is None and r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)) and dtype != jnp.float32:
-        return _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype)
+    if kernel is None and r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)):
+        if _conv1x1_prefers_matmul(dtype, stride, c, k):
+            return _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype)
     if dtype != jnp.float32 and groups == 1 and c % 8 and k % 8 == 0:
         # First layers (C = 3, 4): zero channels up to a multiple of 8 put the conv on the
         # tensor-core kernel (16-byte chunks) instead of SIMT; their gradients are sliced off.

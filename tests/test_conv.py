@@ -18,7 +18,7 @@ from reference import TOLERANCE, random, rel_error
 
 import jaxgemm
 from jaxgemm import activations
-from jaxgemm.conv import ConvConfig, _padding, conv2d_dgrad, conv2d_wgrad
+from jaxgemm.conv import ConvConfig, _conv1x1_prefers_matmul, _padding, conv2d_dgrad, conv2d_wgrad
 
 DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
 ACTS = [None, "relu", "gelu", "gelu_exact", "silu", "sigmoid", "tanh"]
@@ -152,8 +152,8 @@ def test_first_layer_c3_half(dtype):
 @pytest.mark.parametrize("stride", [1, 2, (2, 3)])
 @pytest.mark.parametrize("epilogue", ["none", "bias_act_residual"])
 def test_1x1_runs_as_gemm(dtype, stride, epilogue):
-    """Unpadded 16-bit 1x1 convolutions (groups=1) take jaxgemm.matmul (float32 ones stay
-    on the conv kernels); values and every gradient still match lax, strided ones included
+    """Unpadded 16-bit 1x1 convolutions (groups=1) take jaxgemm.matmul (float32 ones, and
+    on Hopper stride-1 ones with C % 64 == 0, stay on the conv kernels); values and every gradient still match lax, strided ones included
     (dx is zero at skipped pixels)."""
     fused = epilogue != "none"
     for padding in ("SAME", "VALID"):
@@ -162,7 +162,9 @@ def test_1x1_runs_as_gemm(dtype, stride, epilogue):
     x = jnp.ones((2, 7, 9, 12), dtype)
     w = jnp.ones((1, 1, 12, 16), dtype)
     text = str(jax.make_jaxpr(jax.grad(lambda x: jaxgemm.conv2d(x, w, stride=stride).astype(jnp.float32).sum()))(x))
-    as_gemm = jnp.dtype(dtype) != jnp.float32
+    pair = (stride, stride) if isinstance(stride, int) else stride
+    as_gemm = _conv1x1_prefers_matmul(jnp.dtype(dtype), pair, 12, 16)
+    assert as_gemm == (jnp.dtype(dtype) != jnp.float32)  # C = 12: no Hopper conv path
     assert ("jaxgemm_gemm" in text) == as_gemm and ("jaxgemm_conv2d" not in text) == as_gemm
 
 
