@@ -45,8 +45,8 @@ class ConvConfig:
 
     stride, dilation: (h, w); padding: ((top, bottom), (left, right)); out_dtype: what the
     forward kernel writes (the input dtype or float32); kernel: the CUDA kernel family of
-    fprop and wgrad, for tests and tuning (None: the heuristic; "sm80": never the sm90
-    kernels; "sm90": the sm90 kernel or an error where it cannot run)."""
+    fprop, dgrad and wgrad, for tests and tuning (None: the heuristic; "sm80": never the
+    sm90 kernels; "sm90": the sm90 kernel or an error where it cannot run)."""
 
     stride: tuple[int, int] = (1, 1)
     padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
@@ -294,16 +294,16 @@ def _sm90_wgrad_split(m, n, k, sm_count) -> int:
     return min(range(1, max(1, min(128, k_tiles // 4)) + 1), key=cost)
 
 
-def _sm90_wgrad_likely(x_aval, config: ConvConfig) -> bool:
-    """Whether the CUDA wgrad will run on the sm90 kernel (Sm90ConvSupports in
-    ffi_src/conv/sm90_conv.cu has the full rule; this is its shape part)."""
+def _sm90_wgrad_likely(dtype, channels, groups, kernel) -> bool:
+    """Whether the CUDA wgrad of x with `channels` channels will run on the sm90 kernel
+    (Sm90ConvSupports in ffi_src/conv/sm90_conv.cu has the full rule; this is its shape part)."""
     return (
-        config.kernel != "sm80"
+        kernel != "sm80"
         and _ffi.WITH_CUDA
         and _ffi.cuda_compute_capability() == 90
-        and x_aval.dtype in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-        and config.groups == 1
-        and x_aval.shape[3] % 64 == 0
+        and jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+        and groups == 1
+        and channels % 64 == 0
     )
 
 
@@ -311,7 +311,8 @@ def _wgrad_lowering(ctx, x, dy, *, config, kernel_hw, split, platform):
     (dw_aval,) = ctx.avals_out
     r, s, cg, k = dw_aval.shape
     pixels = math.prod(ctx.avals_in[1].shape[:3])  # N*P*Q: the GEMM's k
-    sm90 = platform == "cuda" and _sm90_wgrad_likely(ctx.avals_in[0], config)
+    x_aval = ctx.avals_in[0]
+    sm90 = platform == "cuda" and _sm90_wgrad_likely(x_aval.dtype, x_aval.shape[3], config.groups, config.kernel)
     parts = _wgrad_split(r * s * cg, k // config.groups, pixels, config.groups, platform, split, sm90)
 
     def run(x, dy):
@@ -442,7 +443,7 @@ def _conv1x1_prefers_matmul(dtype, stride, c, k) -> bool:
     the GEMM."""
     if dtype == jnp.float32:
         return False
-    hopper_conv = _ffi.WITH_CUDA and _ffi.cuda_compute_capability() == 90 and c % 64 == 0 and k % 8 == 0
+    hopper_conv = _sm90_wgrad_likely(dtype, c, 1, None) and k % 8 == 0
     return not (hopper_conv and tuple(stride) == (1, 1))
 
 
@@ -544,11 +545,12 @@ def conv2d(
         "gelu_exact", "silu", "sigmoid" or "tanh".
       residual: added after the activation; broadcastable to the output (N, P, Q, K).
       out_dtype: result dtype; defaults to the promoted input dtype.
-      kernel: for tests and tuning, the CUDA kernel family of the forward convolution,
-        of the stride-1 data gradient (which runs on it) and of the weight gradient: None
-        lets the heuristic pick, "sm80" avoids the Hopper kernels, "sm90" requires them
-        (the sm90 weight gradient needs C % 64 == 0). A family forced here also keeps 1x1
-        convolutions on the conv kernels instead of the GEMM.
+      kernel: for tests and tuning, the CUDA kernel family of the forward convolution and
+        of both gradients: None lets the heuristic pick, "sm80" avoids the Hopper kernels,
+        "sm90" requires them (an error where they cannot run: the sm90 weight gradient
+        needs C % 64 == 0, the strided data gradient taps in every output phase). A
+        family forced here also keeps 1x1 convolutions on the conv kernels instead of the
+        GEMM.
 
     Returns:
       (N, P, Q, K) output.

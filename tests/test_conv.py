@@ -378,6 +378,20 @@ def test_gpu_sm90_matches_sm80_and_grads(dtype):
     _check((2, 15, 16, 64, 72, 3, 3), dict(padding=((2, 0), (1, 1))), dtype, "relu", seed=18, kernel="sm90")
 
 
+def _forced_sm90_gradient_case(shape, conv_kw, dtype, seed):
+    """(x, w, dy, config) for a gradient kernel forced onto sm90; skips off Hopper."""
+    if jaxgemm._ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+    n, h, wd, c, k, r, s = shape
+    rng = np.random.default_rng(seed)
+    x, w = _inputs(rng, n, h, wd, c, k, r, s, 1, dtype)
+    dy = random(rng, _reference(x, w, **conv_kw).shape, dtype)
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
+    stride, dilation = pair(conv_kw.get("stride", 1)), pair(conv_kw.get("dilation", 1))
+    padding = _padding(conv_kw.get("padding", "SAME"), (h, wd), (r, s), stride, dilation)
+    return x, w, dy, ConvConfig(stride, padding, dilation, kernel="sm90")
+
+
 # sm90 wgrad, forced: dw rows (R*S*C) not a multiple of 128, K not a multiple of 128, the
 # pixel walk crossing rows and images, N*P*Q not a multiple of 64, strides, dilation,
 # padding; splits from the cost model, one, and more chunks than k-tiles (empty partials).
@@ -396,19 +410,10 @@ SM90_WGRAD_CASES = [
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize("shape,conv_kw", SM90_WGRAD_CASES, ids=[f"{s}-{k}" for s, k in SM90_WGRAD_CASES])
 def test_gpu_sm90_wgrad(shape, conv_kw, dtype):
-    if jaxgemm._ffi.cuda_compute_capability() != 90:
-        pytest.skip("the sm90 kernel needs compute capability 9.0")
-    n, h, wd, c, k, r, s = shape
-    rng = np.random.default_rng(19)
-    x, w = _inputs(rng, n, h, wd, c, k, r, s, 1, dtype)
-    y = _reference(x, w, **conv_kw)
-    dy = random(rng, y.shape, dtype)
+    x, w, dy, config = _forced_sm90_gradient_case(shape, conv_kw, dtype, seed=19)
+    r, s = w.shape[:2]
     ref = jax.vjp(lambda w: _reference(x, w, **conv_kw), jnp.asarray(w, jnp.float32))[1](jnp.asarray(dy, jnp.float32))[0]
-    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
-    stride, dilation = pair(conv_kw.get("stride", 1)), pair(conv_kw.get("dilation", 1))
-    padding = _padding(conv_kw.get("padding", "SAME"), (h, wd), (r, s), stride, dilation)
-    config = ConvConfig(stride, padding, dilation, kernel="sm90")
-    pixels = y.shape[0] * y.shape[1] * y.shape[2]
+    pixels = dy.shape[0] * dy.shape[1] * dy.shape[2]
     for split in (None, 1, pixels // 64 + 3):
         dw = jax.jit(lambda x, dy: conv2d_wgrad(x, dy, config, (r, s), split=split))(x, dy)
         assert dw.shape == w.shape and dw.dtype == jnp.dtype(dtype)
@@ -434,19 +439,9 @@ SM90_DGRAD_CASES = [
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize("shape,conv_kw", SM90_DGRAD_CASES, ids=[f"{s}-{k}" for s, k in SM90_DGRAD_CASES])
 def test_gpu_sm90_strided_dgrad(shape, conv_kw, dtype):
-    if jaxgemm._ffi.cuda_compute_capability() != 90:
-        pytest.skip("the sm90 kernel needs compute capability 9.0")
-    n, h, wd, c, k, r, s = shape
-    rng = np.random.default_rng(21)
-    x, w = _inputs(rng, n, h, wd, c, k, r, s, 1, dtype)
-    y = _reference(x, w, **conv_kw)
-    dy = random(rng, y.shape, dtype)
+    x, w, dy, config = _forced_sm90_gradient_case(shape, conv_kw, dtype, seed=21)
     ref = jax.vjp(lambda x: _reference(x, w, **conv_kw), jnp.asarray(x, jnp.float32))[1](jnp.asarray(dy, jnp.float32))[0]
-    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
-    stride, dilation = pair(conv_kw.get("stride", 1)), pair(conv_kw.get("dilation", 1))
-    padding = _padding(conv_kw.get("padding", "SAME"), (h, wd), (r, s), stride, dilation)
-    config = ConvConfig(stride, padding, dilation, kernel="sm90")
-    dx = jax.jit(lambda dy, w: conv2d_dgrad(dy, w, config, (h, wd)))(dy, w)
+    dx = jax.jit(lambda dy, w: conv2d_dgrad(dy, w, config, x.shape[1:3]))(dy, w)
     assert dx.shape == x.shape and dx.dtype == jnp.dtype(dtype)
     assert rel_error(dx, ref) <= TOLERANCE[jnp.dtype(dtype)]
     # Through conv2d's gradient (the heuristic's choice, sm90 on Hopper).

@@ -54,46 +54,34 @@ cudaError_t EncodeIm2colX(const ConvProblem& c, int pixels, CUtensorMap* map) {
   return EncodeIm2colTmaMap(map, x);
 }
 
-// One output phase (py, px) of a strided dgrad as the forward conv the fprop loads run:
-// x = dy (N, P, Q, K), stride 1, the phase's taps as an R' x S' filter walked in reverse
-// (offsets (R' - 1 - t) * step rising from the last tap's), output = the phase's pixel grid,
-// B = the phase's block of w^T (R, S, K, C in phase order, jaxgemm/conv.py). `has_taps`
-// is false when the phase has no taps (its dx pixels are zeros), `rows` false when it
-// has no dx pixels.
+// One output phase (py, px) of a strided dgrad (DgradPhases, conv/implicit_gemm.h: only
+// phases with dx pixels) as the forward conv the fprop loads run: x = dy (N, P, Q, K),
+// stride 1, the phase's taps as an R' x S' filter walked in reverse (offsets
+// (R' - 1 - t) * step rising from the last tap's, where the phase GEMM's negative dilation
+// walks them falling), output = the phase's pixel grid, B = the phase's block of w^T.
+// `has_taps` is false when the phase has no taps (its dx pixels are zeros).
 struct DgradPhase {
   ConvProblem fprop;
   int64_t py, px;
-  bool has_taps, rows;
+  bool has_taps;
 };
 
 std::vector<DgradPhase> DgradPhasesAsFprop(const ConvProblem& c) {
   std::vector<DgradPhase> phases;
-  int64_t b_row = 0;
-  for (int64_t py = 0; py < c.stride_h; ++py) {
-    const PhaseTaps ty = TapsOfPhase(py, c.r, c.stride_h, c.pad_h, c.dil_h);
-    for (int64_t px = 0; px < c.stride_w; ++px) {
-      const PhaseTaps tx = TapsOfPhase(px, c.s, c.stride_w, c.pad_w, c.dil_w);
-      DgradPhase ph{c, py, px, ty.count > 0 && tx.count > 0, false};
-      ConvProblem& f = ph.fprop;
-      f.kind = ConvKind::kFprop;
-      f.h = c.p, f.w = c.q, f.c = c.k;  // dy is the image
-      f.k = c.c;
-      f.p = py < c.h ? (c.h - py + c.stride_h - 1) / c.stride_h : 0;
-      f.q = px < c.w ? (c.w - px + c.stride_w - 1) / c.stride_w : 0;
-      ph.rows = f.n * f.p * f.q > 0;
-      f.r = ty.count, f.s = tx.count;
-      f.stride_h = f.stride_w = 1;
-      // dy row of phase row i at phase tap t: i + (py + pad - (first + t * step) * dil) / stride;
-      // the walk starts at the last tap's (smallest) offset.
-      const int64_t step_h = ty.step * c.dil_h / c.stride_h, step_w = tx.step * c.dil_w / c.stride_w;
-      f.pad_h = -((py + c.pad_h - ty.first * c.dil_h) / c.stride_h - (ty.count - 1) * step_h);
-      f.pad_w = -((px + c.pad_w - tx.first * c.dil_w) / c.stride_w - (tx.count - 1) * step_w);
-      f.dil_h = step_h, f.dil_w = step_w;
-      f.b = static_cast<const char*>(c.b) + b_row * c.c * ElementBytes(c.in_type);
-      f.epilogue = EpilogueParams{};
-      b_row += ty.count * tx.count * c.k;
-      phases.push_back(ph);
-    }
+  for (const ConvGemm& g : DgradPhases(c)) {
+    DgradPhase ph{c, g.phase_y, g.phase_x, g.k > 0};
+    ConvProblem& f = ph.fprop;
+    f.kind = ConvKind::kFprop;
+    f.h = c.p, f.w = c.q, f.c = c.k;  // dy is the image
+    f.k = c.c;
+    f.p = g.o_h, f.q = g.o_w;
+    f.r = g.r, f.s = g.s;
+    f.stride_h = f.stride_w = 1;
+    f.pad_h = g.pad_h - (g.r - 1) * g.dil_h, f.pad_w = g.pad_w - (g.s - 1) * g.dil_w;
+    f.dil_h = -g.dil_h, f.dil_w = -g.dil_w;
+    f.b = g.b;
+    f.epilogue = EpilogueParams{};
+    phases.push_back(ph);
   }
   return phases;
 }
@@ -110,7 +98,7 @@ bool Sm90ConvSupports(const ConvProblem& p) {
       if (p.in_type == ElementType::kF32 || p.groups != 1 || p.c % 8 != 0 || p.k % 8 != 0) return false;
       if (p.n * p.h * p.w >= (int64_t{1} << 30)) return false;
       for (const DgradPhase& ph : DgradPhasesAsFprop(p)) {
-        if (ph.rows && (!ph.has_taps || !Sm90Im2colFits(ph.fprop))) return false;
+        if (!ph.has_taps || !Sm90Im2colFits(ph.fprop)) return false;
       }
       return true;
   }
@@ -195,7 +183,6 @@ cudaError_t RunSm90ConvDgrad(const ConvProblem& c, int sm_count, cudaStream_t st
   std::vector<Sm90ConvFpropLoads> loads(phases.size());
   std::vector<GemmProblem> gemms(phases.size());
   for (size_t i = 0; i < phases.size(); ++i) {
-    if (!phases[i].rows) continue;
     const cudaError_t status = PrepareFprop(phases[i].fprop, &loads[i], &gemms[i], encoded);
     if (status != cudaSuccess) return status;
     *encoded = false;
@@ -208,7 +195,6 @@ cudaError_t RunSm90ConvDgrad(const ConvProblem& c, int sm_count, cudaStream_t st
   }
   *encoded = true;
   for (size_t i = 0; i < phases.size(); ++i) {
-    if (!phases[i].rows) continue;
     const cudaError_t status = LaunchFprop(phases[i].fprop, loads[i], gemms[i], sm_count, stream);
     if (status != cudaSuccess) return status;
   }

@@ -69,8 +69,7 @@ struct Sm90ConvFpropLoads {
     static_assert(P::kClusterM == 1, "no multicast: one block per work item");
 #if defined(JG_SM90_ENABLED)
     const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
-    int stage = 0;
-    uint32_t phase = 0;
+    Sm90ProducerRing<P> ring(full, empty);
     for (int64_t t = schedule.First(); t < schedule.total; t += schedule.Step()) {
       int64_t slab;
       const Sm90Work work = schedule.Get(p, t, &slab);
@@ -82,18 +81,17 @@ struct Sm90ConvFpropLoads {
       const int n0 = static_cast<int>(work.n0);
       int cb = 0, fr = 0, fs = 0;  // k-tile = (tap (fr, fs), channel block cb)
       for (int kt = 0; kt < work.k_tiles; ++kt) {
-        MbarrierWait(&empty[stage], phase ^ 1);
-        MbarrierArriveExpectTx(&full[stage], P::kStageBytes);
-        TmaLoadIm2col4d(tiles_a + stage * P::kTileABytes, &x, &full[stage], 64 * cb, w0, h0, image,
+        uint64_t* const bar = ring.Acquire();
+        TmaLoadIm2col4d(tiles_a + ring.stage * P::kTileABytes, &x, bar, 64 * cb, w0, h0, image,
                         static_cast<uint16_t>(fs * dil_w), static_cast<uint16_t>(fr * dil_h));
-        unsigned char* sb = tiles_b + stage * P::kTileBBytes;
+        unsigned char* sb = tiles_b + ring.stage * P::kTileBBytes;
         const int tap = reverse_taps ? taps - 1 - (fr * s + fs) : fr * s + fs;
 #pragma unroll
         for (int j = 0; j < P::kBN / 64; ++j) {
           if (w_3d) {
-            TmaLoad3d(sb + j * P::kMnBlockBytes, &w, &full[stage], n0 + 64 * j, 64 * cb, tap);
+            TmaLoad3d(sb + j * P::kMnBlockBytes, &w, bar, n0 + 64 * j, 64 * cb, tap);
           } else {
-            TmaLoad2d(sb + j * P::kMnBlockBytes, &w, &full[stage], n0 + 64 * j, 64 * cb);
+            TmaLoad2d(sb + j * P::kMnBlockBytes, &w, bar, n0 + 64 * j, 64 * cb);
           }
         }
         if (++cb == c_blocks) {
@@ -103,10 +101,7 @@ struct Sm90ConvFpropLoads {
             ++fr;
           }
         }
-        if (++stage == P::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+        ring.Advance();
       }
     }
 #endif

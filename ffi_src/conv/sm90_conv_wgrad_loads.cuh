@@ -48,8 +48,7 @@ struct Sm90ConvWgradLoads {
 #if defined(JG_SM90_ENABLED)
     constexpr int kBlocksA = P::kBM / 64, kBlocksB = P::kBN / 64;
     const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
-    int stage = 0;
-    uint32_t phase = 0;
+    Sm90ProducerRing<P> ring(full, empty);
     for (int64_t t = schedule.First(); t < schedule.total; t += schedule.Step()) {
       int64_t slab;
       const Sm90Work work = schedule.Get(p, t, &slab);
@@ -74,20 +73,16 @@ struct Sm90ConvWgradLoads {
         div_pq.DivMod(pixel, &image, &pq);
         div_q.DivMod(pq, &oy, &ox);
         const int h0 = oy * stride_h - pad_h, w0 = ox * stride_w - pad_w;
-        MbarrierWait(&empty[stage], phase ^ 1);
-        MbarrierArriveExpectTx(&full[stage], P::kStageBytes);
-        unsigned char* sa = tiles_a + stage * P::kTileABytes;
-        unsigned char* sb = tiles_b + stage * P::kTileBBytes;
+        uint64_t* const bar = ring.Acquire();
+        unsigned char* sa = tiles_a + ring.stage * P::kTileABytes;
+        unsigned char* sb = tiles_b + ring.stage * P::kTileBBytes;
 #pragma unroll
         for (int j = 0; j < kBlocksA; ++j) {
-          TmaLoadIm2col4d(sa + j * P::kMnBlockBytes, &x, &full[stage], channel[j], w0, h0, image, off_w[j], off_h[j]);
+          TmaLoadIm2col4d(sa + j * P::kMnBlockBytes, &x, bar, channel[j], w0, h0, image, off_w[j], off_h[j]);
         }
 #pragma unroll
-        for (int j = 0; j < kBlocksB; ++j) TmaLoad2d(sb + j * P::kMnBlockBytes, &dy, &full[stage], n0 + 64 * j, pixel);
-        if (++stage == P::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+        for (int j = 0; j < kBlocksB; ++j) TmaLoad2d(sb + j * P::kMnBlockBytes, &dy, bar, n0 + 64 * j, pixel);
+        ring.Advance();
       }
     }
 #endif

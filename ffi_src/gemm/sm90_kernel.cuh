@@ -113,6 +113,36 @@ struct Sm90Schedule {
   }
 };
 
+#if defined(JG_SM90_ENABLED)
+// The producer's walk around the ring (every Loads type's Produce): Acquire waits until the
+// consumers have freed the current stage and arms its full barrier for one stage of TMA
+// bytes; Advance moves to the next stage (the parity flips once per pass).
+template <class P>
+struct Sm90ProducerRing {
+  uint64_t* full;
+  uint64_t* empty;
+  int stage = 0;
+  uint32_t phase = 0;
+
+  __device__ __forceinline__ Sm90ProducerRing(uint64_t* full_barriers, uint64_t* empty_barriers)
+      : full(full_barriers), empty(empty_barriers) {}
+
+  // Returns the stage's full barrier, which the stage's TMA loads complete.
+  __device__ __forceinline__ uint64_t* Acquire() {
+    MbarrierWait(&empty[stage], phase ^ 1);
+    MbarrierArriveExpectTx(&full[stage], P::kStageBytes);
+    return &full[stage];
+  }
+
+  __device__ __forceinline__ void Advance() {
+    if (++stage == P::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+#endif
+
 // Whether each operand's tensor map has a batch dim (3-D) or is shared by all batches.
 struct Sm90Batching {
   bool a, b;
@@ -158,23 +188,21 @@ struct Sm90MatrixLoads {
                                           uint64_t* full, uint64_t* empty) const {
 #if defined(JG_SM90_ENABLED)
     const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
-    int stage = 0;
-    uint32_t phase = 0;
+    Sm90ProducerRing<P> ring(full, empty);
     for (int64_t t = schedule.First(); t < schedule.total; t += schedule.Step()) {
       int64_t slab;
       const Sm90Work w = schedule.Get(p, t, &slab);
       const int batch = static_cast<int>(w.batch);
       for (int kt = 0; kt < w.k_tiles; ++kt) {
-        MbarrierWait(&empty[stage], phase ^ 1);
-        MbarrierArriveExpectTx(&full[stage], P::kStageBytes);
+        uint64_t* const bar = ring.Acquire();
         const int k0 = static_cast<int>(w.k_begin) + kt * P::kBK;
-        unsigned char* sa = tiles_a + stage * P::kTileABytes;
-        unsigned char* sb = tiles_b + stage * P::kTileBBytes;
+        unsigned char* sa = tiles_a + ring.stage * P::kTileABytes;
+        unsigned char* sb = tiles_b + ring.stage * P::kTileBBytes;
         auto load = [&](void* dst, const CUtensorMap* map, bool has_batch, int c0, int c1) {
           if (has_batch) {
-            TmaLoad3d(dst, map, &full[stage], c0, c1, batch);
+            TmaLoad3d(dst, map, bar, c0, c1, batch);
           } else {
-            TmaLoad2d(dst, map, &full[stage], c0, c1);
+            TmaLoad2d(dst, map, bar, c0, c1);
           }
         };
         // To every block of the cluster (B is the same for the cluster's tiles).
@@ -182,9 +210,9 @@ struct Sm90MatrixLoads {
           if constexpr (P::kClusterM == 1) {
             load(dst, map, has_batch, c0, c1);
           } else if (has_batch) {
-            TmaLoad3dMulticast(dst, map, &full[stage], c0, c1, batch, (1u << P::kClusterM) - 1);
+            TmaLoad3dMulticast(dst, map, bar, c0, c1, batch, (1u << P::kClusterM) - 1);
           } else {
-            TmaLoad2dMulticast(dst, map, &full[stage], c0, c1, (1u << P::kClusterM) - 1);
+            TmaLoad2dMulticast(dst, map, bar, c0, c1, (1u << P::kClusterM) - 1);
           }
         };
         if (!kTransA) {  // [m][k] rows: one box of kBM rows
@@ -206,10 +234,7 @@ struct Sm90MatrixLoads {
             load_shared(sb + j * P::kMnBlockBytes, &b, batched.b, static_cast<int>(w.n0) + 64 * j, k0);
           }
         }
-        if (++stage == P::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+        ring.Advance();
       }
     }
 #endif
@@ -663,7 +688,7 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   if (status != cudaSuccess) return status;
   Sm90Store store = MakeSm90Store<TOut>(p);
   if constexpr (Loads::kMapsRows) {
-    if (loads.MapsRows()) store.enabled = 0;  // D's rows are not a TMA box: the general epilogue
+    if (loads.MapsRows()) store = Sm90Store{};  // D's rows are not a TMA box: the general epilogue
   }
   const int64_t items = Sm90Schedule<P>::For(p).total;
   if constexpr (P::kClusterM == 1) {
