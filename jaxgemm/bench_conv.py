@@ -1,12 +1,14 @@
 """Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50 layers, in one process.
 
     python -m jaxgemm.bench_conv [--dtypes bfloat16,float32] [--batch 64] [--iterations 30] [--json out.json]
+                                 [--breakdown]
 
 For every layer, the forward pass alone and forward + backward (gradients of x and w) of
 `conv2d(x, w, stride, "SAME")` against `lax.conv_general_dilated` on the same inputs
 (float32 at HIGHEST precision on both sides: exact fp32, no tf32). Times come from
 jaxgemm.bench.time_ms (CUPTI kernel time on a GPU, wall-clock otherwise); `xla/ours` > 1
-means jaxgemm is faster.
+means jaxgemm is faster. `--breakdown` adds each gradient alone (dx only: dgrad; dw only:
+wgrad; jit drops the other one on both sides).
 """
 
 from __future__ import annotations
@@ -75,13 +77,21 @@ def _functions(layer: Layer, dtype, kernel=None):
     return fprop(ours), fprop(xla), fwd_bwd(ours), fwd_bwd(xla)
 
 
+def _gradient_functions(layer: Layer, dtype, kernel=None):
+    """{"dgrad": (ours, xla), "wgrad": (ours, xla)}: one gradient alone, taking (x, w, ct)."""
+    ours_f, xla_f, _, _ = _functions(layer, dtype, kernel)
+    one = lambda f, i: jax.jit(lambda x, w, ct: jax.vjp(lambda *a: f(*a, ct), x, w)[1](ct)[i])
+    return {kind: (one(ours_f, i), one(xla_f, i)) for i, kind in enumerate(("dgrad", "wgrad"))}
+
+
 def _rel_error(x, ref) -> float:
     x = np.asarray(jnp.asarray(x, jnp.float32), np.float64)
     ref = np.asarray(jnp.asarray(ref, jnp.float32), np.float64)
     return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
 
 
-def run_layer(layer: Layer, dtype: str, batch: int, iterations: int, seed: int = 0, kernel=None) -> dict:
+def run_layer(layer: Layer, dtype: str, batch: int, iterations: int, seed: int = 0, kernel=None,
+              breakdown: bool = False) -> dict:  # fmt: skip
     kx, kw, kc = jax.random.split(jax.random.key(seed), 3)
     x = jax.random.normal(kx, (batch, layer.hw, layer.hw, layer.c), dtype)
     w = jax.random.normal(kw, (layer.rs, layer.rs, layer.c, layer.k), dtype) / float(np.sqrt(layer.rs**2 * layer.c))
@@ -91,7 +101,10 @@ def run_layer(layer: Layer, dtype: str, batch: int, iterations: int, seed: int =
     args = (x, w, ct)
     row = {**dataclasses.asdict(layer), "dtype": dtype, "batch": batch, "kernel": kernel}
     flops = 2.0 * batch * out_hw * out_hw * layer.k * layer.c * layer.rs**2
-    for kind, ours, xla, mult in (("fprop", ours_f, xla_f, 1), ("fwd_bwd", ours_fb, xla_fb, 3)):
+    kinds = [("fprop", ours_f, xla_f, 1), ("fwd_bwd", ours_fb, xla_fb, 3)]
+    if breakdown:
+        kinds += [(kind, ours, xla, 1) for kind, (ours, xla) in _gradient_functions(layer, dtype, kernel).items()]
+    for kind, ours, xla, mult in kinds:
         ours_ms, method = time_ms(ours, args, iterations)
         xla_ms, _ = time_ms(xla, args, iterations)
         got, want = jax.tree_util.tree_leaves(ours(*args)), jax.tree_util.tree_leaves(xla(*args))
@@ -129,6 +142,15 @@ def format_table(rows: list[dict]) -> str:
             f"geometric mean XLA/ours, {dtype}: fprop {_geomean([r['fprop_xla_over_ours'] for r in sel]):.3f}, "
             f"fwd+bwd {_geomean([r['fwd_bwd_xla_over_ours'] for r in sel]):.3f}"
         )
+    if rows and "dgrad_ours_ms" in rows[0]:
+        lines += ["", f"{'gradients alone':<22} {'dtype':>8} {'dgrad ours':>10} {'XLA':>8} {'XLA/ours':>8} "
+                      f"{'wgrad ours':>10} {'XLA':>8} {'XLA/ours':>8}"]  # fmt: skip
+        for r in rows:
+            lines.append(
+                f"{r['name']:<22} {r['dtype']:>8} {r['dgrad_ours_ms']:>10.3f} {r['dgrad_xla_ms']:>8.3f} "
+                f"{r['dgrad_xla_over_ours']:>8.3f} {r['wgrad_ours_ms']:>10.3f} {r['wgrad_xla_ms']:>8.3f} "
+                f"{r['wgrad_xla_over_ours']:>8.3f}"
+            )
     if rows:
         lines.append(f"(ms per call, timer: {rows[0]['timer']}, device: {jax.devices()[0].device_kind})")
     return "\n".join(lines)
@@ -142,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", help="comma-separated substrings of layer names (default: all)")
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--kernel", choices=["sm80", "sm90"], help="force our conv kernel family (default: heuristic)")
+    parser.add_argument("--breakdown", action="store_true", help="also time dgrad alone and wgrad alone")
     args = parser.parse_args(argv)
     layers = RESNET50
     if args.layers:
@@ -151,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for i, (layer, dtype) in enumerate(cases):
         print(f"\r[{i + 1}/{len(cases)}] {dtype} {layer.name:<26}", end="", file=sys.stderr, flush=True)
-        rows.append(run_layer(layer, dtype, args.batch, args.iterations, kernel=args.kernel))
+        rows.append(run_layer(layer, dtype, args.batch, args.iterations, kernel=args.kernel, breakdown=args.breakdown))
     print(file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:

@@ -371,20 +371,89 @@ def _dgrad_as_fprop(dy, w, config: ConvConfig, input_hw) -> ConvConfig | None:
     return fprop if fprop.output_hw(dy.shape[1:3], (r, s)) == tuple(input_hw) else None
 
 
+def _tensor_core_channel_pad(dtype, groups, c, k) -> int:
+    """Zero channels added to x and w of a 16-bit first layer (C = 3, 4; groups 1) so the
+    tensor-core kernels, which move 16-byte chunks of channels, take it instead of SIMT;
+    their gradients are sliced off."""
+    if jnp.dtype(dtype) == jnp.float32 or groups != 1 or c % 8 == 0 or k % 8:
+        return 0
+    return -c % 8
+
+
+def _pad_channels(a, extra, axis):
+    if not extra:
+        return a
+    widths = [(0, 0)] * a.ndim
+    widths[axis] = (0, extra)
+    return jnp.pad(a, widths)
+
+
+_COL2IM_MAX_CHANNELS = 16
+
+
+def _dgrad_prefers_col2im(dy, w, config: ConvConfig, input_hw) -> bool:
+    """Whether dgrad runs as a GEMM into im2col columns plus col2im (conv2d_dgrad): for few
+    input channels (first layers), where the phase-split kernels would compute C of each
+    64-wide tile's columns, the GEMM's R*S*C columns fill its tiles. Heuristic only (a
+    forced kernel family keeps the conv kernels); 32-bit indices in col2im."""
+    r, s, c, k = w.shape
+    pitch = _col2im_pitch(r, s, c)
+    n, p, q = dy.shape[:3]
+    return (
+        config.kernel is None
+        and config.groups == 1
+        and c <= _COL2IM_MAX_CHANNELS
+        and r * s > 1
+        and n * p * q * pitch < 2**31
+        and n * math.prod(input_hw) * c < 2**31
+    )
+
+
+def _col2im_pitch(r, s, c) -> int:
+    return -(-(r * s * c) // 8) * 8  # 16-byte rows for every dtype: vector stores, TMA
+
+
+def _dgrad_via_col2im(dy, w, config: ConvConfig, input_hw):
+    """dx as cols = dy @ w^T, one row of R*S*C window values per output pixel, on
+    jaxgemm.matmul (fp32 accumulation, rounded to the input dtype), then the jaxgemm_col2im
+    kernel sums each dx element's window entries in float32 (ffi_src/conv/col2im.h)."""
+    r, s, c, k = w.shape
+    pitch = _col2im_pitch(r, s, c)
+    w_cols = jnp.pad(w.reshape(r * s * c, k), ((0, pitch - r * s * c), (0, 0))).T
+    cols = matmul(dy.reshape(-1, k), w_cols).reshape(*dy.shape[:3], pitch)
+    (sh, sw), (dh, dw) = config.stride, config.dilation
+    dx = jax.ShapeDtypeStruct((dy.shape[0], *input_hw, c), dy.dtype)
+    return jax.ffi.ffi_call("jaxgemm_col2im", dx, vmap_method="broadcast_all")(
+        cols,
+        r=np.int64(r), s=np.int64(s), stride_h=np.int64(sh), stride_w=np.int64(sw),
+        pad_h=np.int64(config.padding[0][0]), pad_w=np.int64(config.padding[1][0]),
+        dil_h=np.int64(dh), dil_w=np.int64(dw),
+    )  # fmt: skip
+
+
 def conv2d_dgrad(dy, w, config: ConvConfig, input_hw):
     """dx (N, *input_hw, C) of the convolution `config` from dy (N, P, Q, K)."""
     input_hw = tuple(int(v) for v in input_hw)
+    if _dgrad_prefers_col2im(dy, w, config, input_hw):
+        return _dgrad_via_col2im(dy, w, config, input_hw)
+    c = w.shape[2]
+    w = _pad_channels(w, _tensor_core_channel_pad(dy.dtype, config.groups, c, w.shape[3]), 2)
     fprop = _dgrad_as_fprop(dy, w, config, input_hw)
     if fprop is not None:
         w_t = jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2)
-        return conv2d_p.bind(dy, w_t, config=fprop, has_bias=False, has_residual=False, want_aux=False)[0]
-    return conv2d_dgrad_p.bind(dy, w, config=config, input_hw=input_hw)
+        dx = conv2d_p.bind(dy, w_t, config=fprop, has_bias=False, has_residual=False, want_aux=False)[0]
+    else:
+        dx = conv2d_dgrad_p.bind(dy, w, config=config, input_hw=input_hw)
+    return dx[..., :c] if dx.shape[3] != c * config.groups else dx
 
 
 def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None):
     """dw (R, S, C/groups, K) of the convolution `config`; `split` forces the number of
     N*P*Q chunks (None: the CUDA lowering picks, 1 on CPU)."""
-    return conv2d_wgrad_p.bind(x, dy, config=config, kernel_hw=tuple(int(v) for v in kernel_hw), split=split)
+    c = x.shape[3]
+    x = _pad_channels(x, _tensor_core_channel_pad(x.dtype, config.groups, c, dy.shape[3]), 3)
+    dw = conv2d_wgrad_p.bind(x, dy, config=config, kernel_hw=tuple(int(v) for v in kernel_hw), split=split)
+    return dw[:, :, :c, :] if x.shape[3] != c else dw
 
 
 # ---------------------------------------------------------------------------------------
@@ -392,6 +461,8 @@ def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None)
 
 
 def _fprop(config, x, w, bias, residual, want_aux):
+    extra = _tensor_core_channel_pad(x.dtype, config.groups, x.shape[3], w.shape[3])
+    x, w = _pad_channels(x, extra, 3), _pad_channels(w, extra, 2)
     ops = [o for o in (bias, residual) if o is not None]
     return conv2d_p.bind(
         x, w, *ops, config=config, has_bias=bias is not None, has_residual=residual is not None, want_aux=want_aux
@@ -608,10 +679,4 @@ def conv2d(
     if kernel is None and r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)):
         if _conv1x1_prefers_matmul(dtype, stride, c, k):
             return _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype)
-    if dtype != jnp.float32 and groups == 1 and c % 8 and k % 8 == 0:
-        # First layers (C = 3, 4): zero channels up to a multiple of 8 put the conv on the
-        # tensor-core kernel (16-byte chunks) instead of SIMT; their gradients are sliced off.
-        extra = -c % 8
-        x = jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, extra)))
-        w = jnp.pad(w, ((0, 0), (0, 0), (0, extra), (0, 0)))
     return _conv(config, x, w, bias, residual).astype(out_dtype)

@@ -126,9 +126,12 @@ GEOMETRY = [
 ]
 
 
+@pytest.mark.parametrize("kernel", [None, "sm80"])
 @pytest.mark.parametrize("shape,conv_kw", GEOMETRY, ids=[f"{s}-{k}" for s, k in GEOMETRY])
-def test_geometry_values_and_grads(shape, conv_kw):
-    _check(shape, conv_kw, with_bias=True, with_residual=False)
+def test_geometry_values_and_grads(shape, conv_kw, kernel):
+    # kernel="sm80" also keeps few-channel dgrad on the phase-split conv kernel (the
+    # heuristic's col2im route is the None run).
+    _check(shape, conv_kw, with_bias=True, with_residual=False, kernel=kernel)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -146,6 +149,32 @@ def test_grads_with_epilogue(act, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_first_layer_c3_half(dtype):
     _check((2, 15, 14, 3, 8, 7, 7), dict(stride=2), dtype, "relu", seed=5)
+
+
+COL2IM_CASES = [
+    ((2, 15, 14, 3, 8, 7, 7), dict(stride=2)),
+    ((1, 9, 10, 5, 6, 3, 3), dict(stride=(2, 3), dilation=(1, 2), padding=((2, 0), (1, 3)))),
+    ((2, 8, 7, 16, 4, 3, 2), dict(padding="VALID")),
+    ((1, 13, 13, 3, 5, 3, 3), dict(stride=2, dilation=(2, 3), padding=1)),  # phases without taps
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,conv_kw", COL2IM_CASES, ids=[f"{s}-{k}" for s, k in COL2IM_CASES])
+def test_few_channel_dgrad_runs_as_gemm_and_col2im(shape, conv_kw, dtype):
+    """dx of convs with C <= 16 (groups 1) is a GEMM into window columns plus col2im: it
+    matches lax, under vmap too, and no dgrad conv kernel runs."""
+    _check(shape, conv_kw, dtype, "gelu", with_residual=True, seed=19)
+    n, h, w, c, k, r, s = shape
+    rng = np.random.default_rng(20)
+    x, wt = _inputs(rng, n, h, w, c, k, r, s, 1, dtype)
+    loss = lambda x: jaxgemm.conv2d(x, wt, **conv_kw).astype(jnp.float32).sum()
+    text = str(jax.make_jaxpr(jax.grad(loss))(x))
+    assert "jaxgemm_col2im" in text and "jaxgemm_conv2d_dgrad" not in text
+    xs = jnp.stack([x, 2 * x + 1])
+    grads = jax.jit(jax.vmap(jax.grad(loss)))(xs)
+    ref = jax.vmap(jax.grad(lambda x: _reference(x, wt, **conv_kw).sum()))(jnp.asarray(xs, jnp.float32))
+    assert rel_error(grads, ref) <= TOLERANCE[jnp.dtype(dtype)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -175,12 +204,13 @@ def test_1x1_with_padding_or_groups_stays_on_conv():
         assert "jaxgemm_conv2d" in str(jax.make_jaxpr(lambda x: jaxgemm.conv2d(x, wk, **kw))(x))
 
 
+# C > 16: fewer channels take the GEMM + col2im route instead.
 STRIDE1_DGRAD = [
-    ((2, 9, 8, 16, 24, 3, 3), dict()),
-    ((2, 9, 8, 16, 8, 3, 3), dict(padding="VALID")),
-    ((1, 10, 11, 8, 16, 3, 2), dict(dilation=(2, 3), padding=((3, 0), (1, 4)))),
-    ((2, 12, 11, 8, 16, 5, 5), dict(padding=((-1, 2), (0, 1)))),
-    ((1, 8, 8, 8, 8, 1, 1), dict(padding=1)),
+    ((2, 9, 8, 24, 24, 3, 3), dict()),
+    ((2, 9, 8, 32, 8, 3, 3), dict(padding="VALID")),
+    ((1, 10, 11, 24, 16, 3, 2), dict(dilation=(2, 3), padding=((3, 0), (1, 4)))),
+    ((2, 12, 11, 24, 16, 5, 5), dict(padding=((-1, 2), (0, 1)))),
+    ((1, 8, 8, 24, 8, 1, 1), dict(padding=1)),
 ]
 
 

@@ -25,6 +25,7 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_gemm"] = EncapsulateFfiHandler(JaxgemmGemmCpu);
     d["jaxgemm_bias_act_grad"] = EncapsulateFfiHandler(JaxgemmBiasActGradCpu);
     d["jaxgemm_conv"] = EncapsulateFfiHandler(JaxgemmConvCpu);
+    d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCpu);
     return d;
   });
   m.def("cuda_registrations", []() {
@@ -33,6 +34,7 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_gemm"] = EncapsulateFfiHandler(JaxgemmGemmCuda);
     d["jaxgemm_bias_act_grad"] = EncapsulateFfiHandler(JaxgemmBiasActGradCuda);
     d["jaxgemm_conv"] = EncapsulateFfiHandler(JaxgemmConvCuda);
+    d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCuda);
 #endif
     return d;
   });
