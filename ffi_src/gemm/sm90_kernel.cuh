@@ -246,10 +246,13 @@ struct Sm90MatrixLoads {
 template <class TIn, int kN, int kTransA, int kTransB>
 __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   constexpr bool kBf16 = std::is_same_v<TIn, __nv_bfloat16>;
+  static_assert(kN == 64 || kN == 128 || kN == 256, "no wgmma wrapper generated for this N");
   if constexpr (kN == 256 && kBf16) WgmmaM64N256K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   if constexpr (kN == 256 && !kBf16) WgmmaM64N256K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   if constexpr (kN == 128 && kBf16) WgmmaM64N128K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   if constexpr (kN == 128 && !kBf16) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (kN == 64 && kBf16) WgmmaM64N64K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (kN == 64 && !kBf16) WgmmaM64N64K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
 }
 
 // The TMA-store epilogue of one consumer's tile: for each 64 x 64 block (row block mi,
