@@ -452,6 +452,41 @@ def test_gpu_sm90_wgrad(shape, conv_kw, dtype):
     _check(shape, conv_kw, dtype, "relu", with_bias=False, seed=20)
 
 
+# The sm90 pingpong 128 x 64 tile (taken when the GEMM has n <= 64 columns), forced: fprop
+# (n = K), stride-1 dgrad as a forward conv (n = C) and wgrad (n = K) with K = 8, 40, 64
+# (B boxes, TMA stores and bias reads past K), C = 64 and 128, N*P*Q not a multiple of 128,
+# and the ResNet K = 64 layer at batch 8 (more tiles than SMs: both consumers take turns).
+SM90_NARROW_CASES = [
+    ((2, 17, 19, 64, 8, 3, 3), dict()),
+    ((3, 13, 15, 128, 40, 3, 3), dict(padding=((2, 0), (1, 1)))),
+    ((2, 23, 21, 64, 40, 3, 3), dict(dilation=2)),
+    ((4, 9, 11, 128, 64, 3, 3), dict(padding="VALID")),
+    ((8, 56, 56, 64, 64, 3, 3), dict()),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("shape,conv_kw", SM90_NARROW_CASES, ids=[f"{s}-{k}" for s, k in SM90_NARROW_CASES])
+def test_gpu_sm90_narrow_tile(shape, conv_kw, dtype):
+    x, w, dy, config = _forced_sm90_gradient_case(shape, conv_kw, dtype, seed=25)
+    tol = TOLERANCE[jnp.dtype(dtype)]
+    # fprop through each epilogue: general (residual), fp32 output, fused and plain TMA store.
+    _check(shape, conv_kw, dtype, "relu", with_residual=True, grads=False, seed=26, kernel="sm90")
+    _check(shape, conv_kw, dtype, "gelu", with_bias=False, grads=False, seed=27, kernel="sm90", out_dtype=jnp.float32)
+    _check(shape, conv_kw, dtype, "gelu", grads=False, seed=28, kernel="sm90")
+    _check(shape, conv_kw, dtype, None, with_bias=False, grads=False, seed=29, kernel="sm90")
+    f32 = lambda a: jnp.asarray(a, jnp.float32)
+    ref_dx, ref_dw = jax.vjp(lambda x, w: _reference(x, w, **conv_kw), f32(x), f32(w))[1](f32(dy))
+    dx = jax.jit(lambda dy, w: conv2d_dgrad(dy, w, config, x.shape[1:3]))(dy, w)
+    assert dx.shape == x.shape and rel_error(dx, ref_dx) <= tol
+    r, s = w.shape[:2]
+    pixels = dy.shape[0] * dy.shape[1] * dy.shape[2]
+    for split in (None, 1, pixels // 64 + 3):
+        dw = jax.jit(lambda x, dy: conv2d_wgrad(x, dy, config, (r, s), split=split))(x, dy)
+        assert dw.shape == w.shape and rel_error(dw, ref_dw) <= tol, split
+
+
 # sm90 strided dgrad, forced: one forward conv per output phase, taps reversed, rows
 # scattered to the phase's dx pixels; phases of unequal sizes and tap counts, dilation,
 # padding, K not a multiple of 64, C not a multiple of 64 (and C = 8).

@@ -34,7 +34,7 @@ head = '''// wgmma.mma_async wrappers (sm_90a): D[64 x N] (+)= A[64 x 16] B[16 x
 namespace jaxgemm {
 '''
 body = []
-for n in (128, 256):
+for n in (64, 128, 256):
     for dt in ("bf16", "f16"):
         body.append(wrapper(n, dt))
 print(head)

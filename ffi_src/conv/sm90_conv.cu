@@ -152,10 +152,14 @@ cudaError_t PrepareFprop(const ConvProblem& c, Sm90ConvFpropLoads* loads, GemmPr
   return cudaSuccess;
 }
 
+// 64 or fewer output columns (K = 64 layers; dgrad with C = 64): 128 x 64 tiles, else half
+// of every 128-wide tile would multiply zeros.
+bool Sm90NarrowTile(const GemmProblem& p) { return p.n <= 64; }
+
 cudaError_t LaunchFprop(const ConvProblem& c, const Sm90ConvFpropLoads& loads, const GemmProblem& p, int sm_count,
                         cudaStream_t stream) {
   // The conv loads do not multicast: the GEMM's cluster schedule becomes its 128 x 256 tile.
-  const int tile_n = ChooseSm90Tile(p, sm_count).n;
+  const int tile_n = Sm90NarrowTile(p) ? 64 : ChooseSm90Tile(p, sm_count).n;
   using E = ElementType;
   if (c.in_type == E::kBF16 && c.out_type == E::kBF16)
     return LaunchSm90ConvFprop<__nv_bfloat16, __nv_bfloat16>(loads, p, tile_n, sm_count, stream);
@@ -230,8 +234,9 @@ cudaError_t RunSm90ConvWgrad(const ConvProblem& c, int sm_count, cudaStream_t st
   loads.stride_h = int32_t(c.stride_h), loads.stride_w = int32_t(c.stride_w);
   loads.pad_h = int32_t(c.pad_h), loads.pad_w = int32_t(c.pad_w);
   loads.dil_h = int32_t(c.dil_h), loads.dil_w = int32_t(c.dil_w);
-  if (c.in_type == ElementType::kBF16) return LaunchSm90ConvWgrad<__nv_bfloat16>(loads, p, sm_count, stream);
-  if (c.in_type == ElementType::kF16) return LaunchSm90ConvWgrad<__half>(loads, p, sm_count, stream);
+  const int tile_n = Sm90NarrowTile(p) ? 64 : 128;
+  if (c.in_type == ElementType::kBF16) return LaunchSm90ConvWgrad<__nv_bfloat16>(loads, p, tile_n, sm_count, stream);
+  if (c.in_type == ElementType::kF16) return LaunchSm90ConvWgrad<__half>(loads, p, tile_n, sm_count, stream);
   return cudaErrorInvalidValue;
 }
 

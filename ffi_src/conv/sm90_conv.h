@@ -37,9 +37,9 @@ cudaError_t LaunchSm90ConvFprop(const Sm90ConvFpropLoads& loads, const GemmProbl
                                 cudaStream_t stream);
 
 // The wgrad GEMM (m = R*S*C rows of dw, n = K, k = N*P*Q split into p.split_k chunks) on
-// the pingpong 128 x 128 schedule, fp32 partials.
+// the pingpong schedule with 128 x tile_n tiles (128, or 64 for K <= 64), fp32 partials.
 template <class TIn>
-cudaError_t LaunchSm90ConvWgrad(const Sm90ConvWgradLoads& loads, const GemmProblem& p, int sm_count,
+cudaError_t LaunchSm90ConvWgrad(const Sm90ConvWgradLoads& loads, const GemmProblem& p, int tile_n, int sm_count,
                                 cudaStream_t stream);
 
 }  // namespace jaxgemm

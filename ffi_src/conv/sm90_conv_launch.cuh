@@ -9,7 +9,7 @@ namespace jaxgemm {
 
 // Launches the conv as the persistent sm90 kernel: `p` is the GEMM the consumers see
 // (m = N*P*Q, n = K, k = R*S*ceil(C/64)*64, D = y with pitch K and the conv's epilogue).
-// tile_n 256: cooperative 128 x 256; 128: pingpong 128 x 128.
+// tile_n 256: cooperative 128 x 256; 128: pingpong 128 x 128; 64: pingpong 128 x 64.
 template <class TIn, class TOut>
 cudaError_t LaunchSm90ConvFprop(const Sm90ConvFpropLoads& loads, const GemmProblem& p, int tile_n, int sm_count,
                                 cudaStream_t stream) {
@@ -17,13 +17,19 @@ cudaError_t LaunchSm90ConvFprop(const Sm90ConvFpropLoads& loads, const GemmProbl
   if (tile_n == 128) {
     return LaunchSm90Kernel<Sm90Policy<128, true>, TIn, TOut, false, false>(loads, p, sm_count, stream);
   }
+  if (tile_n == 64) return LaunchSm90Kernel<Sm90Policy<64, true>, TIn, TOut, false, false>(loads, p, sm_count, stream);
   return cudaErrorInvalidValue;
 }
 
+// tile_n 128: pingpong 128 x 128; 64: pingpong 128 x 64.
 template <class TIn>
-cudaError_t LaunchSm90ConvWgrad(const Sm90ConvWgradLoads& loads, const GemmProblem& p, int sm_count,
+cudaError_t LaunchSm90ConvWgrad(const Sm90ConvWgradLoads& loads, const GemmProblem& p, int tile_n, int sm_count,
                                 cudaStream_t stream) {
-  return LaunchSm90Kernel<Sm90Policy<128, true>, TIn, float, true, false>(loads, p, sm_count, stream);
+  if (tile_n == 128) {
+    return LaunchSm90Kernel<Sm90Policy<128, true>, TIn, float, true, false>(loads, p, sm_count, stream);
+  }
+  if (tile_n == 64) return LaunchSm90Kernel<Sm90Policy<64, true>, TIn, float, true, false>(loads, p, sm_count, stream);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace jaxgemm

@@ -33,7 +33,9 @@ namespace jaxgemm {
 // kPingpong = true: each consumer owns every other tile of the block (all 128 rows, two
 // m64 wgmmas per k-step); the ring hands them stages in tile order, so one consumer's
 // epilogue overlaps the other's mainloop. Accumulators: 64 rows x kBN / 128 threads per
-// m64 block, so pingpong needs kBN = 128 to stay at 128 registers.
+// m64 block, so pingpong needs kBN <= 128 to stay at 128 registers. kBN = 64 (pingpong
+// 128 x 64) is for GEMMs with n <= 64 (convs with 64 output channels): m64n64 wgmmas, whose
+// MN-major B tile is one swizzle atom wide, so its leading byte offset goes unused.
 // kClusterM = 2 (cooperative only): two blocks of a cluster take vertically adjacent tiles
 // and share the B tile: each loads half of it and multicasts it to both, so the L2 serves
 // a third fewer bytes per tile (less L2 traffic, less power, higher sustained clocks).
@@ -49,7 +51,7 @@ struct Sm90Policy {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kTileABytes = kBM * kBK * 2, kTileBBytes = kBN * kBK * 2;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
-  static constexpr int kStages = (192 * 1024) / kStageBytes;  // 4 for 128x256, 6 for 128x128
+  static constexpr int kStages = (192 * 1024) / kStageBytes;  // 4 for 128x256, 6 for 128x128, 8 for 128x64
   // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop).
   static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
   // Epilogue scratch per consumer, used one of two ways:
@@ -246,10 +248,13 @@ struct Sm90MatrixLoads {
 template <class TIn, int kN, int kTransA, int kTransB>
 __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   constexpr bool kBf16 = std::is_same_v<TIn, __nv_bfloat16>;
+  static_assert(kN == 64 || kN == 128 || kN == 256, "no wgmma wrapper generated for this N");
   if constexpr (kN == 256 && kBf16) WgmmaM64N256K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   if constexpr (kN == 256 && !kBf16) WgmmaM64N256K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   if constexpr (kN == 128 && kBf16) WgmmaM64N128K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   if constexpr (kN == 128 && !kBf16) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (kN == 64 && kBf16) WgmmaM64N64K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (kN == 64 && !kBf16) WgmmaM64N64K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
 }
 
 // The TMA-store epilogue of one consumer's tile: for each 64 x 64 block (row block mi,

@@ -8,6 +8,7 @@ template cudaError_t LaunchSm90ConvFprop<__nv_bfloat16, __nv_bfloat16>(const Sm9
 template cudaError_t LaunchSm90ConvFprop<__nv_bfloat16, float>(const Sm90ConvFpropLoads&, const GemmProblem&, int, int,
                                                                cudaStream_t);
 
-template cudaError_t LaunchSm90ConvWgrad<__nv_bfloat16>(const Sm90ConvWgradLoads&, const GemmProblem&, int, cudaStream_t);
+template cudaError_t LaunchSm90ConvWgrad<__nv_bfloat16>(const Sm90ConvWgradLoads&, const GemmProblem&, int, int,
+                                                        cudaStream_t);
 
 }  // namespace jaxgemm

@@ -8,6 +8,7 @@ template cudaError_t LaunchSm90ConvFprop<__half, __half>(const Sm90ConvFpropLoad
 template cudaError_t LaunchSm90ConvFprop<__half, float>(const Sm90ConvFpropLoads&, const GemmProblem&, int, int,
                                                         cudaStream_t);
 
-template cudaError_t LaunchSm90ConvWgrad<__half>(const Sm90ConvWgradLoads&, const GemmProblem&, int, cudaStream_t);
+template cudaError_t LaunchSm90ConvWgrad<__half>(const Sm90ConvWgradLoads&, const GemmProblem&, int, int,
+                                                 cudaStream_t);
 
 }  // namespace jaxgemm
