@@ -30,8 +30,8 @@ from jaxgemm.gemm import (
     unbroadcast,
 )
 
-# Rows per block of the bias/activation backward; more blocks than SMs for large M.
-_ROWS_PER_CHUNK = 256
+# Rows per block of the bias/activation backward: enough blocks to keep every SM streaming.
+_ROWS_PER_CHUNK = 64
 _MAX_CHUNKS = 256
 
 

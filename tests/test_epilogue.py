@@ -11,6 +11,7 @@ from jax.test_util import check_grads
 
 import jaxgemm
 from jaxgemm import activations
+from jaxgemm.epilogue import bias_act_grad
 from reference import ACTIVATIONS, TOLERANCE, op, random, rel_error, to64
 
 DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
@@ -155,6 +156,22 @@ def test_dense_forward_and_backward(act, dtype):
     for g, r in zip(got, want):
         assert g.dtype == jnp.dtype(dtype)
         assert rel_error(g, to64(r)) <= 4 * tol  # z and dz are rounded to dtype on the way
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bias_act_grad_kernel(act, dtype):
+    """The fused backward alone, with the aux cotangent: vector path (columns a multiple of
+    16 bytes, spanning several blocks), scalar path (odd columns), ragged row chunks."""
+    rng = np.random.default_rng(21)
+    for rows, cols in ((300, 264), (130, 70), (2, 8)):
+        dy, z, extra = (random(rng, (rows, cols), dtype) for _ in range(3))
+        dz, dbias = jax.jit(lambda dy, z, e: bias_act_grad(dy, z, e, act))(dy, z, extra)
+        f32 = lambda t: jnp.asarray(t, jnp.float32)  # noqa: E731
+        want = f32(dy) * jax.vmap(jax.vmap(jax.grad(lambda v: activations.apply(act, v))))(f32(z)) + f32(extra)
+        tol = TOLERANCE[jnp.dtype(dtype)]
+        assert dz.dtype == jnp.dtype(dtype) and rel_error(dz, to64(want)) <= tol, (rows, cols)
+        assert dbias.dtype == jnp.float32 and rel_error(dbias, to64(want.sum(0))) <= tol, (rows, cols)
 
 
 def test_dense_bias_grad_spans_many_row_chunks():
