@@ -62,8 +62,10 @@ struct Sm90Policy {
   static constexpr int kOutBoxBytes = 64 * 64 * 2;
   static constexpr int kEpilogueRegionBytes = std::max(64 * kEpiloguePitch * 4, 2 * kOutBoxBytes);
   static constexpr int kEpilogueBytes = kConsumers * kEpilogueRegionBytes;
+  // Per consumer, the tile's bias for the fused TMA-store epilogue: kBN 16-bit values.
+  static constexpr int kBiasStageBytes = kConsumers * kBN * 2;
   // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasStageBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
   // 2 x 232 + 40 registers x 128 threads fits the 64 K register file.
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
@@ -312,6 +314,20 @@ __device__ __forceinline__ float2 LoadBiasPair(const T* bias, int64_t col, int64
   return make_float2(col < n ? ToFloat(bias[col]) : 0.f, col + 1 < n ? ToFloat(bias[col + 1]) : 0.f);
 }
 
+// The fused epilogue's bias columns col and col + 1 of batch `batch`, packed as two 16-bit
+// values (0 where >= n), for this tile's shared-memory stage. Loaded before the tile's
+// mainloop, which hides the latency the epilogue would otherwise wait for once per block.
+// The parameters are read through an opaque pointer so that the compiler cannot hoist
+// them out of the tile loop (they would hold registers through the mainloop).
+template <class T>
+__device__ __forceinline__ uint32_t Sm90BiasWord(const Sm90Store& store, int64_t col, int64_t batch) {
+  const Sm90Store* params = &store;
+  asm volatile("" : "+l"(params));
+  const T* bias = static_cast<const T*>(params->bias) + batch * params->bias_stride;
+  const float2 b = LoadBiasPair(bias, col, params->n, IsAligned(bias, 4));
+  return PackPair<T>(b.x, b.y);
+}
+
 // v = the 32 values of 64 x 64 block b (row block b / (kBN / 64), column block
 // b % (kBN / 64)) in this thread's fragments: v[h][2 u + x] is row 16 warp + lane / 4 + 8 h,
 // column 8 u + 2 (lane % 4) + x of the block. b is a runtime index, the fragment indices
@@ -353,12 +369,14 @@ __device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kB
 // compile-time indices, one branch per block.
 // Without Aux the two boxes alternate as in Sm90StoreTile. With Aux a block fills both
 // (Aux in box 0, D in box 1, stored as one bulk group): it waits until the previous block's
-// stores have read them, after its own bias loads and arithmetic, and writes Aux before the
+// stores have read them, after its own bias and arithmetic, and writes Aux before the
 // activation so that z holds no registers through it.
+// The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
+// before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
-                                                   int64_t row0, int64_t col0, int64_t slab, int64_t batch, int wg,
-                                                   unsigned char* boxes) {
+                                                   int64_t row0, int64_t col0, int64_t slab, int wg,
+                                                   unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage) {
   // The parameters and the thread index are read through values the compiler cannot see
   // through, so they are loaded on each tile: hoisted out of the tile loop they would hold
   // a dozen registers through the mainloop and the general epilogue (which then spilled).
@@ -368,12 +386,15 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
   const Sm90Store& s = *params;
   const int tid = thread % 128, lane = tid % 32, warp = tid / 32;
   constexpr int kColBlocks = P::kBN / 64, kBlocks = P::kMmaM * kColBlocks;
-  const int64_t n = s.n;
   const float alpha = s.alpha;
   const Activation activation = s.activation;
-  const TOut* bias = s.bias ? static_cast<const TOut*>(s.bias) + batch * s.bias_stride : nullptr;
-  const bool bias_pairs = IsAligned(bias, 4);
+  const bool with_bias = s.bias != nullptr;
   const bool with_aux = s.with_aux != 0;
+  if (with_bias) {
+    // The previous tile's blocks read the stage before their last barrier.
+    if (tid < P::kBN / 2) bias_stage[tid] = bias_word;
+    NamedBarrierSync(1 + wg, 128);
+  }
   // Byte offset of this thread's word in row 16 warp + lane / 4 of a box (+ 1 KB for h = 1;
   // 16-byte unit u sits at u ^ (row % 8) = u ^ (lane / 4)).
   const int row_offset = (warp * 16 + lane / 4) * 128 + 4 * (lane % 4);
@@ -386,19 +407,17 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int j = 0; j < 16; ++j) v[h][j] = __fmul_rn(v[h][j], alpha);
-    if (bias) {
-      const int64_t col = col0 + 64 * nb + 2 * (lane % 4);
-      // Blocks inside N with an aligned bias: eight 32-bit loads; others column by column.
-      const bool whole = bias_pairs && col0 + 64 * (nb + 1) <= n;
-      float2 b[8];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) b[u] = LoadBiasPair(bias, col + 8 * u, whole ? INT64_MAX : n, whole);
+    if (with_bias) {
+      // Columns 64 nb + 8 u + 2 (lane % 4) + {0, 1}: word 32 nb + 4 u + lane % 4.
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
+        TOut b[2];
+        const uint32_t word = bias_stage[32 * nb + 4 * u + lane % 4];
+        memcpy(b, &word, 4);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          v[h][2 * u] += b[u].x;
-          v[h][2 * u + 1] += b[u].y;
+          v[h][2 * u] += ToFloat(b[0]);
+          v[h][2 * u + 1] += ToFloat(b[1]);
         }
       }
     }
@@ -457,6 +476,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   const bool vector_store = p.ldd % 4 == 0 && IsAligned(p.d, 4 * sizeof(TOut)) &&
                             IsAligned(p.epilogue.aux, 4 * sizeof(TOut));
+  uint32_t* bias_stage =
+      reinterpret_cast<uint32_t*>(reinterpret_cast<unsigned char*>(scratch) + P::kEpilogueBytes) + wg * (P::kBN / 2);
   scratch += wg * P::kEpilogueRegionBytes / 4;
   const int tid = threadIdx.x % 128;
   // Row block mi of this consumer starts at tile row (kPingpong ? 64 mi : 64 wg).
@@ -500,6 +521,10 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
 #pragma unroll
         for (int j = 0; j < P::kBN / 2; ++j) acc[mi][j] = 0.f;
     }
+    uint32_t bias_word = 0;
+    if constexpr (sizeof(TOut) == 2) {
+      if (store.fused && store.bias && tid < P::kBN / 2) bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);
+    }
     int previous = -1;
     for (int kt = 0; kt < w.k_tiles; ++kt) {
       MbarrierWait(&full[stage], phase);
@@ -532,8 +557,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
     if constexpr (sizeof(TOut) == 2) {
       if (store.enabled) {
         if (store.fused) {
-          Sm90StoreTileFused<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, w.batch, wg,
-                                      reinterpret_cast<unsigned char*>(scratch));
+          Sm90StoreTileFused<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, wg,
+                                      reinterpret_cast<unsigned char*>(scratch), bias_word, bias_stage);
         } else {
           Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
                                  reinterpret_cast<unsigned char*>(scratch));
@@ -612,7 +637,8 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
   float* scratch = reinterpret_cast<float*>(tiles_b + P::kStages * P::kTileBBytes);
-  uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(scratch) + P::kEpilogueBytes);
+  uint64_t* full =
+      reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(scratch) + P::kEpilogueBytes + P::kBiasStageBytes);
   uint64_t* empty = full + P::kStages;
   uint64_t* order = empty + P::kStages;
   const int warpgroup = threadIdx.x / 128;
