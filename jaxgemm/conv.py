@@ -606,7 +606,9 @@ def conv2d(
     gradient runs the fused bias/activation backward kernel, then jaxgemm's data-gradient
     and weight-gradient convolution kernels. Unpadded 16-bit 1x1 convolutions with
     groups=1 run as one GEMM (`jaxgemm.matmul`) on the strided pixels, gradients included,
-    unless the Hopper conv kernels take them (stride 1, C % 64 == 0).
+    unless the Hopper conv kernels take them (stride 1, C % 64 == 0). The data gradient
+    of convolutions with few input channels (C <= 16, groups=1: first layers) is a GEMM
+    into window columns plus a col2im kernel.
 
     Args:
       x: (N, H, W, C) input.
@@ -623,8 +625,9 @@ def conv2d(
         of both gradients: None lets the heuristic pick, "sm80" avoids the Hopper kernels,
         "sm90" requires them (an error where they cannot run: the sm90 weight gradient
         needs C % 64 == 0, the strided data gradient taps in every output phase). A
-        family forced here also keeps 1x1 convolutions on the conv kernels instead of the
-        GEMM.
+        family forced here also keeps 1x1 convolutions, and the data gradient of convs
+        with C <= 16 (otherwise a GEMM into window columns plus col2im), on the conv
+        kernels.
 
     Returns:
       (N, P, Q, K) output.
