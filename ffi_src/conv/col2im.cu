@@ -23,7 +23,9 @@ __global__ void __launch_bounds__(256) Col2imKernel(const Col2imProblem p, const
   const T* cols = static_cast<const T*>(p.cols);
   T* dx = static_cast<T*>(p.dx);
   auto load = [&](int32_t i) { return ToFloat(cols[i]); };
-  for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < g.total; i += gridDim.x * blockDim.x) {
+  // 64-bit stride: the last step may pass 2^31.
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < g.total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t i = static_cast<int32_t>(e);
     int32_t pixel, c, row, w, n, h;
     g.c.DivMod(i, &pixel, &c);
     g.w.DivMod(pixel, &row, &w);
