@@ -422,6 +422,13 @@ def _forced_sm90_gradient_case(shape, conv_kw, dtype, seed):
     return x, w, dy, ConvConfig(stride, padding, dilation, kernel="sm90")
 
 
+def _wgrad_at_splits(x, dy, config, kernel_hw):
+    """{split: dw} for the cost model's split, one chunk, and more chunks than k-tiles."""
+    pixels = dy.shape[0] * dy.shape[1] * dy.shape[2]
+    run = lambda split: jax.jit(lambda x, dy: conv2d_wgrad(x, dy, config, kernel_hw, split=split))(x, dy)
+    return {split: run(split) for split in (None, 1, pixels // 64 + 3)}
+
+
 # sm90 wgrad, forced: dw rows (R*S*C) not a multiple of 128, K not a multiple of 128, the
 # pixel walk crossing rows and images, N*P*Q not a multiple of 64, strides, dilation,
 # padding; splits from the cost model, one, and more chunks than k-tiles (empty partials).
@@ -441,11 +448,8 @@ SM90_WGRAD_CASES = [
 @pytest.mark.parametrize("shape,conv_kw", SM90_WGRAD_CASES, ids=[f"{s}-{k}" for s, k in SM90_WGRAD_CASES])
 def test_gpu_sm90_wgrad(shape, conv_kw, dtype):
     x, w, dy, config = _forced_sm90_gradient_case(shape, conv_kw, dtype, seed=19)
-    r, s = w.shape[:2]
     ref = jax.vjp(lambda w: _reference(x, w, **conv_kw), jnp.asarray(w, jnp.float32))[1](jnp.asarray(dy, jnp.float32))[0]
-    pixels = dy.shape[0] * dy.shape[1] * dy.shape[2]
-    for split in (None, 1, pixels // 64 + 3):
-        dw = jax.jit(lambda x, dy: conv2d_wgrad(x, dy, config, (r, s), split=split))(x, dy)
+    for split, dw in _wgrad_at_splits(x, dy, config, w.shape[:2]).items():
         assert dw.shape == w.shape and dw.dtype == jnp.dtype(dtype)
         assert rel_error(dw, ref) <= TOLERANCE[jnp.dtype(dtype)], split
     # Through conv2d's gradient (the heuristic's choice, sm90 on Hopper).
@@ -480,10 +484,7 @@ def test_gpu_sm90_narrow_tile(shape, conv_kw, dtype):
     ref_dx, ref_dw = jax.vjp(lambda x, w: _reference(x, w, **conv_kw), f32(x), f32(w))[1](f32(dy))
     dx = jax.jit(lambda dy, w: conv2d_dgrad(dy, w, config, x.shape[1:3]))(dy, w)
     assert dx.shape == x.shape and rel_error(dx, ref_dx) <= tol
-    r, s = w.shape[:2]
-    pixels = dy.shape[0] * dy.shape[1] * dy.shape[2]
-    for split in (None, 1, pixels // 64 + 3):
-        dw = jax.jit(lambda x, dy: conv2d_wgrad(x, dy, config, (r, s), split=split))(x, dy)
+    for split, dw in _wgrad_at_splits(x, dy, config, w.shape[:2]).items():
         assert dw.shape == w.shape and rel_error(dw, ref_dw) <= tol, split
 
 

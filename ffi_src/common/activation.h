@@ -29,31 +29,37 @@ JG_HOST_DEVICE_INLINE float ApplyActivation(Activation act, float z) {
   return z;
 }
 
-// d act(z) / dz; at z = 0 relu's is 0, as in jax.nn.relu.
-JG_HOST_DEVICE_INLINE float ActivationGrad(Activation act, float z) {
+// d act(z) / dz with the given tanh and sigmoid (the device's hardware approximations can
+// stand in for the exact ones); at z = 0 relu's is 0, as in jax.nn.relu.
+template <class Tanh, class Sigm>
+JG_HOST_DEVICE_INLINE float ActivationGradWith(Activation act, float z, Tanh tanh_fn, Sigm sigmoid_fn) {
   switch (act) {
     case Activation::kNone: return 1.f;
     case Activation::kRelu: return z > 0.f ? 1.f : 0.f;
     case Activation::kGelu: {
-      const float t = tanhf(kSqrt2OverPi * (z + kGeluCubic * z * z * z));
+      const float t = tanh_fn(kSqrt2OverPi * (z + kGeluCubic * z * z * z));
       return 0.5f * (1.f + t) + 0.5f * z * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * z * z);
     }
     case Activation::kGeluExact:
       return 0.5f * (1.f + erff(z * kInvSqrt2)) + z * kInvSqrt2Pi * expf(-0.5f * z * z);
     case Activation::kSilu: {
-      const float s = Sigmoid(z);
+      const float s = sigmoid_fn(z);
       return s * (1.f + z * (1.f - s));
     }
     case Activation::kSigmoid: {
-      const float s = Sigmoid(z);
+      const float s = sigmoid_fn(z);
       return s * (1.f - s);
     }
     case Activation::kTanh: {
-      const float t = tanhf(z);
+      const float t = tanh_fn(z);
       return 1.f - t * t;
     }
   }
   return 1.f;
+}
+
+JG_HOST_DEVICE_INLINE float ActivationGrad(Activation act, float z) {
+  return ActivationGradWith(act, z, [](float x) { return tanhf(x); }, [](float x) { return Sigmoid(x); });
 }
 
 inline bool IsActivation(int id) { return id >= 0 && id <= static_cast<int>(Activation::kTanh); }

@@ -21,27 +21,10 @@ namespace {
 template <bool kApprox>
 __device__ __forceinline__ float Grad(Activation act, float z) {
   if constexpr (kApprox) {
-    switch (act) {
-      case Activation::kGelu: {
-        const float t = TanhApprox(kSqrt2OverPi * (z + kGeluCubic * z * z * z));
-        return 0.5f * (1.f + t) + 0.5f * z * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluCubic * z * z);
-      }
-      case Activation::kSilu: {
-        const float s = SigmoidApprox(z);
-        return s * (1.f + z * (1.f - s));
-      }
-      case Activation::kSigmoid: {
-        const float s = SigmoidApprox(z);
-        return s * (1.f - s);
-      }
-      case Activation::kTanh: {
-        const float t = TanhApprox(z);
-        return 1.f - t * t;
-      }
-      default: break;
-    }
+    return ActivationGradWith(act, z, [](float x) { return TanhApprox(x); }, [](float x) { return SigmoidApprox(x); });
+  } else {
+    return ActivationGrad(act, z);
   }
-  return ActivationGrad(act, z);
 }
 
 // Rows [begin, end) of chunk blockIdx.y and batch blockIdx.z.
