@@ -24,6 +24,12 @@ def tensor_core_split_k(m: int, n: int, k: int, batch: int, sm_count: int) -> in
     return int(_jaxgemm.tensor_core_split_k(m, n, k, batch, sm_count))
 
 
+def sm90_choice(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int, int, int]:
+    """(tile_m, tile_n, split_k) the Hopper heuristic picks for a tensor-core problem
+    (computed on the host: no device needed)."""
+    return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count))
+
+
 def cuda_compute_capability() -> int:
     """10 * major + minor of the current CUDA device; 0 without CUDA or a GPU."""
     return int(_jaxgemm.cuda_compute_capability()) if WITH_CUDA else 0

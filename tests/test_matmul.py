@@ -13,6 +13,7 @@ import pytest
 from jax.test_util import check_grads
 
 import jaxgemm
+from jaxgemm import _ffi
 from conftest import on_gpu
 from reference import TF32_TOLERANCE, TOLERANCE, op, random, rel_error, to64
 
@@ -415,6 +416,43 @@ SM90_TILES = [t for kernel, t in TENSOR_CORE_KERNELS if kernel == "sm90"]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("tile", SM90_TILES)
+def test_gpu_few_rows_on_every_sm90_tile(tile, dtype):
+    """Products with fewer rows than a tile, or a last tile with at most 64 rows: A's box
+    shrinks to M's rows and m64 blocks past M are not multiplied, so the stage rows they
+    would read hold stale values. Every row < M must still be right and written (poisoned
+    outputs), in every layout, with split-K and batches, with a fused epilogue too; float32
+    runs as tf32 (A K-major)."""
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    _skip_unless_hopper("sm90")
+    rng = np.random.default_rng(hash((tile, str(dtype))) % 2**32)
+    tf32 = dtype == jnp.float32
+    tolerance = TF32_TOLERANCE if tf32 else TOLERANCE[jnp.dtype(dtype)]
+    rows = [1, 16, 63, 65, 136]
+    for i, (m, (ta, tb)) in enumerate(itertools.product(rows, LAYOUTS)):
+        n, k = (264, 1000) if i % 2 else (520, 4104)
+        if ta and not tf32:
+            m = -(-m // 8) * 8  # a forced kernel gets no padding: 16-byte rows of stored A
+        batch = ((2,), (2,)) if i % 4 == 3 else ((), ())
+        split_k = 3 if i % 3 == 1 else 1
+        a, b = _operands(rng, m, n, k, dtype, ta, tb, *batch)
+        config = GemmConfig(ta, tb, tf32, jnp.dtype(dtype), split_k=split_k, kernel="sm90", tile=tile)
+        out = jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
+        err = rel_error(out, _reference(a, b, ta, tb))
+        assert err <= tolerance, (m, n, k, ta, tb, batch, split_k, err)
+    # The fused TMA-store epilogue (bias, activation, Aux) on a few-row product.
+    if not tf32:
+        a, b = _operands(rng, 16, 512, 2048, dtype, False, False)
+        bias = random(rng, (512,), dtype)
+        y, z = jaxgemm.matmul(a, b, bias=bias, activation="relu", return_pre_activation=True)
+        z_ref = _reference(a, b) + to64(bias)
+        assert rel_error(z, z_ref) <= tolerance
+        assert rel_error(y, np.maximum(z_ref, 0)) <= tolerance
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("tile", SM90_TILES)
 def test_gpu_tf32_on_every_sm90_tile(tile):
     """float32 with tf32 allowed, forced onto each sm90 tile: every layout (the lowering
@@ -470,13 +508,24 @@ def test_gpu_tf32_fused_epilogue(tb):
     assert rel_error(y, np.asarray(jax.nn.gelu(jnp.asarray(z_ref)), np.float64)) <= TF32_TOLERANCE
 
 
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_for_few_rows():
+    """Products of at most 64 rows stream B through 128 x 64 tiles, split only when the
+    column tiles alone leave most of the 132 SMs idle; larger products take wider tiles."""
+    for m in (1, 16, 64):
+        assert _ffi.sm90_choice(m, 8192, 8192, 1, 132) == (128, 64, 1)
+        tile_m, tile_n, split = _ffi.sm90_choice(m, 2048, 8192, 1, 132)
+        assert (tile_m, tile_n) == (128, 64) and split >= 4, split
+    assert _ffi.sm90_choice(8192, 8192, 8192, 1, 132)[:2] in ((128, 256), (256, 256))
+
+
 @pytest.mark.gpu
 def test_gpu_tensor_core_heuristic_choices():
     """Shapes where the heuristic splits K or picks either sm90 tile come out right."""
     from jaxgemm import _ffi
 
     sms = _ffi.cuda_sm_count()
-    assert _ffi.tensor_core_split_k(16, 8192, 8192, 1, sms) > 1
+    assert _ffi.tensor_core_split_k(16, 2048, 8192, 1, sms) > 1
     assert _ffi.tensor_core_split_k(8192, 8192, 8192, 1, sms) == 1
     rng = np.random.default_rng(18)
     for m, n, k in [(16, 8192, 8192), (128, 4096, 8192), (2048, 2048, 512), (4096, 4096, 256)]:

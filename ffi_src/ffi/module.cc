@@ -59,6 +59,17 @@ NB_MODULE(_jaxgemm, m) {
     p.batch.count = batch;
     return jaxgemm::ChooseTensorCoreSplitK(p, sm_count, jaxgemm::CurrentDeviceComputeCapability() == 90);
   });
+  // The sm90 heuristic's choice for a problem, without a device: (tile_m, tile_n, split_k).
+  m.def("sm90_choice", [](int64_t m_, int64_t n, int64_t k, int64_t batch, int sm_count) {
+    jaxgemm::GemmProblem p;
+    p.m = m_;
+    p.n = n;
+    p.k = k;
+    p.batch.count = batch;
+    p.split_k = jaxgemm::ChooseTensorCoreSplitK(p, sm_count, true);
+    const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
+    return nb::make_tuple(t.m, t.n, p.split_k);
+  });
   m.def("cuda_compute_capability", &jaxgemm::CurrentDeviceComputeCapability);
   m.def("cuda_sm_count", &jaxgemm::CurrentDeviceSmCount);
 #endif
