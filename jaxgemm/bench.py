@@ -3,7 +3,8 @@
     python -m jaxgemm.bench [--suite simt,tc,epilogue,smoke,all] [--iterations 50] [--json out.json]
 
 Kernel time comes from CUPTI (`jax.experimental.mosaic.gpu.profiler.measure`): the sum of
-the kernels one call launches, median over iterations. Without it (e.g. on a CPU) the
+the kernels one call launches, median over iterations. Ours and the baseline are timed in
+alternating rounds, so a drift of the GPU's clock does not favour either. Without it (e.g. on a CPU) the
 median wall-clock time of a jitted call is used, and the table says so. `base/ours` > 1
 means jaxgemm is faster than the baseline (XLA, unless the row says otherwise).
 """
@@ -220,8 +221,8 @@ def _cupti_timer():
         return None
 
 
-def time_ms(fn, args, iterations: int) -> tuple[float, str]:
-    """Median per-call time in ms, and the method used ('cupti' or 'wall')."""
+def time_samples(fn, args, iterations: int) -> tuple[list[float], str]:
+    """Per-call times in ms over `iterations` calls, and the method used ('cupti' or 'wall')."""
     measure = _cupti_timer()
     if measure is not None:
         try:
@@ -230,15 +231,34 @@ def time_ms(fn, args, iterations: int) -> tuple[float, str]:
             print(f"\nCUPTI timing failed ({e!r}); using wall-clock time", file=sys.stderr)
             times = None
         if times:
-            times = times if isinstance(times, list) else [times]
-            return float(statistics.median(times)), "cupti"
+            return [float(t) for t in (times if isinstance(times, list) else [times])], "cupti"
     jax.block_until_ready(fn(*args))
     samples = []
     for _ in range(iterations):
         t0 = time.perf_counter()
         jax.block_until_ready(fn(*args))
         samples.append((time.perf_counter() - t0) * 1e3)
-    return float(statistics.median(samples)), "wall"
+    return samples, "wall"
+
+
+def time_ms(fn, args, iterations: int) -> tuple[float, str]:
+    """Median per-call time in ms, and the method used ('cupti' or 'wall')."""
+    samples, method = time_samples(fn, args, iterations)
+    return float(statistics.median(samples)), method
+
+
+def time_pair_ms(ours, base, args, iterations: int, rounds: int = 4) -> tuple[float, float, str]:
+    """Median times of two functions on the same inputs, measured in alternating rounds
+    (ours first, then the baseline first, ...): the GPU's clock follows its power and
+    temperature, so timing one side entirely before the other biases the ratio."""
+    per_round = max(1, iterations // 2)
+    ours_samples, base_samples = [], []
+    for r in range(rounds):
+        order = [(ours, ours_samples), (base, base_samples)]
+        for fn, samples in order if r % 2 == 0 else order[::-1]:
+            times, method = time_samples(fn, args, per_round)
+            samples.extend(times)
+    return float(statistics.median(ours_samples)), float(statistics.median(base_samples)), method
 
 
 def _rel_error(x, ref) -> float:
@@ -250,8 +270,7 @@ def _rel_error(x, ref) -> float:
 def run_case(case: Case, iterations: int, seed: int = 0) -> dict:
     args = _inputs(case, seed)
     ours, xla = _functions(case)
-    ours_ms, method = time_ms(ours, args, iterations)
-    xla_ms, _ = time_ms(xla, args, iterations)
+    ours_ms, xla_ms, method = time_pair_ms(ours, xla, args, iterations)
     first = lambda out: jax.tree_util.tree_leaves(out)[0]  # noqa: E731  (y, or the product)
     return {
         **dataclasses.asdict(case),

@@ -6,9 +6,9 @@
 For every layer, the forward pass alone and forward + backward (gradients of x and w) of
 `conv2d(x, w, stride, "SAME")` against `lax.conv_general_dilated` on the same inputs
 (float32 at HIGHEST precision on both sides: exact fp32, no tf32). Times come from
-jaxgemm.bench.time_ms (CUPTI kernel time on a GPU, wall-clock otherwise); `xla/ours` > 1
-means jaxgemm is faster. `--breakdown` adds each gradient alone (dx only: dgrad; dw only:
-wgrad; jit drops the other one on both sides).
+jaxgemm.bench.time_pair_ms (CUPTI kernel time in alternating rounds on a GPU, wall-clock
+otherwise); `xla/ours` > 1 means jaxgemm is faster. `--breakdown` adds each gradient
+alone (dx only: dgrad; dw only: wgrad; jit drops the other one on both sides).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 from jax import lax
 
 import jaxgemm
-from jaxgemm.bench import time_ms
+from jaxgemm.bench import time_pair_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +105,7 @@ def run_layer(layer: Layer, dtype: str, batch: int, iterations: int, seed: int =
     if breakdown:
         kinds += [(kind, ours, xla, 1) for kind, (ours, xla) in _gradient_functions(layer, dtype, kernel).items()]
     for kind, ours, xla, mult in kinds:
-        ours_ms, method = time_ms(ours, args, iterations)
-        xla_ms, _ = time_ms(xla, args, iterations)
+        ours_ms, xla_ms, method = time_pair_ms(ours, xla, args, iterations)
         got, want = jax.tree_util.tree_leaves(ours(*args)), jax.tree_util.tree_leaves(xla(*args))
         row.update({
             f"{kind}_ours_ms": ours_ms,
