@@ -23,10 +23,12 @@ from jaxgemm.gemm import (
     GemmConfig,
     _broadcast_batch,
     _gemm_dims,
+    _k_major_for_tf32,
     _kernel_out_dtype,
     call_gemm_ffi,
     grad_lhs,
     grad_rhs,
+    runs_as_tf32,
     unbroadcast,
 )
 
@@ -77,18 +79,29 @@ def _out_shape(a, b, config):
 
 
 def _forward(config, epi, a, b, c, bias, residual, want_aux):
-    return call_gemm_ffi(
-        a,
-        b,
-        c,
-        bias,
-        residual,
-        config=config,
-        out_shape=_out_shape(a, b, config),
-        activation=activations.activation_id(epi.activation),
-        beta=epi.beta,
-        want_aux=want_aux,
-    )
+    out_shape = _out_shape(a, b, config)
+
+    def run(a, b, call_config):
+        return call_gemm_ffi(
+            a,
+            b,
+            c,
+            bias,
+            residual,
+            config=call_config,
+            out_shape=out_shape,
+            activation=activations.activation_id(epi.activation),
+            beta=epi.beta,
+            want_aux=want_aux,
+        )
+
+    if runs_as_tf32(a.dtype, config, "cuda"):
+        # On a Hopper GPU the tf32 kernel takes both operands K-major (as in the plain GEMM's
+        # lowering); elsewhere the operands go as they are (exact fp32).
+        return jax.lax.platform_dependent(
+            a, b, cuda=lambda a, b: run(*_k_major_for_tf32(a, b, config)), default=lambda a, b: run(a, b, config)
+        )
+    return run(a, b, config)
 
 
 def _fused_fwd(config, epi, a, b, c, bias, residual):
