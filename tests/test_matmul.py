@@ -518,12 +518,17 @@ def test_gpu_tf32_fused_epilogue(ta, tb):
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
 def test_sm90_heuristic_for_few_rows():
-    """Products of at most 64 rows stream B through 128 x 64 tiles, split only when the
-    column tiles alone leave most of the 132 SMs idle; larger products take wider tiles."""
+    """Products of at most 64 rows stream B: the widest tile whose column tiles alone give
+    work to 3/4 of the 132 SMs, unsplit; else 128 x 64 tiles, split until they do. Larger
+    products take the wave model's wider tiles."""
     for m in (1, 16, 64):
         assert _ffi.sm90_choice(m, 8192, 8192, 1, 132) == (128, 64, 1)
-        tile_m, tile_n, split = _ffi.sm90_choice(m, 2048, 8192, 1, 132)
-        assert (tile_m, tile_n) == (128, 64) and split >= 4, split
+        assert _ffi.sm90_choice(m, 4096, 4096, 1, 132) == (128, 64, 2)
+        assert _ffi.sm90_choice(m, 2048, 8192, 1, 132) == (128, 64, 4)
+        assert _ffi.sm90_choice(m, 14336, 4096, 1, 132) == (128, 128, 1)
+        assert _ffi.sm90_choice(m, 32768, 4096, 1, 132) == (128, 256, 1)
+        assert _ffi.sm90_choice(m, 4096, 4096, 2, 132) == (128, 64, 1)  # batches count as tiles
+        assert _ffi.sm90_choice(m, 64, 1024, 1, 132) == (128, 64, 2)  # chunks of >= 512
     assert _ffi.sm90_choice(8192, 8192, 8192, 1, 132)[:2] in ((128, 256), (256, 256))
 
 

@@ -1,6 +1,6 @@
 """Per-kernel CUPTI times (median over iterations) of XLA's and jaxgemm's GEMMs with few
 rows, beside a pure read of B (the bandwidth floor), to see where a call's time goes:
-python tools/kernel_breakdown.py [M ...]   (default 16 64 128; N = K = 8192, bf16)."""
+python tools/kernel_breakdown.py [M[,N,K] ...]   (default 16 64 128; N = K = 8192; bf16)."""
 
 import dataclasses
 import statistics
@@ -27,24 +27,25 @@ def show(label, rows):
     return total
 
 
-def main(ms):
-    for m in ms:
+def main(shapes):
+    for m, n, k in shapes:
         ka, kb = jax.random.split(jax.random.key(m))
-        a = jax.random.normal(ka, (m, 8192), jnp.bfloat16)
-        b = jax.random.normal(kb, (8192, 8192), jnp.bfloat16)
-        print(f"bf16 M={m} N=K=8192 (B: {b.nbytes / 2**20:.0f} MiB)")
+        a = jax.random.normal(ka, (m, k), jnp.bfloat16)
+        b = jax.random.normal(kb, (k, n), jnp.bfloat16)
+        print(f"bf16 M={m} N={n} K={k} (B: {b.nbytes / 2**20:.0f} MiB)")
         read = show("read B (column sums)", breakdown(lambda b: jnp.sum(b, axis=0, dtype=jnp.float32), (b,)))
         print(f"  {'':<24} = {b.nbytes / read / 1e9:.2f} TB/s")
         xla = show("XLA", breakdown(jnp.matmul, (a, b)))
         base = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16))
         configs = [("heuristic", base)] + [
             (f"{t[0]}x{t[1]} split {s}", dataclasses.replace(base, kernel="sm90", tile=t, split_k=s))
-            for t, s in (((128, 256), 4), ((128, 128), 2), ((128, 128), 4), ((128, 64), 1), ((128, 64), 2),
-                         ((128, 64), 4))]
+            for t, s in (((128, 256), 1), ((128, 256), 2), ((128, 128), 1), ((128, 128), 2), ((128, 64), 1),
+                         ((128, 64), 2), ((128, 64), 4))]
         for label, config in configs:
             t = show(label, breakdown(lambda a, b, config=config: _gemm(a, b, config), (a, b)))
             print(f"  {'':<24} XLA/ours {xla / t:.3f}, B at {b.nbytes / t / 1e9:.2f} TB/s")
 
 
 if __name__ == "__main__":
-    main([int(x) for x in sys.argv[1:]] or [16, 64, 128])
+    shapes = [tuple(map(int, arg.split(","))) for arg in sys.argv[1:]] or [(16,), (64,), (128,)]
+    main([s if len(s) == 3 else (s[0], 8192, 8192) for s in shapes])

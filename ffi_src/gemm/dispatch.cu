@@ -104,16 +104,43 @@ constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 128 * 256, 2, 1.00, 0.
                                              {{128, 128}, 128 * 128, 1, 0.96, 0.99},
                                              {{128, 64}, 128 * 64, 1, 0.60, 0.99}};
 
-// Whether the heuristic considers a schedule for a problem. With at most 64 rows the
-// product streams B: measured at M = 16 / 32 / 64, N = K = 8192, 128 x 64 tiles without a
-// split (128 blocks, each streaming 64 columns of B through 8 stages) took 34.5 / 35.1 /
-// 35.7 us, against 39.7-42.7 us for 128 x 128 and 41-45 us for 128 x 256 tiles at their
-// best splits (whose fp32 partials XLA then reduces). Convolutions (no narrow tile) keep
-// 128 x 256 there.
+// Whether the heuristic's wave model considers a schedule for a problem. Convolutions have
+// no narrow tile (they pick 128 x 64 by their own rule); with at most 64 rows they keep
+// 128 x 256. GEMMs with at most 64 rows take FewRowsSm90 instead.
 bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narrow) {
   if (c.tile.n == 64 && !with_narrow) return false;
-  if (p.m <= 64) return c.tile.m == 128 && c.tile.n == (with_narrow ? 64 : 256);
+  if (p.m <= 64) return c.tile.m == 128 && c.tile.n == 256;
   return true;
+}
+
+// A GEMM with at most 64 rows is bound by streaming B from memory, not by the tensor
+// cores, and the wave model's "busiest SM" does not apply: a block can pull two or more
+// times its fair share of the bandwidth, so blocks with one tile more than others cost
+// little, while each doubling of the split costs a pass over fp32 partials and a slower
+// epilogue. The rule: the widest tile whose column tiles alone give work to >= 3/4 of the
+// SMs, unsplit; otherwise 128 x 64 tiles, split until they do (chunks of >= 512). Measured
+// (H200, bf16, us, XLA in the same process): M = 16, N = K = 8192: 128 x 64 unsplit 34.5
+// (128 x 128 split 2: 41.0; XLA 34.7); M = 16 / 64, N = 14336, K = 4096: 128 x 128 unsplit
+// 31.2 / 31.5 (128 x 64 unsplit 32.5 / 35.7, split 4 42.0 / 45.5; XLA 31.2 / 34.4);
+// M = 16, N = K = 4096: 128 x 64 split 2 12.5 (unsplit 13.3; XLA 7.8).
+struct FewRowsChoice {
+  Sm90Tile tile;
+  int64_t split_k;
+};
+FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
+  const double enough = 0.75 * sm_count;
+  for (int tile_n : {256, 128}) {
+    if (double((p.n + tile_n - 1) / tile_n) * double(p.batch.count) >= enough) return {{128, tile_n}, 1};
+  }
+  const double tiles = double((p.n + 63) / 64) * double(p.batch.count);
+  int64_t split = 1;
+  while (split < 16 && tiles * split < enough) {
+    GemmProblem q = p;
+    q.split_k = split * 2;
+    if (q.KChunk() < 512) break;
+    split *= 2;
+  }
+  return {{128, 64}, split};
 }
 
 // A wave model: the busiest SM's (cluster's) work items times each item's tile area and K,
@@ -149,6 +176,7 @@ const Sm90Candidate& CheapestSm90(const GemmProblem& p, int sm_count, bool with_
 // sm80: 128 x 128 tiles, the same wave model (one speed). sm90: the split whose cheapest
 // schedule is cheapest.
 int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count, bool sm90) {
+  if (sm90 && p.m <= 64) return FewRowsSm90(p, sm_count).split_k;
   const double tiles = double((p.m + 127) / 128) * double((p.n + 127) / 128) * double(p.batch.count);
   int64_t best = 1;
   double best_cost = 0;
@@ -168,6 +196,7 @@ int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count, bool sm90) {
 }
 
 Sm90Tile ChooseSm90Tile(const GemmProblem& p, int sm_count, bool with_narrow) {
+  if (with_narrow && p.m <= 64) return FewRowsSm90(p, sm_count).tile;
   double cost = 0;
   return CheapestSm90(p, sm_count, with_narrow, &cost).tile;
 }
