@@ -4,8 +4,8 @@
 
 Kernel time comes from CUPTI (`jax.experimental.mosaic.gpu.profiler.measure`): the sum of
 the kernels one call launches, median over iterations. Ours and the baseline are timed in
-alternating rounds, so a drift of the GPU's clock does not favour either. Without it (e.g. on a CPU) the
-median wall-clock time of a jitted call is used, and the table says so. `base/ours` > 1
+alternating rounds, so a drift of the GPU's clock favours neither. Without CUPTI (e.g. on
+a CPU) the median wall-clock time of a jitted call is used, and the table says so. `base/ours` > 1
 means jaxgemm is faster than the baseline (XLA, unless the row says otherwise).
 """
 
@@ -248,9 +248,10 @@ def time_ms(fn, args, iterations: int) -> tuple[float, str]:
 
 
 def time_pair_ms(ours, base, args, iterations: int, rounds: int = 4) -> tuple[float, float, str]:
-    """Median times of two functions on the same inputs, measured in alternating rounds
-    (ours first, then the baseline first, ...): the GPU's clock follows its power and
-    temperature, so timing one side entirely before the other biases the ratio."""
+    """Median times of two functions on the same inputs, measured in `rounds` alternating
+    rounds of iterations // 2 calls each (ours first, then the baseline first, ...): the
+    GPU's clock follows its power and temperature, so timing one side entirely before the
+    other biases the ratio."""
     per_round = max(1, iterations // 2)
     ours_samples, base_samples = [], []
     for r in range(rounds):
