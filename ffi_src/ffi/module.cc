@@ -17,6 +17,18 @@ nb::capsule EncapsulateFfiHandler(T* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn));
 }
 
+#if defined(JAXGEMM_WITH_CUDA)
+// A problem with only its shape set: what the heuristics look at.
+jaxgemm::GemmProblem ShapeOnly(int64_t m, int64_t n, int64_t k, int64_t batch) {
+  jaxgemm::GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.batch.count = batch;
+  return p;
+}
+#endif
+
 }  // namespace
 
 NB_MODULE(_jaxgemm, m) {
@@ -41,31 +53,19 @@ NB_MODULE(_jaxgemm, m) {
 #if defined(JAXGEMM_WITH_CUDA)
   // The heuristic's choices, for the lowering (split-K) and for tests that must cover
   // every kernel it can pick.
-  m.def("simt_config", [](int64_t m_, int64_t n, int64_t k, int64_t batch, int sm_count) {
-    jaxgemm::GemmProblem p;
-    p.m = m_;
-    p.n = n;
-    p.k = k;
-    p.batch.count = batch;
+  m.def("simt_config", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch);
     p.split_k = jaxgemm::ChooseSplitK(p, sm_count);
     const jaxgemm::SimtChoice c = jaxgemm::ChooseSimtTile(p, sm_count);
     return nb::make_tuple(c.bm, c.bn, p.split_k);
   });
-  m.def("tensor_core_split_k", [](int64_t m_, int64_t n, int64_t k, int64_t batch, int sm_count) {
-    jaxgemm::GemmProblem p;
-    p.m = m_;
-    p.n = n;
-    p.k = k;
-    p.batch.count = batch;
-    return jaxgemm::ChooseTensorCoreSplitK(p, sm_count, jaxgemm::CurrentDeviceComputeCapability() == 90);
+  m.def("tensor_core_split_k", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count) {
+    return jaxgemm::ChooseTensorCoreSplitK(ShapeOnly(m, n, k, batch), sm_count,
+                                           jaxgemm::CurrentDeviceComputeCapability() == 90);
   });
   // The sm90 heuristic's choice for a problem, without a device: (tile_m, tile_n, split_k).
-  m.def("sm90_choice", [](int64_t m_, int64_t n, int64_t k, int64_t batch, int sm_count) {
-    jaxgemm::GemmProblem p;
-    p.m = m_;
-    p.n = n;
-    p.k = k;
-    p.batch.count = batch;
+  m.def("sm90_choice", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch);
     p.split_k = jaxgemm::ChooseTensorCoreSplitK(p, sm_count, true);
     const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
     return nb::make_tuple(t.m, t.n, p.split_k);

@@ -104,12 +104,15 @@ constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 128 * 256, 2, 1.00, 0.
                                              {{128, 128}, 128 * 128, 1, 0.96, 0.99},
                                              {{128, 64}, 128 * 64, 1, 0.60, 0.99}};
 
+// Products of at most this many rows (one m64 block) stream B: see FewRowsSm90.
+constexpr int64_t kFewRows = 64;
+
 // Whether the heuristic's wave model considers a schedule for a problem. Convolutions have
 // no narrow tile (they pick 128 x 64 by their own rule); with at most 64 rows they keep
 // 128 x 256. GEMMs with at most 64 rows take FewRowsSm90 instead.
 bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narrow) {
   if (c.tile.n == 64 && !with_narrow) return false;
-  if (p.m <= 64) return c.tile.m == 128 && c.tile.n == 256;
+  if (p.m <= kFewRows) return c.tile.m == 128 && c.tile.n == 256;
   return true;
 }
 
@@ -176,7 +179,7 @@ const Sm90Candidate& CheapestSm90(const GemmProblem& p, int sm_count, bool with_
 // sm80: 128 x 128 tiles, the same wave model (one speed). sm90: the split whose cheapest
 // schedule is cheapest.
 int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count, bool sm90) {
-  if (sm90 && p.m <= 64) return FewRowsSm90(p, sm_count).split_k;
+  if (sm90 && p.m <= kFewRows) return FewRowsSm90(p, sm_count).split_k;
   const double tiles = double((p.m + 127) / 128) * double((p.n + 127) / 128) * double(p.batch.count);
   int64_t best = 1;
   double best_cost = 0;
@@ -196,7 +199,7 @@ int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count, bool sm90) {
 }
 
 Sm90Tile ChooseSm90Tile(const GemmProblem& p, int sm_count, bool with_narrow) {
-  if (with_narrow && p.m <= 64) return FewRowsSm90(p, sm_count).tile;
+  if (with_narrow && p.m <= kFewRows) return FewRowsSm90(p, sm_count).tile;
   double cost = 0;
   return CheapestSm90(p, sm_count, with_narrow, &cost).tile;
 }

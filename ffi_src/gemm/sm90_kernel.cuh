@@ -542,25 +542,22 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
       MbarrierWaitLong(&order[wg], order_phase);
       order_phase ^= 1;
     }
-    // m64 blocks of the tile at or past row M are not multiplied (their A rows are not
-    // loaded, nothing of them is stored): with few rows, half or more of the tensor work.
-    const int64_t rows_left = p.m - (w.m0 + first_row);
-#pragma unroll
-    for (int mi = 0; mi < P::kMmaM; ++mi) {
-      if (w.k_tiles == 0 || 64 * mi >= rows_left) {
-#pragma unroll
-        for (int j = 0; j < P::kBN / 2; ++j) acc[mi][j] = 0.f;
-      }
-    }
     uint32_t bias_word = 0;
     if constexpr (sizeof(TOut) == 2) {
       if (store.fused && store.bias && tid < P::kBN / 2) bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);
     }
     // The mainloop over the tile's first kBlocks m64 blocks (a compile-time count: a wgmma
-    // under a runtime condition makes ptxas serialize the wgmmas). With none, the consumer
-    // only hands the stages back.
+    // under a runtime condition makes ptxas serialize the wgmmas); the others hold zeros.
+    // With none, the consumer only hands the stages back.
     auto mainloop = [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
+#pragma unroll
+      for (int mi = 0; mi < P::kMmaM; ++mi) {
+        if (mi >= kBlocks || w.k_tiles == 0) {
+#pragma unroll
+          for (int j = 0; j < P::kBN / 2; ++j) acc[mi][j] = 0.f;
+        }
+      }
       int previous = -1;
       for (int kt = 0; kt < w.k_tiles; ++kt) {
         MbarrierWait(&full[stage], phase);
@@ -594,6 +591,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
       WgmmaWaitGroup<0>();
       if (previous >= 0 && lane == 0) Release(&empty[previous]);
     };
+    // m64 blocks of the tile at or past row M are not multiplied (their A rows are not
+    // loaded, nothing of them is stored): with few rows, half or more of the tensor work.
+    const int64_t rows_left = p.m - (w.m0 + first_row);
     if (rows_left > 64 * (P::kMmaM - 1)) {
       mainloop(std::integral_constant<int, P::kMmaM>{});
     } else if (P::kMmaM == 2 && rows_left > 0) {
