@@ -30,6 +30,13 @@ def sm90_choice(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int,
     return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count))
 
 
+def gemm_workspace_bytes(m: int, n: int, k: int, batch: int, sm_count: int, split_k: int, kernel: int,
+                         tile_m: int, tile_n: int) -> int:
+    """Scratch bytes a jaxgemm_gemm call can use (stream-K on Hopper; computed on the host):
+    the problem's shape and split, a kernel family id and tile (0: the heuristic's)."""
+    return int(_jaxgemm.gemm_workspace_bytes(m, n, k, batch, sm_count, split_k, kernel, tile_m, tile_n))
+
+
 def cuda_compute_capability() -> int:
     """10 * major + minor of the current CUDA device; 0 without CUDA or a GPU."""
     return int(_jaxgemm.cuda_compute_capability()) if WITH_CUDA else 0

@@ -26,6 +26,7 @@ from jaxgemm.gemm import (
     _k_major_for_tf32,
     _kernel_out_dtype,
     call_gemm_ffi,
+    gemm_workspace_bytes,
     grad_lhs,
     grad_rhs,
     runs_as_tf32,
@@ -81,7 +82,7 @@ def _out_shape(a, b, config):
 def _forward(config, epi, a, b, c, bias, residual, want_aux):
     out_shape = _out_shape(a, b, config)
 
-    def run(a, b, call_config):
+    def run(a, b, call_config, workspace_bytes=0):
         return call_gemm_ffi(
             a,
             b,
@@ -93,14 +94,20 @@ def _forward(config, epi, a, b, c, bias, residual, want_aux):
             activation=activations.activation_id(epi.activation),
             beta=epi.beta,
             want_aux=want_aux,
+            workspace_bytes=workspace_bytes,
         )
 
-    if runs_as_tf32(a.dtype, config, "cuda"):
+    def run_on_gpu(a, b):
         # On a Hopper GPU the tf32 kernel takes both operands K-major (as in the plain GEMM's
-        # lowering); elsewhere the operands go as they are (exact fp32).
-        return jax.lax.platform_dependent(
-            a, b, cuda=lambda a, b: run(*_k_major_for_tf32(a, b, config)), default=lambda a, b: run(a, b, config)
-        )
+        # lowering), and stream-K gets its workspace.
+        call_config = config
+        if runs_as_tf32(a.dtype, config, "cuda"):
+            a, b, call_config = _k_major_for_tf32(a, b, config)
+        return run(a, b, call_config, gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, "cuda"))
+
+    # Elsewhere the operands go as they are (tf32-allowed float32 runs in exact fp32).
+    if runs_as_tf32(a.dtype, config, "cuda") or gemm_workspace_bytes(a.shape, b.shape, a.dtype, config, 1, "cuda"):
+        return jax.lax.platform_dependent(a, b, cuda=run_on_gpu, default=lambda a, b: run(a, b, config))
     return run(a, b, config)
 
 

@@ -88,16 +88,33 @@ def _gemm_abstract_eval(a, b, *, config: GemmConfig):
     return jax.core.ShapedArray(batch + (m, n), config.out_dtype)
 
 
+def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: int, platform: str) -> int:
+    """Scratch bytes a jaxgemm_gemm call can use on this process's GPU: stream-K's partial
+    tiles and flags when the sm90 schedule shares a last, partly filled wave out (0 on CPU,
+    off Hopper, on the SIMT kernels, or when every wave is full). Less makes the kernel run
+    without stream-K, never wrong."""
+    tensor_cores = jnp.dtype(dtype) != jnp.float32 or runs_as_tf32(dtype, config, platform)
+    if platform != "cuda" or not _ffi.WITH_CUDA or not tensor_cores or _ffi.cuda_compute_capability() != 90:
+        return 0
+    m, k, n, _ = _gemm_dims(a_shape, b_shape, config)
+    batch = math.prod(_broadcast_batch(a_shape[:-2], b_shape[:-2]))
+    tile = config.tile or (0, 0)
+    return int(_ffi.gemm_workspace_bytes(m, n, k, batch, _ffi.cuda_sm_count(), split_k,
+                                         KERNEL_FAMILIES[config.kernel], *tile))
+
+
 def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig, out_shape, split_k: int = 1,
-                  activation: int = 0, beta: float = 0.0, want_aux: bool = False):
+                  activation: int = 0, beta: float = 0.0, want_aux: bool = False, workspace_bytes: int = 0):
     """The jaxgemm_gemm FFI call (ffi_src/ffi/gemm_decode.h has the contract): returns
     (out, aux); absent operands and an unwanted aux travel as empty arrays. Unbatched
-    operands get a size-1 batch dim under vmap, which the kernels read with stride 0."""
+    operands get a size-1 batch dim under vmap, which the kernels read with stride 0.
+    `workspace_bytes`: scratch for the kernel (gemm_workspace_bytes), allocated by XLA."""
     out_dtype = jnp.float32 if split_k > 1 else config.out_dtype
     empty = jnp.zeros((0,), out_dtype)
     results = (
         jax.ShapeDtypeStruct(out_shape, out_dtype),
         jax.ShapeDtypeStruct(out_shape if want_aux else (0,), out_dtype),
+        jax.ShapeDtypeStruct((workspace_bytes,), jnp.uint8),
     )
     return jax.ffi.ffi_call("jaxgemm_gemm", results, vmap_method="expand_dims")(
         a,
@@ -115,7 +132,7 @@ def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig,
         tile_m=np.int64(config.tile[0] if config.tile else 0),
         tile_n=np.int64(config.tile[1] if config.tile else 0),
         kernel=np.int64(KERNEL_FAMILIES[config.kernel]),
-    )
+    )[:2]
 
 
 def runs_as_tf32(dtype, config: GemmConfig, platform: str) -> bool:
@@ -211,7 +228,8 @@ def _gemm_lowering(ctx, a, b, *, config: GemmConfig, platform: str):
             a, b, call_config = _k_major_for_tf32(a, b, config)
         out_shape = out_aval.shape[:-2] + (out_aval.shape[-2] + m_pad, out_aval.shape[-1] + n_pad)
         if split_k == 1:
-            out = call_gemm_ffi(a, b, config=call_config, out_shape=out_shape)[0]
+            workspace = gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, platform)
+            out = call_gemm_ffi(a, b, config=call_config, out_shape=out_shape, workspace_bytes=workspace)[0]
         else:
             # Split-K: the fp32 partials, summed by XLA in a fixed order (deterministic).
             shape = out_shape[:-2] + (split_k,) + out_shape[-2:]

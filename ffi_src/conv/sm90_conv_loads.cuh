@@ -62,17 +62,16 @@ struct Sm90ConvFpropLoads {
   // Called by one thread: fills stage after stage in the consumers' tile order (the same
   // ring walk as Sm90MatrixLoads::Produce). Only the NN layout exists for convolutions.
   template <class P, bool kTransA, bool kTransB>
-  __device__ __forceinline__ void Produce(const GemmProblem& p, unsigned char* tiles_a, unsigned char* tiles_b,
-                                          uint64_t* full, uint64_t* empty) const {
+  __device__ __forceinline__ void Produce(const GemmProblem& p, const Sm90Schedule<P>& schedule,
+                                          unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
+                                          uint64_t* empty) const {
     static_assert(!kTransA && !kTransB, "conv fprop loads are K-major A and MN-major B");
     static_assert(P::kBK == 64 && P::kBM == 128, "one load is 128 pixels x 64 channels");
     static_assert(P::kClusterM == 1, "no multicast: one block per work item");
 #if defined(JG_SM90_ENABLED)
-    const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
     Sm90ProducerRing<P> ring(full, empty);
-    for (int64_t t = schedule.First(); t < schedule.total; t += schedule.Step()) {
-      int64_t slab;
-      const Sm90Work work = schedule.Get(p, t, &slab);
+    Sm90Work work;
+    for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &work);) {
       // Where the walk starts: the tile's first output pixel, in padded input coordinates.
       int image, pq, oy, ox;
       div_pq.DivMod(static_cast<int32_t>(work.m0), &image, &pq);

@@ -40,18 +40,17 @@ struct Sm90ConvWgradLoads {
   // Called by one thread: fills stage after stage in the consumers' tile order (the same
   // ring walk as Sm90MatrixLoads::Produce).
   template <class P, bool kTransA, bool kTransB>
-  __device__ __forceinline__ void Produce(const GemmProblem& p, unsigned char* tiles_a, unsigned char* tiles_b,
-                                          uint64_t* full, uint64_t* empty) const {
+  __device__ __forceinline__ void Produce(const GemmProblem& p, const Sm90Schedule<P>& schedule,
+                                          unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
+                                          uint64_t* empty) const {
     static_assert(kTransA && !kTransB, "conv wgrad loads are MN-major A and B");
     static_assert(P::kBK == 64, "one load is 64 pixels");
     static_assert(P::kClusterM == 1, "no multicast: one block per work item");
 #if defined(JG_SM90_ENABLED)
     constexpr int kBlocksA = P::kBM / 64, kBlocksB = P::kBN / 64;
-    const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
     Sm90ProducerRing<P> ring(full, empty);
-    for (int64_t t = schedule.First(); t < schedule.total; t += schedule.Step()) {
-      int64_t slab;
-      const Sm90Work work = schedule.Get(p, t, &slab);
+    Sm90Work work;
+    for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &work);) {
       // Each 64-row block of A: one channel block of one tap. Blocks past the last row
       // (not stored) load the last tap again, so every stage receives its full byte count.
       int channel[kBlocksA];

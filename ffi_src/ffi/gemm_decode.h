@@ -33,6 +33,7 @@ auto BindGemmCall(Binding binding) {
       .template Arg<ffi::AnyBuffer>()            // residual (empty: none)
       .template Ret<ffi::AnyBuffer>()            // out
       .template Ret<ffi::AnyBuffer>()            // aux = pre-activation (empty: not wanted)
+      .template Ret<ffi::AnyBuffer>()            // workspace (uint8; the CUDA kernels' scratch, may be empty)
       .template Attr<bool>("transpose_a")
       .template Attr<bool>("transpose_b")
       .template Attr<bool>("tf32")

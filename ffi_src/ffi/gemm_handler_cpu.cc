@@ -11,6 +11,7 @@ namespace {
 
 ffi::Error GemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c, ffi::AnyBuffer bias,
                        ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> d, ffi::Result<ffi::AnyBuffer> aux,
+                       ffi::Result<ffi::AnyBuffer> /*workspace: GPU only*/,
                        bool transpose_a, bool transpose_b, bool tf32, float alpha, float beta, int64_t activation,
                        int64_t split_k, int64_t tile_m, int64_t tile_n, int64_t kernel) {
   (void)tile_m;  // kernel choice: meaningless for the reference

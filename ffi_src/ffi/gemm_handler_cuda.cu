@@ -12,7 +12,7 @@ namespace {
 
 ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
                         ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> d,
-                        ffi::Result<ffi::AnyBuffer> aux, bool transpose_a, bool transpose_b, bool tf32, float alpha,
+                        ffi::Result<ffi::AnyBuffer> aux, ffi::Result<ffi::AnyBuffer> workspace, bool transpose_a, bool transpose_b, bool tf32, float alpha,
                         float beta, int64_t activation, int64_t split_k, int64_t tile_m, int64_t tile_n,
                         int64_t kernel) {
   const GemmAttrs attrs{transpose_a, transpose_b, tf32, alpha, beta, activation, split_k};
@@ -27,7 +27,8 @@ ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
   }
   std::string unsupported;
   const KernelRequest request{static_cast<KernelFamily>(kernel), int(tile_m), int(tile_n)};
-  const cudaError_t status = RunGemm(*problem, stream, request, &unsupported);
+  const cudaError_t status =
+      RunGemm(*problem, stream, request, &unsupported, Sm90Workspace{workspace->untyped_data(), workspace->size_bytes()});
   if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_gemm: " + unsupported);
   if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_gemm kernel launch");
   return ffi::Error::Success();

@@ -70,6 +70,15 @@ NB_MODULE(_jaxgemm, m) {
     const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
     return nb::make_tuple(t.m, t.n, p.split_k);
   });
+  // The workspace a GEMM call may use (stream-K), for the lowering to allocate: the call's
+  // shape, split, requested kernel family id and tile (0: the heuristic's).
+  m.def("gemm_workspace_bytes", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, int64_t split_k,
+                                   int kernel, int tile_m, int tile_n) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch);
+    p.split_k = split_k;
+    const jaxgemm::KernelRequest request{static_cast<jaxgemm::KernelFamily>(kernel), tile_m, tile_n};
+    return jaxgemm::GemmWorkspaceBytes(p, sm_count, request);
+  });
   m.def("cuda_compute_capability", &jaxgemm::CurrentDeviceComputeCapability);
   m.def("cuda_sm_count", &jaxgemm::CurrentDeviceSmCount);
 #endif

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -150,11 +151,15 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
 // over the schedule's relative speed (2-block clusters, which cut L2 traffic, win by ~1-2%
 // once there are several waves; in a single wave they measured 4% slower), plus 5% per
 // doubling of the split for the pass over the fp32 partials. A cluster covers two tiles
-// at once, and half the SMs' worth of clusters are resident.
+// at once, and half the SMs' worth of clusters are resident. Where the schedule shares a
+// last partly filled wave out stream-K, every SM gets the average work, plus the fixup
+// (a partial tile through L2: charged as 2% of an item).
 double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double slabs = double(p.batch.count) * double(p.split_k);
   const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;
-  const double waves = std::ceil(items / std::max(1, sm_count / c.blocks));
+  const int workers = std::max(1, sm_count / c.blocks);
+  const bool stream_k = PlanSm90StreamK(p, c.tile.n, c.blocks, sm_count).items > 0;
+  const double waves = stream_k ? items / workers + 0.02 : std::ceil(items / workers);
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
   return waves * c.tile_area * k / (waves > 1 ? c.speed : c.single_wave_speed) *
          (1.0 + 0.05 * std::log2(double(p.split_k)));
@@ -226,10 +231,17 @@ int CachedDeviceAttribute(std::atomic<int> (&cache)[64], int (*query)(int device
 
 int CurrentDeviceSmCount() {
   static std::atomic<int> cache[64] = {};
-  return CachedDeviceAttribute(cache, [](int device) {
+  const int sms = CachedDeviceAttribute(cache, [](int device) {
     int n = 0;
     return cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess ? n : 0;
   });
+  // A smaller count on request: the heuristics and persistent grids then act as on a
+  // smaller GPU (tests reach multi-wave and stream-K schedules with small problems).
+  if (const char* limit = std::getenv("JAXGEMM_SM_COUNT")) {
+    const int n = std::atoi(limit);
+    if (n > 0 && n < sms) return n;
+  }
+  return sms;
 }
 
 int CurrentDeviceComputeCapability() {
@@ -247,17 +259,27 @@ int CurrentDeviceComputeCapability() {
 namespace {
 
 template <class TIn, class TOut>
-cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, Sm90Tile tile, int sm_count) {
+cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, Sm90Tile tile, int sm_count,
+                          Sm90Workspace workspace) {
   if constexpr (!std::is_same_v<TIn, float>) {  // (float: tf32, sm90 only)
     if (!sm90) return LaunchSm80Gemm<TIn, TOut>(p, stream);
   }
   if (tile.n == 0) tile = ChooseSm90Tile(p, sm_count);
-  return LaunchSm90Gemm<TIn, TOut>(p, tile.m, tile.n, sm_count, stream);
+  return LaunchSm90Gemm<TIn, TOut>(p, tile.m, tile.n, sm_count, stream, workspace);
 }
 
 }  // namespace
 
-cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, std::string* unsupported) {
+size_t GemmWorkspaceBytes(const GemmProblem& p, int sm_count, KernelRequest request) {
+  if (request.family != KernelFamily::kAuto && request.family != KernelFamily::kSm90) return 0;
+  const Sm90Tile tile = request.family == KernelFamily::kSm90 && request.tile_n != 0
+                            ? Sm90Tile{request.tile_m, request.tile_n}
+                            : ChooseSm90Tile(p, sm_count);
+  return Sm90StreamKBytes(p, tile.m, tile.n, sm_count);
+}
+
+cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, std::string* unsupported,
+                    Sm90Workspace workspace) {
   if (p.m == 0 || p.n == 0 || p.batch.count == 0) return cudaSuccess;
   // K == 0 needs no special case: the kernels then apply the epilogue to zero sums.
   if (p.k > INT32_MAX - 64) {
@@ -297,13 +319,13 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   }
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
     const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};
-    if (p.in_type == E::kF32 && p.out_type == E::kF32) return RunTensorCore<float, float>(p, stream, sm90, tile, sm_count);
-    if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunTensorCore<__half, __half>(p, stream, sm90, tile, sm_count);
-    if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunTensorCore<__half, float>(p, stream, sm90, tile, sm_count);
+    if (p.in_type == E::kF32 && p.out_type == E::kF32) return RunTensorCore<float, float>(p, stream, sm90, tile, sm_count, workspace);
+    if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunTensorCore<__half, __half>(p, stream, sm90, tile, sm_count, workspace);
+    if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunTensorCore<__half, float>(p, stream, sm90, tile, sm_count, workspace);
     if (p.in_type == E::kBF16 && p.out_type == E::kBF16)
-      return RunTensorCore<__nv_bfloat16, __nv_bfloat16>(p, stream, sm90, tile, sm_count);
+      return RunTensorCore<__nv_bfloat16, __nv_bfloat16>(p, stream, sm90, tile, sm_count, workspace);
     if (p.in_type == E::kBF16 && p.out_type == E::kF32)
-      return RunTensorCore<__nv_bfloat16, float>(p, stream, sm90, tile, sm_count);
+      return RunTensorCore<__nv_bfloat16, float>(p, stream, sm90, tile, sm_count, workspace);
   }
   const SimtChoice tile = request.family == F::kSimt && request.tile_m != 0
                               ? SimtChoice{request.tile_m, request.tile_n}

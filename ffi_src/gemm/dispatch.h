@@ -5,6 +5,7 @@
 #include <string>
 
 #include "gemm/problem.h"
+#include "gemm/sm90_launch.h"
 
 namespace jaxgemm {
 
@@ -44,15 +45,23 @@ Sm90Tile ChooseSm90Tile(const GemmProblem& p, int sm_count, bool with_narrow = t
 // Whether (tile_m, tile_n) names an sm90 schedule.
 bool IsSm90Tile(int tile_m, int tile_n);
 
-// Multiprocessors of the current device (cached per device), or 0 without a GPU.
+// Multiprocessors of the current device (cached per device), or 0 without a GPU; fewer when
+// the environment variable JAXGEMM_SM_COUNT asks for fewer (testing).
 int CurrentDeviceSmCount();
 
 // Compute capability of the current device as 10 * major + minor (cached), or 0.
 int CurrentDeviceComputeCapability();
 
+// The workspace RunGemm can use for a problem (with its split_k) on a Hopper GPU with
+// `sm_count` SMs: stream-K's, when the sm90 schedule that `request` names, or that the
+// heuristic picks, shares out a last partly filled wave; 0 otherwise.
+size_t GemmWorkspaceBytes(const GemmProblem& p, int sm_count, KernelRequest request);
+
 // Launches D = alpha * op(A) op(B) with the heuristic's kernel, or the requested one.
 // Returns a CUDA status; *unsupported is set (and cudaErrorInvalidValue returned) when no
-// kernel takes the problem or the request.
-cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, std::string* unsupported);
+// kernel takes the problem or the request. `workspace`: device memory the kernel may use
+// (see GemmWorkspaceBytes); less only disables stream-K.
+cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, std::string* unsupported,
+                    Sm90Workspace workspace = {});
 
 }  // namespace jaxgemm

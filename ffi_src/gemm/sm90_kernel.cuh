@@ -81,35 +81,95 @@ struct Sm90Policy {
   static constexpr int kMnBlockBytes = 64 * kRowBytes;
 };
 
+// What a consumer does with a work item's sums (stream-K, see Sm90Schedule).
+enum Sm90Fixup : int {
+  kSm90Whole = 0,         // all of the item's k-tiles: the epilogue stores the tile
+  kSm90StorePartial = 1,  // the item's last k-tiles: the sums go to this block's workspace slot
+  kSm90AddPartial = 2,    // the item's first k-tiles: add the next worker's slot, then the epilogue
+};
+
 // Which operand tiles a thread block works on, in the order every role walks them.
 struct Sm90Work {
   int64_t m0, n0, batch, k_begin;
+  int64_t slab;  // batch * split_k + split: D's slab
   int k_tiles;
+  int fixup;  // Sm90Fixup
+};
+
+// Stream-K's workspace: one fp32 tile of partial sums per block, and one flag per block and
+// consumer that says the slot is written. Unused (null) when the schedule has no stream-K
+// items. The flags are zeroed before each launch.
+struct Sm90StreamK {
+  float* partials;
+  uint32_t* flags;
+  int64_t items;  // the last `items` work items are shared out in equal k ranges
+};
+
+// A position in a block's walk (Sm90Schedule::Start / Next).
+struct Sm90Cursor {
+  int64_t item;  // the next whole item, while < the first stream-K item
+  int64_t iter;  // then: the next k-tile of the stream-K range, counted over those items
 };
 
 // Work items are cluster tiles: kClusterM vertically adjacent output tiles, one per block
-// of the cluster (a cluster is one block without clusters). Every role of a block walks
-// items First(), First() + Step(), ... < total.
+// of the cluster (a cluster is one block without clusters). A "worker" is a block, or a
+// cluster (Step() of them). Each worker walks whole items First(), First() + Step(), ...
+// below `sk_first`. Stream-K (when sk_first < total): the remaining items, between one and
+// two workers' worth, are cut into k-tile ranges of equal length, one per worker, so that
+// no worker idles through a last, partly filled wave. A range covers the tail of one item
+// (whose head the previous worker multiplies), maybe a whole item, and the head of another
+// (whose tail the next worker multiplies): the head's worker adds the tail's sums, which
+// the tail's worker left in its workspace slot early in its range, and stores the tile.
 template <class P>
 struct Sm90Schedule {
   int64_t tiles_m, tiles_n, groups_m, total;
+  int64_t sk_first;  // the first stream-K item (total: none)
+  int64_t item_k_tiles;  // k-tiles of every item (stream-K needs split_k == 1)
 
-  __host__ __device__ static Sm90Schedule For(const GemmProblem& p) {
+  __host__ __device__ static Sm90Schedule For(const GemmProblem& p, int64_t stream_k_items = 0) {
     Sm90Schedule s;
     s.tiles_m = (p.m + P::kBM - 1) / P::kBM;
     s.tiles_n = (p.n + P::kBN - 1) / P::kBN;
     s.groups_m = (s.tiles_m + P::kClusterM - 1) / P::kClusterM;
     s.total = s.groups_m * s.tiles_n * p.batch.count * p.split_k;
+    s.sk_first = s.total - stream_k_items;
+    s.item_k_tiles = (p.k + P::kBK - 1) / P::kBK;
     return s;
   }
 
   __device__ __forceinline__ static int64_t First() { return blockIdx.x / P::kClusterM; }
   __device__ __forceinline__ static int64_t Step() { return gridDim.x / P::kClusterM; }
 
+  // Where worker w's stream-K range starts, in k-tiles counted over the stream-K items.
+  __device__ __forceinline__ int64_t StreamKBegin(int64_t w) const {
+    return (total - sk_first) * item_k_tiles * w / Step();
+  }
+
+  __device__ __forceinline__ Sm90Cursor Start() const { return {First(), StreamKBegin(First())}; }
+
+  // The next work item of this block into *w; false when the walk is over.
+  __device__ __forceinline__ bool Next(const GemmProblem& p, Sm90Cursor& c, Sm90Work* w) const {
+    if (c.item < sk_first) {
+      *w = Get(p, c.item);
+      c.item += Step();
+      return true;
+    }
+    const int64_t end = StreamKBegin(First() + 1);
+    if (c.iter >= end) return false;
+    const int64_t item = c.iter / item_k_tiles, head = item * item_k_tiles;
+    const int64_t stop = end < head + item_k_tiles ? end : head + item_k_tiles;
+    *w = Get(p, sk_first + item);
+    w->k_begin = (c.iter - head) * P::kBK;
+    w->k_tiles = static_cast<int>(stop - c.iter);
+    w->fixup = c.iter != head ? kSm90StorePartial : (stop - head < item_k_tiles ? kSm90AddPartial : kSm90Whole);
+    c.iter = stop;
+    return true;
+  }
+
   // Item t: slab z = batch * split_k + split, then the cluster tile in grouped raster
   // order, then this block's tile in it. With an odd tile count the last cluster's second
   // tile lies below M: it reads zeros and stores nothing, but still loads its half of B.
-  __device__ __forceinline__ Sm90Work Get(const GemmProblem& p, int64_t t, int64_t* slab) const {
+  __device__ __forceinline__ Sm90Work Get(const GemmProblem& p, int64_t t) const {
     const int64_t per_slab = groups_m * tiles_n;
     const int64_t z = t / per_slab;
     int64_t tm, tn;
@@ -119,9 +179,8 @@ struct Sm90Schedule {
 #endif
     const int64_t split = z % p.split_k;
     const int64_t k_size = p.split_k > 1 ? p.ChunkK(split) : p.k;
-    *slab = z;
-    return {tm * P::kBM, tn * P::kBN, z / p.split_k, p.split_k > 1 ? split * p.KChunk() : 0,
-            static_cast<int>((k_size + P::kBK - 1) / P::kBK)};
+    return {tm * P::kBM, tn * P::kBN, z / p.split_k, p.split_k > 1 ? split * p.KChunk() : 0, z,
+            static_cast<int>((k_size + P::kBK - 1) / P::kBK), kSm90Whole};
   }
 };
 
@@ -202,14 +261,13 @@ struct Sm90MatrixLoads {
 
   // Called by one thread: fills stage after stage, in the consumers' tile order.
   template <class P, bool kTransA, bool kTransB>
-  __device__ __forceinline__ void Produce(const GemmProblem& p, unsigned char* tiles_a, unsigned char* tiles_b,
-                                          uint64_t* full, uint64_t* empty) const {
+  __device__ __forceinline__ void Produce(const GemmProblem& p, const Sm90Schedule<P>& schedule,
+                                          unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
+                                          uint64_t* empty) const {
 #if defined(JG_SM90_ENABLED)
-    const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
     Sm90ProducerRing<P> ring(full, empty);
-    for (int64_t t = schedule.First(); t < schedule.total; t += schedule.Step()) {
-      int64_t slab;
-      const Sm90Work w = schedule.Get(p, t, &slab);
+    Sm90Work w;
+    for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
       const int batch = static_cast<int>(w.batch);
       // MN-major A: only the 64-wide blocks that hold rows < M.
       const int a_blocks = static_cast<int>(std::clamp<int64_t>((p.m - w.m0 + 63) / 64, 0, P::kBM / 64));
@@ -487,19 +545,77 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
   }
 }
 
+// Stream-K's workspace slot of block `block`: the tile's fp32 sums in fragment order, so
+// that both sides move them with coalesced 16-byte accesses and no shuffles: float4 q of
+// m64 block `part` (0 or 1: tile rows 64 part ...) of thread tid is at
+// (part * kBN / 8 + q) * 128 + tid. The flag of consumer wg (pingpong: one per block).
+template <class P>
+__device__ __forceinline__ float4* Sm90PartialSlot(const Sm90StreamK& sk, int64_t block) {
+  return reinterpret_cast<float4*>(sk.partials) + block * (P::kBM * P::kBN / 4);
+}
+template <class P>
+__device__ __forceinline__ uint32_t* Sm90PartialFlag(const Sm90StreamK& sk, int64_t block, int wg) {
+  return sk.flags + block * P::kConsumers + (P::kPingpong ? 0 : wg);
+}
+
+// The tail of an item (kSm90StorePartial): this consumer's sums go to this block's slot,
+// then its flag is raised. `first_block`: the consumer's first m64 block of the tile.
+template <class P>
+__device__ __forceinline__ void Sm90StorePartial(const Sm90StreamK& sk, const float (&acc)[P::kMmaM][P::kBN / 2],
+                                                 int first_block, int wg) {
+  const int tid = threadIdx.x % 128;
+  float4* slot = Sm90PartialSlot<P>(sk, blockIdx.x);
+#pragma unroll
+  for (int mi = 0; mi < P::kMmaM; ++mi)
+#pragma unroll
+    for (int q = 0; q < P::kBN / 8; ++q) {
+      __stcg(&slot[((first_block + mi) * (P::kBN / 8) + q) * 128 + tid],
+             make_float4(acc[mi][4 * q], acc[mi][4 * q + 1], acc[mi][4 * q + 2], acc[mi][4 * q + 3]));
+    }
+  NamedBarrierSync(1 + wg, 128);  // every thread's stores precede the signal
+  if (tid == 0) SignalGpu(Sm90PartialFlag<P>(sk, blockIdx.x, wg));
+}
+
+// The head of an item (kSm90AddPartial): waits for the next worker's tail sums (in its
+// block of the same cluster rank) and adds them, in that fixed order (deterministic).
+// The tail was that worker's first stream-K work, this head is this worker's last: the
+// wait is normally over at once.
+template <class P>
+__device__ __forceinline__ void Sm90AddPartial(const Sm90StreamK& sk, float (&acc)[P::kMmaM][P::kBN / 2],
+                                               int first_block, int wg) {
+  const int tid = threadIdx.x % 128;
+  const int64_t partner = blockIdx.x + P::kClusterM;
+  if (tid == 0) {
+    const uint32_t* flag = Sm90PartialFlag<P>(sk, partner, wg);
+    while (LoadAcquireGpu(flag) == 0) __nanosleep(64);
+  }
+  NamedBarrierSync(1 + wg, 128);
+  const float4* slot = Sm90PartialSlot<P>(sk, partner);
+#pragma unroll
+  for (int mi = 0; mi < P::kMmaM; ++mi)
+#pragma unroll
+    for (int q = 0; q < P::kBN / 8; ++q) {
+      const float4 v = __ldcg(&slot[((first_block + mi) * (P::kBN / 8) + q) * 128 + tid]);
+      acc[mi][4 * q] += v.x;
+      acc[mi][4 * q + 1] += v.y;
+      acc[mi][4 * q + 2] += v.z;
+      acc[mi][4 * q + 3] += v.w;
+    }
+}
+
 // Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
 // or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
-__device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsigned char* tiles_a,
-                                            unsigned char* tiles_b, uint64_t* full, uint64_t* empty,
-                                            uint64_t* order, float* scratch, const Sm90Store& store,
+__device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Schedule<P>& schedule, int wg,
+                                            unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
+                                            uint64_t* empty, uint64_t* order, float* scratch,
+                                            const Sm90Store& store, const Sm90StreamK& stream_k,
                                             const Loads& loads) {
   // Descriptor geometry: K-major tiles step 32 B per wgmma (k16, or k8 for tf32) inside the
   // swizzled row; MN-major tiles step two 8-row (1 KB) groups.
   // The leading byte offset matters only for MN-major tiles (the 64-wide block stride).
   constexpr uint32_t kStepA = kTransA ? 2048 : 32, kStepB = kTransB ? 32 : 2048;
   constexpr uint32_t kLeadA = kTransA ? P::kMnBlockBytes : 16, kLeadB = kTransB ? 16 : P::kMnBlockBytes;
-  const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p);
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   const bool vector_store = p.ldd % 4 == 0 && IsAligned(p.d, 4 * sizeof(TOut)) &&
                             IsAligned(p.epilogue.aux, 4 * sizeof(TOut));
@@ -525,10 +641,11 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
   uint32_t phase = 0;
   float acc[P::kMmaM][P::kBN / 2];
   uint32_t order_phase = 0;
-  int64_t i = 0;  // position in the block's tile sequence
-  for (int64_t t = schedule.First(); t < schedule.total; t += schedule.Step(), ++i) {
-    int64_t slab;
-    const Sm90Work w = schedule.Get(p, t, &slab);
+  int64_t i = -1;  // position in the block's tile sequence
+  Sm90Work w;
+  for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
+    const int64_t slab = w.slab;
+    ++i;
     if (P::kPingpong && i % 2 != wg) {  // the other consumer's tile: skip its stages
       const int next = stage + w.k_tiles;
       phase ^= (next / P::kStages) & 1;
@@ -601,6 +718,11 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
     } else {
       mainloop(std::integral_constant<int, 0>{});
     }
+    if (w.fixup == kSm90StorePartial) {
+      Sm90StorePartial<P>(stream_k, acc, first_row / 64, wg);
+      continue;
+    }
+    if (w.fixup == kSm90AddPartial) Sm90AddPartial<P>(stream_k, acc, first_row / 64, wg);
 
     if constexpr (sizeof(TOut) == 2) {
       if (store.enabled) {
@@ -679,8 +801,10 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, int wg, unsign
 // The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 __global__ void __launch_bounds__(P::kThreads, 1)
-    Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p, const __grid_constant__ Sm90Store store) {
+    Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p, const __grid_constant__ Sm90Store store,
+                   const Sm90StreamK stream_k) {
 #if defined(JG_SM90_ENABLED)
+  const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items);
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
@@ -713,11 +837,11 @@ __global__ void __launch_bounds__(P::kThreads, 1)
 
   if (warpgroup == 0) {
     SetMaxRegistersDecrease<P::kProducerRegisters>();
-    if (threadIdx.x == 0) loads.template Produce<P, kTransA, kTransB>(p, tiles_a, tiles_b, full, empty);
+    if (threadIdx.x == 0) loads.template Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty);
   } else {
     SetMaxRegistersIncrease<P::kConsumerRegisters>();
-    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, warpgroup - 1, tiles_a, tiles_b, full, empty, order, scratch, store,
-                                                loads);
+    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, schedule, warpgroup - 1, tiles_a, tiles_b, full, empty, order,
+                                                scratch, store, stream_k, loads);
   }
   // A block leaves only when its peers no longer arrive on its barriers.
   if constexpr (P::kClusterM > 1) ClusterSync();
@@ -759,9 +883,10 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
 }
 
 // Launches Sm90GemmKernel persistently: one block per SM (one cluster per kClusterM SMs),
-// at most one per work item.
+// at most one per work item; stream-K (PlanSm90StreamK) when `workspace` holds its slots.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
-cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_count, cudaStream_t stream) {
+cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_count, cudaStream_t stream,
+                             Sm90Workspace workspace = {}) {
   auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads>;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes);
   if (status != cudaSuccess) return status;
@@ -770,9 +895,20 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     if (loads.MapsRows()) store = Sm90Store{};  // D's rows are not a TMA box: the general epilogue
   }
   const int64_t items = Sm90Schedule<P>::For(p).total;
+  // Stream-K needs every item to start at k = 0 of the operands' walk, as the matrix loads
+  // do (the conv loads do not take a k offset).
+  Sm90StreamK stream_k{};
+  const Sm90StreamKPlan plan = PlanSm90StreamK(p, P::kBN, P::kClusterM, sm_count);
+  if (std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && workspace.data && workspace.bytes >= plan.bytes) {
+    stream_k.partials = static_cast<float*>(workspace.data);
+    stream_k.flags = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(workspace.data) + plan.flags_offset);
+    stream_k.items = plan.items;
+    status = cudaMemsetAsync(stream_k.flags, 0, plan.bytes - plan.flags_offset, stream);
+    if (status != cudaSuccess) return status;
+  }
   if constexpr (P::kClusterM == 1) {
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, std::max(sm_count, 1)));
-    kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(loads, p, store);
+    kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(loads, p, store, stream_k);
     return cudaGetLastError();
   }
   cudaLaunchConfig_t config = {};
@@ -797,12 +933,13 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
                  P::kClusterM, resident, cudaGetErrorString(query), clusters);
   }
   config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(items, clusters) * P::kClusterM));
-  status = cudaLaunchKernelEx(&config, kernel, loads, p, store);
+  status = cudaLaunchKernelEx(&config, kernel, loads, p, store, stream_k);
   return status != cudaSuccess ? status : cudaGetLastError();
 }
 
 template <class TIn, class TOut>
-cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_count, cudaStream_t stream) {
+cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_count, cudaStream_t stream,
+                           Sm90Workspace workspace) {
   int64_t stride_a = 0, stride_b = 0;
   if (!SingleBatchStride(p.batch, kOperandA, &stride_a) || !SingleBatchStride(p.batch, kOperandB, &stride_b)) {
     return cudaErrorInvalidValue;
@@ -831,7 +968,9 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
     if (status == cudaSuccess) {
       status = EncodeTmaMap(&loads.b, b, kTransB ? P::kBK : 64, kTransB ? P::kBN / P::kClusterM : P::kBK);
     }
-    if (status == cudaSuccess) status = LaunchSm90Kernel<P, TIn, TOut, kTransA, kTransB>(loads, p, sm_count, stream);
+    if (status == cudaSuccess) {
+      status = LaunchSm90Kernel<P, TIn, TOut, kTransA, kTransB>(loads, p, sm_count, stream, workspace);
+    }
   };
   auto with_layout = [&](auto policy) {
     using T = std::true_type;

@@ -2,6 +2,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "gemm/problem.h"
@@ -35,13 +37,60 @@ inline bool Sm90Supports(const GemmProblem& p) {
          stride_a % align == 0 && stride_b % align == 0;
 }
 
+// Device memory the caller lends a launch (stream-K's partial tiles and flags).
+struct Sm90Workspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// How many of `items` work items a persistent grid of `workers` (blocks or clusters) shares
+// out stream-K: none when the last wave is full or nearly so (each shared item costs a
+// partial tile's round trip through L2), when the items differ in K (split-K) or K is too
+// short to share; otherwise the last, partly filled wave and one full wave, so that every
+// worker gets between one and two items' worth of k-tiles.
+inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64_t split_k) {
+  if (split_k != 1 || k < 256 || workers < 2 || items <= workers || items % workers == 0) return 0;
+  const int64_t waves = (items + workers - 1) / workers;
+  if (double(items) / double(workers) > 0.99 * double(waves)) return 0;
+  return workers + items % workers;
+}
+
+// Stream-K for an sm90 schedule (128 x tile_n tiles, clusters of cluster_m blocks) on
+// `sm_count` SMs: the items shared out (0: none) and the workspace they need, one fp32
+// tile per block, then one flag per block and consumer.
+struct Sm90StreamKPlan {
+  int64_t items = 0;
+  size_t flags_offset = 0, bytes = 0;
+};
+inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, int tile_n, int cluster_m, int sm_count) {
+  Sm90StreamKPlan plan;
+  const int64_t groups_m = ((p.m + 127) / 128 + cluster_m - 1) / cluster_m;
+  const int64_t items = groups_m * ((p.n + tile_n - 1) / tile_n) * p.batch.count * p.split_k;
+  const int64_t workers = std::min<int64_t>(items, std::max(sm_count / cluster_m, 1));
+  plan.items = Sm90StreamKItems(items, workers, p.k, p.split_k);
+  if (plan.items == 0) return plan;
+  const int64_t blocks = workers * cluster_m;
+  plan.flags_offset = static_cast<size_t>(blocks) * 128 * tile_n * sizeof(float);
+  plan.bytes = plan.flags_offset + static_cast<size_t>(blocks) * 2 * sizeof(uint32_t);
+  return plan;
+}
+
+// Stream-K workspace bytes of the named schedule (see LaunchSm90Gemm), 0 when it runs
+// without stream-K.
+inline size_t Sm90StreamKBytes(const GemmProblem& p, int tile_m, int tile_n, int sm_count) {
+  return PlanSm90StreamK(p, tile_n, tile_m == 256 ? 2 : 1, sm_count).bytes;
+}
+
 // Launches the persistent sm90 kernel on `sm_count` multiprocessors. Schedules, by the
 // output area a block (cluster) covers:
 //   128 x 64, 128 x 128: pingpong (consumers alternate tiles, one's epilogue under the
 //     other's mainloop);
 //   128 x 256: cooperative (both consumers on each tile, 64 rows each);
 //   256 x 256: cooperative 128 x 256 tiles in clusters of two blocks sharing B (multicast).
+// With `workspace` of at least Sm90StreamKBytes, a last partly filled wave is shared out
+// stream-K; without, every block works on whole tiles.
 template <class TIn, class TOut>
-cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_count, cudaStream_t stream);
+cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_count, cudaStream_t stream,
+                           Sm90Workspace workspace = {});
 
 }  // namespace jaxgemm

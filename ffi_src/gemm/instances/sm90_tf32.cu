@@ -3,6 +3,7 @@
 
 namespace jaxgemm {
 
-template cudaError_t LaunchSm90Gemm<float, float>(const GemmProblem&, int, int, int, cudaStream_t);
+template cudaError_t LaunchSm90Gemm<float, float>(const GemmProblem&, int, int, int, cudaStream_t,
+                                                         Sm90Workspace);
 
 }  // namespace jaxgemm

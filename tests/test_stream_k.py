@@ -1,0 +1,138 @@
+"""Stream-K on the sm90 kernel: when a persistent grid's last wave would be partly filled,
+the last items are shared out in equal k ranges and a tile's head adds its tail's partial
+sums (gemm/sm90_kernel.cuh, Sm90Schedule). The plan is checked without a GPU; on a GPU,
+JAXGEMM_SM_COUNT shrinks the grid so that small problems get several waves and a shared
+tail on every schedule."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxgemm import _ffi
+from reference import TF32_TOLERANCE, TOLERANCE, random, rel_error, to64
+
+SM90 = 3  # KernelFamily::kSm90
+SLOT_BYTES = 128 * 256 * 4  # one fp32 128 x 256 tile per block
+FLAG_BYTES = 2 * 4  # one flag per consumer warpgroup
+
+
+def _workspace(m, n, k, sms, tile=(128, 256), batch=1, split_k=1, kernel=SM90):
+    return _ffi.gemm_workspace_bytes(m, n, k, batch, sms, split_k, kernel, *tile)
+
+
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the plan is built with the CUDA kernels")
+def test_stream_k_plan():
+    # 8192^3 on 132 SMs: 2048 tiles of 128 x 256 = 15.5 waves; one slot per block.
+    assert _workspace(8192, 8192, 8192, 132) == 132 * (SLOT_BYTES + FLAG_BYTES)
+    # 2-block clusters: 1024 cluster items on 66 clusters, still one slot per block.
+    assert _workspace(8192, 8192, 8192, 132, (256, 256)) == 132 * (SLOT_BYTES + FLAG_BYTES)
+    assert _workspace(8192, 8192, 8192, 132, (128, 128)) == 132 * (SLOT_BYTES // 2 + FLAG_BYTES)
+    # The heuristic's schedule for 8192^3 uses it too.
+    assert _workspace(8192, 8192, 8192, 132, (0, 0), kernel=0) > 0
+    # No stream-K: full waves (66 x 32 = 16 x 132 tiles), a nearly full last wave (263 tiles
+    # = 1.99 waves), a single partial wave, split-K, short K, the SIMT kernels.
+    assert _workspace(8448, 8192, 8192, 132) == 0
+    assert _workspace(263 * 128, 256, 8192, 132) == 0
+    assert _workspace(1024, 1024, 8192, 132) == 0
+    assert _workspace(8192, 8192, 8192, 132, split_k=2) == 0
+    assert _workspace(8192, 8192, 128, 132) == 0
+    assert _workspace(8192, 8192, 8192, 132, kernel=1) == 0
+    # Batches count as tiles: 4 x 512 = 2048 tiles.
+    assert _workspace(4096, 4096, 4096, 132, batch=4) == 132 * (SLOT_BYTES + FLAG_BYTES)
+
+
+def _skip_unless_hopper():
+    if _ffi.cuda_compute_capability() != 90:
+        pytest.skip("the sm90 kernel needs compute capability 9.0")
+
+
+def _sm_counts_with_stream_k(m, n, k, tile, batch, count=2):
+    """The first `count` simulated SM counts (from 3) whose grid shares a tail stream-K."""
+    found = [sms for sms in range(3, 40) if _workspace(m, n, k, sms, tile, batch) > 0]
+    assert len(found) >= count, (m, n, k, tile, batch)
+    return found[:count]
+
+
+# (m, n, k): ragged M, N and K (N and K multiples of 8: a forced kernel gets no padding).
+STREAM_K_SHAPES = [(500, 696, 1000), (1000, 536, 520), (300, 1096, 4104), (776, 776, 256)]
+LAYOUTS = [(False, False), (True, True), (False, True), (True, False)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [(128, 64), (128, 128), (128, 256), (256, 256)])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
+def test_gpu_stream_k_on_every_sm90_tile(tile, dtype, monkeypatch):
+    """Every schedule, every layout, ragged M / N / K, batches; float32 as tf32. Outputs
+    are poisoned (JAXGEMM_POISON_OUTPUTS in the GPU run): an unwritten tile shows. Runs
+    twice: stream-K's fixed summation order gives the same bits."""
+    from jaxgemm.gemm import GemmConfig, _gemm, _k_major_for_tf32, gemm_workspace_bytes
+
+    _skip_unless_hopper()
+    rng = np.random.default_rng(hash((tile, str(dtype))) % 2**32)
+    tf32 = dtype == jnp.float32
+    tolerance = TF32_TOLERANCE if tf32 else TOLERANCE[jnp.dtype(dtype)]
+    case = 0
+    for m, n, k in STREAM_K_SHAPES:
+        batch = 2 if case % 3 == 0 else 1
+        for sms in _sm_counts_with_stream_k(m, n, k, tile, batch):
+            ta, tb = LAYOUTS[case % 4]
+            case += 1
+            if ta and not tf32:
+                m = -(-m // 8) * 8  # 16-byte rows of stored A
+            monkeypatch.setenv("JAXGEMM_SM_COUNT", str(sms))
+            config = GemmConfig(ta, tb, tf32, jnp.dtype(dtype), split_k=1, kernel="sm90", tile=tile)
+            batch_dims = (batch,) if batch > 1 else ()
+            a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_dims, batch_dims)
+            ka, kb, kconfig = _k_major_for_tf32(a, b, config) if tf32 else (a, b, config)
+            assert gemm_workspace_bytes(ka.shape, kb.shape, ka.dtype, kconfig, 1, "cuda") > 0
+            fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+            out = fn(a, b)
+            err = rel_error(out, _reference(a, b, ta, tb))
+            assert err <= tolerance, (m, n, k, sms, ta, tb, batch, err)
+            assert np.array_equal(np.asarray(fn(a, b)), np.asarray(out)), (m, n, k, sms, ta, tb, batch)
+            jax.clear_caches()  # the next SM count must be planned anew
+
+
+def _operands(rng, m, n, k, dtype, ta, tb, batch_a=(), batch_b=()):
+    a = random(rng, batch_a + ((k, m) if ta else (m, k)), dtype)
+    b = random(rng, batch_b + ((n, k) if tb else (k, n)), dtype)
+    return a, b
+
+
+def _reference(a, b, ta=False, tb=False):
+    a, b = to64(a), to64(b)
+    return np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [(128, 128), (128, 256), (256, 256)])
+def test_gpu_stream_k_with_epilogues(tile, monkeypatch):
+    """The head's worker applies the epilogue to the summed tile: the fused TMA-store one
+    (bias, gelu, Aux) and the general one (C, residual)."""
+    import jaxgemm
+    from jaxgemm.epilogue import EpilogueConfig, fused_matmul
+    from jaxgemm.gemm import GemmConfig
+
+    _skip_unless_hopper()
+    rng = np.random.default_rng(31)
+    dtype = jnp.bfloat16
+    m, n, k = 1100, 536, 1000
+    monkeypatch.setenv("JAXGEMM_SM_COUNT", str(_sm_counts_with_stream_k(m, n, k, tile, 1, 1)[0]))
+    a, b = random(rng, (m, k), dtype), random(rng, (k, n), dtype)
+    bias, c, res = random(rng, (n,), dtype), random(rng, (m, n), dtype), random(rng, (m, n), dtype)
+    prod = to64(a) @ to64(b)
+    tol = TOLERANCE[jnp.dtype(dtype)]
+    config = GemmConfig(False, False, False, jnp.dtype(dtype), kernel="sm90", tile=tile)
+    y, z = fused_matmul(a, b, None, bias, None, config, EpilogueConfig("gelu", 0.0, True))
+    z_ref = prod + to64(bias)
+    assert rel_error(z, z_ref) <= tol
+    assert rel_error(y, np.asarray(jax.nn.gelu(jnp.asarray(z_ref)), np.float64)) <= tol
+    y = fused_matmul(a, b, c, None, res, config, EpilogueConfig("relu", 0.5, False))
+    assert rel_error(y, np.maximum(prod + 0.5 * to64(c), 0) + to64(res)) <= tol
+    # The public API, with the heuristic's schedule.
+    y = jaxgemm.matmul(a, b, bias=bias, activation="relu")
+    assert rel_error(y, np.maximum(z_ref, 0)) <= tol
+    jax.clear_caches()
