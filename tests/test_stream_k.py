@@ -32,10 +32,13 @@ def test_stream_k_plan():
     assert _workspace(8192, 8192, 8192, 132, (128, 128)) == 132 * (SLOT_BYTES // 2 + FLAG_BYTES)
     # The heuristic's schedule for 8192^3 uses it too.
     assert _workspace(8192, 8192, 8192, 132, (0, 0), kernel=0) > 0
-    # No stream-K: full waves (66 x 32 = 16 x 132 tiles), a nearly full last wave (263 tiles
-    # = 1.99 waves), a single partial wave, split-K, short K, the SIMT kernels.
+    # No stream-K: full waves (66 x 32 = 16 x 132 tiles), a last wave more than ~half full
+    # (4096^3: 3.88 waves; 6144^3: 8.73), a single partial wave, split-K, short K, SIMT.
     assert _workspace(8448, 8192, 8192, 132) == 0
-    assert _workspace(263 * 128, 256, 8192, 132) == 0
+    assert _workspace(4096, 4096, 4096, 132) == 0
+    assert _workspace(6144, 6144, 6144, 132) == 0
+    # 5120^3: 6.06 waves, stream-K.
+    assert _workspace(5120, 5120, 5120, 132) == 132 * (SLOT_BYTES + FLAG_BYTES)
     assert _workspace(1024, 1024, 8192, 132) == 0
     assert _workspace(8192, 8192, 8192, 132, split_k=2) == 0
     assert _workspace(8192, 8192, 128, 132) == 0

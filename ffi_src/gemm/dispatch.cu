@@ -152,14 +152,14 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
 // once there are several waves; in a single wave they measured 4% slower), plus 5% per
 // doubling of the split for the pass over the fp32 partials. A cluster covers two tiles
 // at once, and half the SMs' worth of clusters are resident. Where the schedule shares a
-// last partly filled wave out stream-K, every SM gets the average work, plus the fixup
-// (a partial tile through L2: charged as 2% of an item).
+// last partly filled wave out stream-K, every SM gets the average work, plus 0.1 item: the
+// ~1.5 items each SM shares out ran ~6% slower than whole ones (8192^3, NOTES.md).
 double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double slabs = double(p.batch.count) * double(p.split_k);
   const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;
   const int workers = std::max(1, sm_count / c.blocks);
   const bool stream_k = PlanSm90StreamK(p, c.tile.n, c.blocks, sm_count).items > 0;
-  const double waves = stream_k ? items / workers + 0.02 : std::ceil(items / workers);
+  const double waves = stream_k ? items / workers + 0.1 : std::ceil(items / workers);
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
   return waves * c.tile_area * k / (waves > 1 ? c.speed : c.single_wave_speed) *
          (1.0 + 0.05 * std::log2(double(p.split_k)));

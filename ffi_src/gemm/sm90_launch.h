@@ -44,15 +44,18 @@ struct Sm90Workspace {
 };
 
 // How many of `items` work items a persistent grid of `workers` (blocks or clusters) shares
-// out stream-K: none when the last wave is full or nearly so (each shared item costs a
-// partial tile's round trip through L2), when the items differ in K (split-K) or K is too
-// short to share; otherwise the last, partly filled wave and one full wave, so that every
-// worker gets between one and two items' worth of k-tiles.
+// out stream-K: the last, partly filled wave and one full wave, so that every worker gets
+// between one and two items' worth of k-tiles. Only where that wave is at most ~half full:
+// shared items run slower than whole ones (their workers leave the lockstep walk over K
+// that lets concurrent tiles share operand slices in L2, and a partial tile goes through
+// L2), which measured (H200, bf16, tools/stream_k_scan.py) as a 3-13% loss where the last
+// wave was 73-88% full and a 0.2-8% gain where it was 6-52% full. Not with split-K (items
+// of different K) or short K.
 inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64_t split_k) {
-  if (split_k != 1 || k < 256 || workers < 2 || items <= workers || items % workers == 0) return 0;
-  const int64_t waves = (items + workers - 1) / workers;
-  if (double(items) / double(workers) > 0.99 * double(waves)) return 0;
-  return workers + items % workers;
+  if (split_k != 1 || k < 256 || workers < 2 || items <= workers) return 0;
+  const int64_t last_wave = items % workers;
+  if (last_wave == 0 || last_wave > workers * 11 / 20) return 0;
+  return workers + last_wave;
 }
 
 // Stream-K for an sm90 schedule (128 x tile_n tiles, clusters of cluster_m blocks) on
