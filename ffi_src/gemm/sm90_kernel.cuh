@@ -579,7 +579,8 @@ __device__ __forceinline__ void Sm90StorePartial(const Sm90StreamK& sk, const fl
 // The head of an item (kSm90AddPartial): waits for the next worker's tail sums (in its
 // block of the same cluster rank) and adds them, in that fixed order (deterministic).
 // The tail was that worker's first stream-K work, this head is this worker's last: the
-// wait is normally over at once.
+// wait is normally over at once. (The spin needs the partner resident: the grid is one
+// block per SM at most, so all of its blocks are, unless other work holds SMs meanwhile.)
 template <class P>
 __device__ __forceinline__ void Sm90AddPartial(const Sm90StreamK& sk, float (&acc)[P::kMmaM][P::kBN / 2],
                                                int first_block, int wg) {
@@ -895,8 +896,8 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     if (loads.MapsRows()) store = Sm90Store{};  // D's rows are not a TMA box: the general epilogue
   }
   const int64_t items = Sm90Schedule<P>::For(p).total;
-  // Stream-K needs every item to start at k = 0 of the operands' walk, as the matrix loads
-  // do (the conv loads do not take a k offset).
+  // Stream-K needs loads that start an item at any k-tile (the matrix loads; the conv fprop
+  // loads walk their filter taps from the first).
   Sm90StreamK stream_k{};
   const Sm90StreamKPlan plan = PlanSm90StreamK(p, P::kBN, P::kClusterM, sm_count);
   if (std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && workspace.data && workspace.bytes >= plan.bytes) {
