@@ -34,6 +34,18 @@ def op(x, transpose):
     return np.swapaxes(x, -1, -2) if transpose else x
 
 
+def matmul_operands(rng, m, n, k, dtype, ta, tb, batch_a=(), batch_b=()):
+    """Random a and b of op(a) @ op(b), stored transposed where ta / tb say."""
+    a = random(rng, batch_a + ((k, m) if ta else (m, k)), dtype)
+    b = random(rng, batch_b + ((n, k) if tb else (k, n)), dtype)
+    return a, b
+
+
+def matmul_reference(a, b, ta=False, tb=False):
+    """op(a) @ op(b) in float64."""
+    return np.matmul(op(to64(a), ta), op(to64(b), tb))
+
+
 def _erf(x):
     from math import erf
 

@@ -17,20 +17,12 @@ import jaxgemm
 from jaxgemm import _ffi
 from conftest import on_gpu
 from reference import TF32_TOLERANCE, TOLERANCE, op, random, rel_error, to64
+from reference import matmul_operands as _operands
+from reference import matmul_reference as _reference
 
 DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
 LAYOUTS = list(itertools.product([False, True], repeat=2))
 SHAPES = [(1, 1, 1), (3, 17, 5), (17, 1, 127), (127, 255, 33), (255, 127, 513)]
-
-
-def _operands(rng, m, n, k, dtype, ta, tb, batch_a=(), batch_b=()):
-    a = random(rng, batch_a + ((k, m) if ta else (m, k)), dtype)
-    b = random(rng, batch_b + ((n, k) if tb else (k, n)), dtype)
-    return a, b
-
-
-def _reference(a, b, ta=False, tb=False):
-    return np.matmul(op(to64(a), ta), op(to64(b), tb))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

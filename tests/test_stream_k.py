@@ -1,10 +1,8 @@
-"""Stream-K on the sm90 kernel: when a persistent grid's last wave would be partly filled,
-the last items are shared out in equal k ranges and a tile's head adds its tail's partial
+"""Stream-K on the sm90 kernel: when a persistent grid's last wave would be at most ~half
+full, the last items are shared out in equal k ranges and a tile's head adds its tail's partial
 sums (gemm/sm90_kernel.cuh, Sm90Schedule). The plan is checked without a GPU; on a GPU,
 JAXGEMM_SM_COUNT shrinks the grid so that small problems get several waves and a shared
 tail on every schedule."""
-
-import itertools
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +11,8 @@ import pytest
 
 from jaxgemm import _ffi
 from reference import TF32_TOLERANCE, TOLERANCE, random, rel_error, to64
+from reference import matmul_operands as _operands
+from reference import matmul_reference as _reference
 
 SM90 = 3  # KernelFamily::kSm90
 SLOT_BYTES = 128 * 256 * 4  # one fp32 128 x 256 tile per block
@@ -97,17 +97,6 @@ def test_gpu_stream_k_on_every_sm90_tile(tile, dtype, monkeypatch):
             assert err <= tolerance, (m, n, k, sms, ta, tb, batch, err)
             assert np.array_equal(np.asarray(fn(a, b)), np.asarray(out)), (m, n, k, sms, ta, tb, batch)
             jax.clear_caches()  # the next SM count must be planned anew
-
-
-def _operands(rng, m, n, k, dtype, ta, tb, batch_a=(), batch_b=()):
-    a = random(rng, batch_a + ((k, m) if ta else (m, k)), dtype)
-    b = random(rng, batch_b + ((n, k) if tb else (k, n)), dtype)
-    return a, b
-
-
-def _reference(a, b, ta=False, tb=False):
-    a, b = to64(a), to64(b)
-    return np.matmul(np.swapaxes(a, -1, -2) if ta else a, np.swapaxes(b, -1, -2) if tb else b)
 
 
 @pytest.mark.gpu

@@ -1,6 +1,6 @@
 """Stream-K on vs off (JAXGEMM_STREAM_K=0 when lowering), the heuristic's sm90 schedule,
-bf16, alternating rounds in one process; `fill` is the last wave's fill on 132 SMs for
-128 x 256 tiles (stream-K shares it out):
+bf16, alternating rounds in one process; `waves` counts 128 x 256 tiles over 132 SMs
+(stream-K shares out a last wave at most ~55% full):
 python tools/stream_k_scan.py [M,N,K ...]"""
 
 import os
