@@ -73,9 +73,6 @@ int main(int argc, char** argv) {
   p.m = argc > 1 ? std::atoll(argv[1]) : 4096;
   p.n = argc > 2 ? std::atoll(argv[2]) : 4096;
   p.k = argc > 3 ? std::atoll(argv[3]) : 4096;
-  p.lda = p.k;
-  p.ldb = p.n;
-  p.ldd = p.n;
   float *a, *b, *d;
   CHECK(cudaMalloc(&a, p.m * p.k * 4));
   CHECK(cudaMalloc(&b, p.k * p.n * 4));
@@ -85,16 +82,23 @@ int main(int argc, char** argv) {
   p.a = a;
   p.b = b;
   p.d = d;
-  CHECK((LaunchSimtGemm<SimtPolicy<128, 128>, float, float>(p, nullptr)));
-  std::vector<float> ref(size_t(p.m * p.n));
-  CHECK(cudaMemcpy(ref.data(), d, ref.size() * 4, cudaMemcpyDeviceToHost));
-  std::printf("M=%lld N=%lld K=%lld, row-major A and B\n", (long long)p.m, (long long)p.n, (long long)p.k);
-  Run<SimtPolicy<128, 128>>("128x128x8 4 stages", p, ref);
-  Run<SimtPolicy<128, 128, 16, 0, 2>>("128x128x16 2 stages", p, ref);
-  Run<SimtPolicy<128, 128, 16, 0, 3>>("128x128x16 3 stages", p, ref);
-  Run<SimtPolicy<128, 128, 16, 1, 3>>("128x128x16 3 st 1 block/SM", p, ref);
-  Run<SimtPolicy<128, 128, 16, 1, 4>>("128x128x16 4 st 1 block/SM", p, ref);
-  Run<SimtPolicy<128, 64, 16, 0, 3>>("128x64x16 3 stages", p, ref);
-  Run<SimtPolicy<64, 64, 16, 0, 3>>("64x64x16 3 stages", p, ref);
+  p.ldd = p.n;
+  // Every layout of the same buffers; the reference is the register-prefetch 128x128 policy.
+  for (int layout = 0; layout < 4; ++layout) {
+    p.trans_a = layout & 2;
+    p.trans_b = layout & 1;
+    p.lda = p.trans_a ? p.m : p.k;
+    p.ldb = p.trans_b ? p.k : p.n;
+    CHECK((LaunchSimtGemm<SimtPolicy<128, 128>, float, float>(p, nullptr)));
+    std::vector<float> ref(size_t(p.m * p.n));
+    CHECK(cudaMemcpy(ref.data(), d, ref.size() * 4, cudaMemcpyDeviceToHost));
+    std::printf("== M=%lld N=%lld K=%lld, %s\n", (long long)p.m, (long long)p.n, (long long)p.k,
+                layout == 0 ? "NN" : layout == 1 ? "NT" : layout == 2 ? "TN" : "TT");
+    Run<SimtPolicy<128, 128>>("128x128x8 registers", p, ref);
+    Run<SimtPolicy<128, 128, 16, 0, 3>>("128x128x16 3 stages", p, ref);
+    Run<SimtPolicy<128, 128, 16, 0, 4>>("128x128x16 4 stages", p, ref);
+    Run<SimtPolicy<128, 128, 32, 0, 2>>("128x128x32 2 stages", p, ref);
+    Run<SimtPolicy<128, 128, 32, 0, 3>>("128x128x32 3 stages", p, ref);
+  }
   return 0;
 }
