@@ -1,0 +1,67 @@
+"""Power, SM clock and throttle reasons while one kernel runs back to back: jaxgemm's bf16
+GEMM (the heuristic's schedule) and XLA's, a few seconds each, sampled by nvidia-smi every
+50 ms. Says whether a time difference comes with a clock difference (power-bound) or
+not (work per clock):  python tools/power_probe.py [M,N,K ...]"""
+
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import jax
+import jax.numpy as jnp
+
+from jaxgemm.gemm import GemmConfig, _gemm
+
+FIELDS = "timestamp,power.draw,clocks.sm,temperature.gpu,clocks_throttle_reasons.active"
+
+
+def run_for(fn, args, seconds):
+    jax.block_until_ready(fn(*args))
+    calls, start = 0, time.time()
+    while time.time() - start < seconds:
+        out = None
+        for _ in range(20):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        calls += 20
+    return start, time.time(), (time.time() - start) / calls * 1e3
+
+
+def main(shapes, seconds=4.0):
+    smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits", "-lms", "50"],
+                           stdout=subprocess.PIPE, text=True)
+    windows = []
+    for m, n, k in shapes:
+        ka, kb = jax.random.split(jax.random.key(m + n + k))
+        a = jax.random.normal(ka, (m, k), jnp.bfloat16)
+        b = jax.random.normal(kb, (k, n), jnp.bfloat16)
+        ours = jax.jit(lambda a, b: _gemm(a, b, GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16))))
+        xla = jax.jit(lambda a, b: a @ b)
+        for label, fn in (("ours", ours), ("XLA", xla), ("ours", ours), ("XLA", xla)):
+            t0, t1, ms = run_for(fn, (a, b), seconds)
+            windows.append((f"{m}x{n}x{k} {label}", t0 + 1.0, t1, ms))  # skip the first second
+            time.sleep(1.0)
+    smi.terminate()
+    samples = []
+    for line in smi.stdout.read().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            t = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            samples.append((t, float(parts[1]), float(parts[2]), float(parts[3]), parts[4]))
+        except (ValueError, IndexError):
+            continue
+    for label, t0, t1, ms in windows:
+        inside = [s for s in samples if t0 <= s[0] <= t1]
+        if not inside:
+            print(f"{label}: no samples")
+            continue
+        reasons = sorted({s[4] for s in inside})
+        print(f"{label:28s} wall {ms:.4f} ms/call  power {statistics.median(s[1] for s in inside):6.1f} W  "
+              f"SM clock {statistics.median(s[2] for s in inside):6.0f} MHz  temp {max(s[3] for s in inside):.0f} C  "
+              f"throttle {','.join(reasons)}  ({len(inside)} samples)", flush=True)
+
+
+if __name__ == "__main__":
+    main([tuple(map(int, s.split(","))) for s in sys.argv[1:]] or [(8192, 8192, 8192), (4096, 4096, 4096)])
