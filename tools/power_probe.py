@@ -1,7 +1,8 @@
 """Power, SM clock and throttle reasons while one kernel runs back to back: jaxgemm's bf16
-GEMM (the heuristic's schedule) and XLA's, a few seconds each, sampled by nvidia-smi every
-50 ms. Says whether a time difference comes with a clock difference (power-bound) or
-not (work per clock):  python tools/power_probe.py [M,N,K ...]"""
+GEMM (the heuristic's schedule, or each forced sm90 tile) and XLA's, a few seconds each,
+sampled by nvidia-smi every 50 ms. Says whether a time difference comes with a clock
+difference (power-bound) or not (work per clock):
+    python tools/power_probe.py [M,N,K ...] [--tiles 256x512,256x256]"""
 
 import statistics
 import subprocess
@@ -29,7 +30,7 @@ def run_for(fn, args, seconds):
     return start, time.time(), (time.time() - start) / calls * 1e3
 
 
-def main(shapes, seconds=4.0):
+def main(shapes, tiles, seconds=4.0):
     smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits", "-lms", "50"],
                            stdout=subprocess.PIPE, text=True)
     windows = []
@@ -37,9 +38,11 @@ def main(shapes, seconds=4.0):
         ka, kb = jax.random.split(jax.random.key(m + n + k))
         a = jax.random.normal(ka, (m, k), jnp.bfloat16)
         b = jax.random.normal(kb, (k, n), jnp.bfloat16)
-        ours = jax.jit(lambda a, b: _gemm(a, b, GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16))))
-        xla = jax.jit(lambda a, b: a @ b)
-        for label, fn in (("ours", ours), ("XLA", xla), ("ours", ours), ("XLA", xla)):
+        runs = [("XLA", jax.jit(lambda a, b: a @ b))]
+        for tile in tiles:
+            config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), kernel="sm90" if tile else None, tile=tile)
+            runs.append((f"ours {tile[0]}x{tile[1]}" if tile else "ours", jax.jit(lambda a, b, c=config: _gemm(a, b, c))))
+        for label, fn in runs + runs[::-1]:
             t0, t1, ms = run_for(fn, (a, b), seconds)
             windows.append((f"{m}x{n}x{k} {label}", t0 + 1.0, t1, ms))  # skip the first second
             time.sleep(1.0)
@@ -64,4 +67,10 @@ def main(shapes, seconds=4.0):
 
 
 if __name__ == "__main__":
-    main([tuple(map(int, s.split(","))) for s in sys.argv[1:]] or [(8192, 8192, 8192), (4096, 4096, 4096)])
+    args = sys.argv[1:]
+    tiles = [None]
+    if "--tiles" in args:
+        i = args.index("--tiles")
+        tiles = [tuple(map(int, t.split("x"))) for t in args[i + 1].split(",")]
+        del args[i:i + 2]
+    main([tuple(map(int, s.split(","))) for s in args] or [(8192, 8192, 8192), (4096, 4096, 4096)], tiles)

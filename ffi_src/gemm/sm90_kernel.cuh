@@ -923,16 +923,24 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   cluster[0].val.clusterDim.z = 1;
   config.attrs = cluster;
   config.numAttrs = 1;
-  const int clusters = std::max(sm_count / P::kClusterM, 1);
-  static std::atomic<bool> reported{false};
-  if (std::getenv("JAXGEMM_VERBOSE") && !reported.exchange(true)) {
-    int resident = 0;
+  int clusters = std::max(sm_count / P::kClusterM, 1);
+  // A cluster's blocks must share a GPC, so fewer clusters than SMs / kClusterM may fit at
+  // once (on the H200, 66 of 2 blocks, but only 30 of 4); a persistent grid must not exceed
+  // that: its walk, and stream-K's waits on partners, assume every worker runs. Asked once
+  // per kernel.
+  static std::atomic<int> resident{0};
+  if (resident.load(std::memory_order_relaxed) == 0) {
+    int fit = 0;
     config.gridDim = dim3(P::kClusterM * clusters);
-    const cudaError_t query = cudaOccupancyMaxActiveClusters(&resident, kernel, &config);
+    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &config) != cudaSuccess || fit <= 0) fit = -1;  // unknown
     (void)cudaGetLastError();
-    std::fprintf(stderr, "jaxgemm: sm90 %d-block clusters: %d resident (query: %s), launching up to %d\n",
-                 P::kClusterM, resident, cudaGetErrorString(query), clusters);
+    resident.store(fit, std::memory_order_relaxed);
+    if (std::getenv("JAXGEMM_VERBOSE")) {
+      std::fprintf(stderr, "jaxgemm: sm90 %d-block clusters: %d resident, at most %d launched\n", P::kClusterM, fit,
+                   clusters);
+    }
   }
+  if (resident.load(std::memory_order_relaxed) > 0) clusters = std::min(clusters, resident.load(std::memory_order_relaxed));
   config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(items, clusters) * P::kClusterM));
   status = cudaLaunchKernelEx(&config, kernel, loads, p, store, stream_k);
   return status != cudaSuccess ? status : cudaGetLastError();
