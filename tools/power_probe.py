@@ -2,7 +2,7 @@
 GEMM (the heuristic's schedule, or each forced sm90 tile) and XLA's, a few seconds each,
 sampled by nvidia-smi every 50 ms. Says whether a time difference comes with a clock
 difference (power-bound) or not (work per clock):
-    python tools/power_probe.py [M,N,K ...] [--tiles 256x512,256x256]"""
+    python tools/power_probe.py [M,N,K ...] [--tiles 256x256,128x256]"""
 
 import statistics
 import subprocess

@@ -930,17 +930,18 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   // per kernel.
   static std::atomic<int> resident{0};
   if (resident.load(std::memory_order_relaxed) == 0) {
-    int fit = 0;
+    int count = 0;
     config.gridDim = dim3(P::kClusterM * clusters);
-    if (cudaOccupancyMaxActiveClusters(&fit, kernel, &config) != cudaSuccess || fit <= 0) fit = -1;  // unknown
+    if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess || count <= 0) count = -1;  // unknown
     (void)cudaGetLastError();
-    resident.store(fit, std::memory_order_relaxed);
+    resident.store(count, std::memory_order_relaxed);
     if (std::getenv("JAXGEMM_VERBOSE")) {
-      std::fprintf(stderr, "jaxgemm: sm90 %d-block clusters: %d resident, at most %d launched\n", P::kClusterM, fit,
+      std::fprintf(stderr, "jaxgemm: sm90 %d-block clusters: %d resident, at most %d launched\n", P::kClusterM, count,
                    clusters);
     }
   }
-  if (resident.load(std::memory_order_relaxed) > 0) clusters = std::min(clusters, resident.load(std::memory_order_relaxed));
+  const int fit = resident.load(std::memory_order_relaxed);
+  if (fit > 0) clusters = std::min(clusters, fit);
   config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(items, clusters) * P::kClusterM));
   status = cudaLaunchKernelEx(&config, kernel, loads, p, store, stream_k);
   return status != cudaSuccess ? status : cudaGetLastError();
