@@ -169,7 +169,6 @@ __device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t value) {
 // Makes this thread's ordinary shared-memory writes visible to the async proxy (TMA).
 __device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-
 // Cross-block signalling in global memory (stream-K's partial tiles). The signalling thread
 // first syncs with the threads whose writes it publishes (a barrier), then fences at GPU
 // scope and increments the flag; the waiting thread reads the flag with acquire semantics
@@ -182,6 +181,7 @@ __device__ __forceinline__ uint32_t LoadAcquireGpu(const uint32_t* flag) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(flag) : "memory");
   return v;
 }
+
 // TMA im2col mode on a 4-D (C, W, H, N) map: the box's pixel walk starts at (w, h, n) and
 // each visited position reads channels [c, c + channelsPerPixel) of the pixel shifted by
 // (off_w, off_h), zeros outside the tensor (gemm/sm90_tensor_map.h has the walk).

@@ -3,10 +3,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
-#include <cstdlib>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <type_traits>
 
 #include "gemm/simt_launch.h"

@@ -898,11 +898,45 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     if (loads.MapsRows()) store = Sm90Store{};  // D's rows are not a TMA box: the general epilogue
   }
   const int64_t items = Sm90Schedule<P>::For(p).total;
+  // Workers of the persistent grid: blocks, or clusters. A cluster's blocks must share a
+  // GPC, so fewer clusters than SMs / kClusterM may fit at once (on the H200, 66 of 2
+  // blocks, but only 30 of 4); the grid must not exceed that: its walk, and stream-K's
+  // waits on partners, assume every worker runs. Asked once per kernel.
+  int64_t workers = std::max(sm_count / P::kClusterM, 1);
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster[1];
+  if constexpr (P::kClusterM > 1) {
+    config.blockDim = dim3(P::kThreads);
+    config.dynamicSmemBytes = P::kSmemBytes;
+    config.stream = stream;
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = P::kClusterM;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    config.attrs = cluster;
+    config.numAttrs = 1;
+    static std::atomic<int> resident{0};
+    if (resident.load(std::memory_order_relaxed) == 0) {
+      int count = 0;
+      config.gridDim = dim3(static_cast<unsigned>(P::kClusterM * workers));
+      if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess || count <= 0) count = -1;  // unknown
+      (void)cudaGetLastError();
+      resident.store(count, std::memory_order_relaxed);
+      if (std::getenv("JAXGEMM_VERBOSE")) {
+        std::fprintf(stderr, "jaxgemm: sm90 %d-block clusters: %d resident, at most %d launched\n", P::kClusterM,
+                     count, static_cast<int>(workers));
+      }
+    }
+    const int fit = resident.load(std::memory_order_relaxed);
+    if (fit > 0) workers = std::min<int64_t>(workers, fit);
+  }
+  workers = std::min(workers, items);
   // Stream-K needs loads that start an item at any k-tile (the matrix loads; the conv fprop
-  // loads walk their filter taps from the first).
+  // loads walk their filter taps from the first), and the grid the plan was made for.
   Sm90StreamK stream_k{};
   const Sm90StreamKPlan plan = PlanSm90StreamK(p, P::kBN, P::kClusterM, sm_count);
-  if (std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && workspace.data && workspace.bytes >= plan.bytes) {
+  if (std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && plan.workers == workers && workspace.data &&
+      workspace.bytes >= plan.bytes) {
     stream_k.partials = static_cast<float*>(workspace.data);
     stream_k.flags = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(workspace.data) + plan.flags_offset);
     stream_k.items = plan.items;
@@ -910,41 +944,10 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     if (status != cudaSuccess) return status;
   }
   if constexpr (P::kClusterM == 1) {
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, std::max(sm_count, 1)));
-    kernel<<<grid, P::kThreads, P::kSmemBytes, stream>>>(loads, p, store, stream_k);
+    kernel<<<static_cast<unsigned>(workers), P::kThreads, P::kSmemBytes, stream>>>(loads, p, store, stream_k);
     return cudaGetLastError();
   }
-  cudaLaunchConfig_t config = {};
-  config.blockDim = dim3(P::kThreads);
-  config.dynamicSmemBytes = P::kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute cluster[1];
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = P::kClusterM;
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = 1;
-  config.attrs = cluster;
-  config.numAttrs = 1;
-  int clusters = std::max(sm_count / P::kClusterM, 1);
-  // A cluster's blocks must share a GPC, so fewer clusters than SMs / kClusterM may fit at
-  // once (on the H200, 66 of 2 blocks, but only 30 of 4); a persistent grid must not exceed
-  // that: its walk, and stream-K's waits on partners, assume every worker runs. Asked once
-  // per kernel.
-  static std::atomic<int> resident{0};
-  if (resident.load(std::memory_order_relaxed) == 0) {
-    int count = 0;
-    config.gridDim = dim3(P::kClusterM * clusters);
-    if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess || count <= 0) count = -1;  // unknown
-    (void)cudaGetLastError();
-    resident.store(count, std::memory_order_relaxed);
-    if (std::getenv("JAXGEMM_VERBOSE")) {
-      std::fprintf(stderr, "jaxgemm: sm90 %d-block clusters: %d resident, at most %d launched\n", P::kClusterM, count,
-                   clusters);
-    }
-  }
-  const int fit = resident.load(std::memory_order_relaxed);
-  if (fit > 0) clusters = std::min(clusters, fit);
-  config.gridDim = dim3(static_cast<unsigned>(std::min<int64_t>(items, clusters) * P::kClusterM));
+  config.gridDim = dim3(static_cast<unsigned>(workers * P::kClusterM));
   status = cudaLaunchKernelEx(&config, kernel, loads, p, store, stream_k);
   return status != cudaSuccess ? status : cudaGetLastError();
 }

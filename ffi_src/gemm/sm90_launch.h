@@ -63,6 +63,7 @@ inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64
 // tile per block, then one flag per block and consumer.
 struct Sm90StreamKPlan {
   int64_t items = 0;
+  int64_t workers = 0;  // the grid's workers (blocks or clusters) the plan is for
   size_t flags_offset = 0, bytes = 0;
 };
 inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, int tile_n, int cluster_m, int sm_count) {
@@ -70,6 +71,7 @@ inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, int tile_n, int clu
   const int64_t groups_m = ((p.m + 127) / 128 + cluster_m - 1) / cluster_m;
   const int64_t items = groups_m * ((p.n + tile_n - 1) / tile_n) * p.batch.count * p.split_k;
   const int64_t workers = std::min<int64_t>(items, std::max(sm_count / cluster_m, 1));
+  plan.workers = workers;
   plan.items = Sm90StreamKItems(items, workers, p.k, p.split_k);
   if (plan.items == 0) return plan;
   const int64_t blocks = workers * cluster_m;

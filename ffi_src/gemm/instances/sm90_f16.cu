@@ -4,8 +4,8 @@
 namespace jaxgemm {
 
 template cudaError_t LaunchSm90Gemm<__half, __half>(const GemmProblem&, int, int, int, cudaStream_t,
-                                                         Sm90Workspace);
+                                                    Sm90Workspace);
 template cudaError_t LaunchSm90Gemm<__half, float>(const GemmProblem&, int, int, int, cudaStream_t,
-                                                         Sm90Workspace);
+                                                   Sm90Workspace);
 
 }  // namespace jaxgemm

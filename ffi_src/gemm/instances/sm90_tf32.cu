@@ -4,6 +4,6 @@
 namespace jaxgemm {
 
 template cudaError_t LaunchSm90Gemm<float, float>(const GemmProblem&, int, int, int, cudaStream_t,
-                                                         Sm90Workspace);
+                                                  Sm90Workspace);
 
 }  // namespace jaxgemm
