@@ -25,11 +25,13 @@ from jaxgemm.gemm import (
     _gemm_dims,
     _k_major_for_tf32,
     _kernel_out_dtype,
+    _mn_major_for_simt,
     call_gemm_ffi,
     gemm_workspace_bytes,
     grad_lhs,
     grad_rhs,
     runs_as_tf32,
+    runs_on_simt_f32,
     unbroadcast,
 )
 
@@ -98,15 +100,22 @@ def _forward(config, epi, a, b, c, bias, residual, want_aux):
         )
 
     def run_on_gpu(a, b):
-        # On a Hopper GPU the tf32 kernel takes both operands K-major (as in the plain GEMM's
-        # lowering), and stream-K gets its workspace.
+        # As in the plain GEMM's lowering: on a Hopper GPU the tf32 kernel takes both operands
+        # K-major, the SIMT float32 kernels large ones M- / N-major, and stream-K gets its
+        # workspace.
         call_config = config
         if runs_as_tf32(a.dtype, config, "cuda"):
             a, b, call_config = _k_major_for_tf32(a, b, config)
+        elif runs_on_simt_f32(a.dtype, config, "cuda"):
+            a, b, call_config = _mn_major_for_simt(a, b, config)
         return run(a, b, call_config, gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, "cuda"))
 
     # Elsewhere the operands go as they are (tf32-allowed float32 runs in exact fp32).
-    if runs_as_tf32(a.dtype, config, "cuda") or gemm_workspace_bytes(a.shape, b.shape, a.dtype, config, 1, "cuda"):
+    if (
+        runs_as_tf32(a.dtype, config, "cuda")
+        or runs_on_simt_f32(a.dtype, config, "cuda")
+        or gemm_workspace_bytes(a.shape, b.shape, a.dtype, config, 1, "cuda")
+    ):
         return jax.lax.platform_dependent(a, b, cuda=run_on_gpu, default=lambda a, b: run(a, b, config))
     return run(a, b, config)
 

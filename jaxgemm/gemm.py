@@ -170,6 +170,37 @@ def _k_major_for_tf32(a, b, config: GemmConfig):
     return a, b, dataclasses.replace(config, transpose_a=False, transpose_b=True)
 
 
+# SIMT float32: the kernel copies M- or N-contiguous operand tiles with 16-byte cp.async and
+# transposes K-contiguous ones in 4-byte pieces; the latter run 10-18% slower (NOTES.md,
+# SIMT). Storing such an operand the other way costs one XLA transpose, 8 bytes per element
+# (~60 / N of the GEMM's time for A, ~60 / M for B); it pays from 2048 columns / rows on.
+_SIMT_TRANSPOSE_MIN_EXTENT = 2048
+
+
+def runs_on_simt_f32(dtype, config: GemmConfig, platform: str) -> bool:
+    """Whether the heuristic runs this call on the SIMT float32 kernels."""
+    return (
+        jnp.dtype(dtype) == jnp.float32
+        and config.kernel is None
+        and platform == "cuda"
+        and _ffi.WITH_CUDA
+        and not runs_as_tf32(dtype, config, platform)
+    )
+
+
+def _mn_major_for_simt(a, b, config: GemmConfig):
+    """Stores a K-contiguous operand M- / N-contiguous instead (a as (k, m), b as (k, n)) when
+    the GEMM is wide enough that the transpose is cheap next to the faster copies."""
+    m, _, n, _ = _gemm_dims(a.shape, b.shape, config)
+    if not config.transpose_a and n >= _SIMT_TRANSPOSE_MIN_EXTENT:
+        a = jnp.swapaxes(a, -1, -2)
+        config = dataclasses.replace(config, transpose_a=True)
+    if config.transpose_b and m >= _SIMT_TRANSPOSE_MIN_EXTENT:
+        b = jnp.swapaxes(b, -1, -2)
+        config = dataclasses.replace(config, transpose_b=False)
+    return a, b, config
+
+
 def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
     if config.split_k is not None:
         return max(1, int(config.split_k))
@@ -221,6 +252,7 @@ def _gemm_lowering(ctx, a, b, *, config: GemmConfig, platform: str):
     # (A forced kernel family gets the operands as they are: tests rely on that.)
     pad_for_tensor_cores = platform == "cuda" and a_aval.dtype in (jnp.float16, jnp.bfloat16) and config.kernel is None
     tf32 = runs_as_tf32(a_aval.dtype, config, platform)
+    simt_f32 = runs_on_simt_f32(a_aval.dtype, config, platform)
 
     def product(a, b):
         m_pad = n_pad = 0
@@ -229,6 +261,8 @@ def _gemm_lowering(ctx, a, b, *, config: GemmConfig, platform: str):
             a, b, m_pad, n_pad = pad_rows_for_tensor_cores(a, b, config)
         if tf32:
             a, b, call_config = _k_major_for_tf32(a, b, config)
+        if simt_f32:
+            a, b, call_config = _mn_major_for_simt(a, b, config)
         out_shape = out_aval.shape[:-2] + (out_aval.shape[-2] + m_pad, out_aval.shape[-1] + n_pad)
         if split_k == 1:
             workspace = gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, platform)

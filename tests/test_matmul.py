@@ -291,6 +291,26 @@ def test_gpu_large_ragged_float32(m, n, k, ta, tb):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+def test_gpu_simt_float32_stores_wide_operands_mn_major(ta, tb):
+    """The SIMT float32 path transposes a K-contiguous A when N >= 2048 and a K-contiguous B
+    when M >= 2048 (their tiles copy faster M- / N-contiguous), and not below; the product,
+    plain and with a fused epilogue, is unchanged."""
+    rng = np.random.default_rng(hash((ta, tb, "mn-major")) % 2**32)
+    m, n, k = 2049, 2050, 65
+    a, b = _operands(rng, m, n, k, jnp.float32, ta, tb)
+    bias = random(rng, (n,), jnp.float32)
+    fn = jax.jit(functools.partial(jaxgemm.matmul, transpose_a=ta, transpose_b=tb))
+    transposes = (not ta) + tb
+    assert fn.lower(a, b).as_text().count("stablehlo.transpose") == transposes
+    assert rel_error(fn(a, b), _reference(a, b, ta, tb)) <= 1e-5
+    y = jaxgemm.matmul(a, b, transpose_a=ta, transpose_b=tb, bias=bias, activation="relu")
+    assert rel_error(y, np.maximum(_reference(a, b, ta, tb) + to64(bias), 0)) <= 1e-5
+    narrow_a, narrow_b = _operands(rng, 2047, 2047, k, jnp.float32, ta, tb)
+    assert "stablehlo.transpose" not in fn.lower(narrow_a, narrow_b).as_text()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m,n,k", [(1023, 1025, 513), (64, 3000, 1001)])
 def test_gpu_half_and_unaligned(m, n, k, dtype):
