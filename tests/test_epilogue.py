@@ -239,7 +239,7 @@ def test_bad_dense_arguments():
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "kernel_tile,dtype",
-    [(("simt", t), jnp.float32) for t in [(128, 128), (128, 64), (64, 64)]]
+    [(("simt", t), jnp.float32) for t in [(256, 128), (128, 128), (128, 64), (64, 64)]]
     + [(k, d) for k in [("simt", (128, 128)), ("sm80", None), ("sm90", (128, 128)), ("sm90", (128, 256)), ("sm90", (256, 256)), (None, None)]
        for d in (jnp.float16, jnp.bfloat16)],
 )

@@ -341,7 +341,7 @@ def test_gpu_heuristic_choices_cover_every_simt_tile():
         assert rel_error(out, _reference(a, b, False, True)) <= 1e-5, (m, n, k, bm, bn, split)
 
 
-SIMT_TILES = [(128, 128), (128, 64), (64, 64)]
+SIMT_TILES = [(256, 128), (128, 128), (128, 64), (64, 64)]
 
 
 @pytest.mark.gpu
@@ -361,6 +361,22 @@ def test_gpu_every_simt_tile(tile, dtype, m, n, k):
             out = _gemm(a, b, config)
             err = rel_error(out, _reference(a, b, ta, tb))
             assert err <= TOLERANCE[jnp.dtype(dtype)], (ta, tb, batch_a, batch_b, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,n,k", [(1031, 777, 523), (513, 260, 48)])
+def test_gpu_simt_256x128_over_many_tiles(m, n, k):
+    """The 16x8-per-thread float32 tile over several tiles each way, with partial ones, every
+    layout, aligned (16-byte copies) and not: each of a thread's four row fragments lands
+    in its own rows."""
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    rng = np.random.default_rng(hash((m, n, k, "256x128")) % 2**32)
+    for ta, tb in LAYOUTS:
+        a, b = _operands(rng, m, n, k, jnp.float32, ta, tb)
+        config = GemmConfig(ta, tb, split_k=1, kernel="simt", tile=(256, 128))
+        err = rel_error(_gemm(a, b, config), _reference(a, b, ta, tb))
+        assert err <= 1e-5, (ta, tb, err)
 
 
 @pytest.mark.gpu

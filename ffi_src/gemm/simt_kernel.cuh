@@ -63,9 +63,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
     typename Mainloop::LoaderA load_a(a + (kTransA ? m0 : m0 * p.lda), p.lda, p.m - m0, k_size);
     typename Mainloop::LoaderB load_b(b + (kTransB ? n0 * p.ldb : n0), p.ldb, p.n - n0, k_size);
 
-    float acc[8][8];
+    constexpr int kTM = Policy::kThreadTileM, kFragmentsM = Policy::kFragmentsM;
+    float acc[kTM][8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kTM; ++i) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
     }
@@ -86,13 +87,19 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       __syncthreads();  // everyone is done with the mainloop's tiles or the previous half
+      // The half's rows are A's fragments half * kFragmentsM / 2 ...: fragment g of the half
+      // starts kBM / kFragmentsM rows after fragment g - 1.
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
+      for (int g = 0; g < kFragmentsM / 2; ++g) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float* f = &acc[half * 4 + r][h * 4];
-          *reinterpret_cast<float4*>(&smem.epilogue[(ty * 4 + r) * kBN + h * (kBN / 2) + tx * 4]) =
-              make_float4(f[0], f[1], f[2], f[3]);
+        for (int r = 0; r < 4; ++r) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float* f = &acc[(half * kFragmentsM / 2 + g) * 4 + r][h * 4];
+            const int row = g * (kBM / kFragmentsM) + ty * 4 + r;
+            *reinterpret_cast<float4*>(&smem.epilogue[row * kBN + h * (kBN / 2) + tx * 4]) =
+                make_float4(f[0], f[1], f[2], f[3]);
+          }
         }
       }
       __syncthreads();

@@ -17,6 +17,7 @@ struct SimtMainloop {
     alignas(16) float b[2][LoaderB::kSmemFloats];
   };
 
+  static_assert(Policy::kThreadTileM == 8, "the register-prefetch mainloop holds 8x8 accumulators");
   using Accumulators = float[8][8];
 
   // This thread's fragments of k-slice kk: rows (ty*4 .. +4) and (kBM/2 + ty*4 .. +4) of A,

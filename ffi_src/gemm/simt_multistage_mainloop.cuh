@@ -20,21 +20,27 @@ struct SimtMultistageMainloop {
     alignas(16) float b[kStages][LoaderB::kSmemFloats];
   };
 
-  using Accumulators = float[8][8];
+  static constexpr int kTM = Policy::kThreadTileM, kFragmentsM = Policy::kFragmentsM;
+  using Accumulators = float[kTM][8];
 
+  // This thread's fragments of k-slice kk: rows ty*4 .. +4 of each of A's kFragmentsM
+  // fragments (kBM / kFragmentsM apart), columns tx*4 .. +4 of B's two (kBN / 2 apart);
+  // one LDS.128 each.
   __device__ __forceinline__ static void LoadFragments(const float* sa, const float* sb, int kk, int ty, int tx,
-                                                       float (&fa)[8], float (&fb)[8]) {
+                                                       float (&fa)[kTM], float (&fb)[8]) {
     const float* pa = sa + kk * LoaderA::kSmemStride + ty * 4;
     const float* pb = sb + kk * LoaderB::kSmemStride + tx * 4;
-    *reinterpret_cast<float4*>(&fa[0]) = *reinterpret_cast<const float4*>(pa);
-    *reinterpret_cast<float4*>(&fa[4]) = *reinterpret_cast<const float4*>(pa + kBM / 2);
+#pragma unroll
+    for (int f = 0; f < kFragmentsM; ++f) {
+      *reinterpret_cast<float4*>(&fa[4 * f]) = *reinterpret_cast<const float4*>(pa + f * (kBM / kFragmentsM));
+    }
     *reinterpret_cast<float4*>(&fb[0]) = *reinterpret_cast<const float4*>(pb);
     *reinterpret_cast<float4*>(&fb[4]) = *reinterpret_cast<const float4*>(pb + kBN / 2);
   }
 
-  __device__ __forceinline__ static void OuterProduct(Accumulators& acc, const float (&fa)[8], const float (&fb)[8]) {
+  __device__ __forceinline__ static void OuterProduct(Accumulators& acc, const float (&fa)[kTM], const float (&fb)[8]) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < kTM; ++i) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);
     }
@@ -56,7 +62,7 @@ struct SimtMultistageMainloop {
     CpAsyncWaitGroup<kStages - 2>();
     __syncthreads();
 
-    float fa[2][8], fb[2][8];
+    float fa[2][kTM], fb[2][8];
     int read = 0, write = kStages - 1;
     LoadFragments(smem.a[0], smem.b[0], 0, ty, tx, fa[0], fb[0]);
 

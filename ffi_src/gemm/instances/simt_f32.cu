@@ -5,6 +5,7 @@
 namespace jaxgemm {
 
 #define JG_INSTANTIATE(Policy, TOut) template cudaError_t LaunchSimtGemm<Policy, float, TOut>(const GemmProblem&, cudaStream_t);
+JG_INSTANTIATE(SimtPolicy256x128F32, float)
 JG_INSTANTIATE(SimtPolicy128x128F32, float)
 JG_INSTANTIATE(SimtPolicy128x64, float)
 JG_INSTANTIATE(SimtPolicy64x64, float)
