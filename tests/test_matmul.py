@@ -404,6 +404,32 @@ def test_padding_for_tensor_cores_keeps_the_product(ta, tb):
     np.testing.assert_array_equal(out[..., :m, :n], _reference(a, b, ta, tb))
 
 
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("m,n,k", [(2049, 2050, 2048), (2048, 2052, 2047), (2047, 2048, 2048), (16, 4097, 4095)])
+def test_simt_layout_and_padding_keep_the_product(m, n, k, ta, tb):
+    """The GPU lowering's SIMT float32 rewrites (_mn_major_for_simt, then
+    _aligned_rows_for_simt): operands stored (k, m) / (k, n) where the GEMM is wide enough,
+    m and n zero-padded to multiples of 4 only when the whole GEMM is large, and op(a) / op(b)
+    unchanged but for zero rows / columns (which only add output rows / columns)."""
+    from jaxgemm.gemm import GemmConfig, _aligned_rows_for_simt, _mn_major_for_simt
+
+    rng = np.random.default_rng(hash((m, n, k, ta, tb, "simt rows")) % 2**32)
+    a, b = _operands(rng, m, n, k, jnp.float32, ta, tb)
+    pa, pb, config = _mn_major_for_simt(a, b, GemmConfig(ta, tb))
+    assert config.transpose_a == (ta or n >= 2048) and config.transpose_b == (tb and m < 2048), config
+    pa, pb, m_pad, n_pad = _aligned_rows_for_simt(pa, pb, config)
+    if min(m, n, k) >= 2048:
+        assert pa.shape == (k, m + m_pad) and pb.shape == (k, n + n_pad) and (m + m_pad) % 4 == (n + n_pad) % 4 == 0
+    else:
+        assert m_pad == n_pad == 0
+    # op(a) gains zero rows and op(b) zero columns: the product's first m x n are unchanged.
+    op_a, op_b = op(np.asarray(pa), config.transpose_a), op(np.asarray(pb), config.transpose_b)
+    assert op_a.shape == (m + m_pad, k) and op_b.shape == (k, n + n_pad)
+    np.testing.assert_array_equal(op_a[:m], op(np.asarray(a), ta))
+    np.testing.assert_array_equal(op_b[:, :n], op(np.asarray(b), tb))
+    assert not op_a[m:].any() and not op_b[:, n:].any()
+
+
 def _skip_unless_hopper(kernel):
     from jaxgemm import _ffi
 
