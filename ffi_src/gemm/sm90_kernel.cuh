@@ -74,9 +74,9 @@ struct Sm90Policy {
   // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasStageBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
-  // 2 x 232 + 40 registers x 128 threads fits the 64 K register file. (ptxas still compiles
-  // every role for 168 = 65536 / 384 registers: the raise gives consumers no more to use;
-  // NOTES.md, session 9.)
+  // 2 x 232 + 40 registers x 128 threads fits the 64 K register file. ptxas compiles the
+  // consumers' code for the raised 232 (their SASS uses up to R229), but each single
+  // instruction must fit the entry budget of 168 = 65536 / 384 (NOTES.md, session 10).
   static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
   // Bytes between 64-element blocks of an MN-major operand (one TMA box of 64 x 64; 16-bit
   // only). For K-major A it is also the offset of the tile's second 64 rows.
