@@ -247,19 +247,26 @@ def time_ms(fn, args, iterations: int) -> tuple[float, str]:
     return float(statistics.median(samples)), method
 
 
-def time_pair_ms(ours, base, args, iterations: int, rounds: int = 4) -> tuple[float, float, str]:
-    """Median times of two functions on the same inputs, measured in `rounds` alternating
-    rounds of iterations // 2 calls each (ours first, then the baseline first, ...): the
-    GPU's clock follows its power and temperature, so timing one side entirely before the
-    other biases the ratio."""
-    per_round = max(1, iterations // 2)
-    ours_samples, base_samples = [], []
+def time_alternating_ms(fns: dict, args, per_round: int, rounds: int = 4) -> tuple[dict, str]:
+    """Median per-call times (ms) of several functions on the same inputs, measured in
+    `rounds` rounds of `per_round` calls each, the order reversed every round: the GPU's
+    clock follows its power and temperature, so timing one function entirely before another
+    biases their ratio."""
+    runs = list(fns.items())
+    samples = {name: [] for name, _ in runs}
+    method = "wall"
     for r in range(rounds):
-        order = [(ours, ours_samples), (base, base_samples)]
-        for fn, samples in order if r % 2 == 0 else order[::-1]:
+        for name, fn in runs if r % 2 == 0 else runs[::-1]:
             times, method = time_samples(fn, args, per_round)
-            samples.extend(times)
-    return float(statistics.median(ours_samples)), float(statistics.median(base_samples)), method
+            samples[name].extend(times)
+    return {name: float(statistics.median(v)) for name, v in samples.items()}, method
+
+
+def time_pair_ms(ours, base, args, iterations: int, rounds: int = 4) -> tuple[float, float, str]:
+    """Median times of two functions on the same inputs, in alternating rounds of
+    iterations // 2 calls each (time_alternating_ms)."""
+    ms, method = time_alternating_ms({"ours": ours, "base": base}, args, max(1, iterations // 2), rounds)
+    return ms["ours"], ms["base"], method
 
 
 def _rel_error(x, ref) -> float:

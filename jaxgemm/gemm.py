@@ -152,7 +152,16 @@ def runs_as_tf32(dtype, config: GemmConfig, platform: str) -> bool:
     )
 
 
-_TF32_ROW_ALIGNMENT = 4  # elements: TMA needs 16-byte row pitches
+_F32_ROW_ALIGNMENT = 4  # float32 elements per 16 bytes: TMA's and cp.async's row pitches
+
+
+def _pad_axis(x, axis, amount):
+    """x with `amount` zeros appended along `axis`."""
+    if amount == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, amount)
+    return jnp.pad(x, widths)
 
 
 def _k_major_for_tf32(a, b, config: GemmConfig):
@@ -163,10 +172,8 @@ def _k_major_for_tf32(a, b, config: GemmConfig):
         a = jnp.swapaxes(a, -1, -2)
     if not config.transpose_b:
         b = jnp.swapaxes(b, -1, -2)
-    k_pad = -a.shape[-1] % _TF32_ROW_ALIGNMENT
-    if k_pad:
-        a = jnp.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, k_pad)])
-        b = jnp.pad(b, [(0, 0)] * (b.ndim - 1) + [(0, k_pad)])
+    k_pad = -a.shape[-1] % _F32_ROW_ALIGNMENT
+    a, b = _pad_axis(a, -1, k_pad), _pad_axis(b, -1, k_pad)
     return a, b, dataclasses.replace(config, transpose_a=False, transpose_b=True)
 
 
@@ -201,9 +208,6 @@ def _mn_major_for_simt(a, b, config: GemmConfig):
     return a, b, config
 
 
-_SIMT_VECTOR = 4  # elements: the SIMT kernels' 16-byte copies need row pitches of 4k
-
-
 def _aligned_rows_for_simt(a, b, config: GemmConfig):
     """For a large GEMM whose operands are stored (k, m) and (k, n) (after
     _mn_major_for_simt), zero-pads m and n to multiples of 4 when either is not: the kernel
@@ -212,13 +216,11 @@ def _aligned_rows_for_simt(a, b, config: GemmConfig):
     transpose, if any) and the caller's slice of the output, each ~60 / K of the GEMM's time
     or less. Returns (a, b, m_padding, n_padding)."""
     m, k, n, _ = _gemm_dims(a.shape, b.shape, config)
-    m_pad, n_pad = -m % _SIMT_VECTOR, -n % _SIMT_VECTOR
+    m_pad, n_pad = -m % _F32_ROW_ALIGNMENT, -n % _F32_ROW_ALIGNMENT
     mn_major = config.transpose_a and not config.transpose_b
-    if not mn_major or not (m_pad or n_pad) or min(m, n, k) < _SIMT_TRANSPOSE_MIN_EXTENT:
+    if not mn_major or min(m, n, k) < _SIMT_TRANSPOSE_MIN_EXTENT:
         return a, b, 0, 0
-    a = jnp.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, m_pad)])
-    b = jnp.pad(b, [(0, 0)] * (b.ndim - 1) + [(0, n_pad)])
-    return a, b, m_pad, n_pad
+    return _pad_axis(a, -1, m_pad), _pad_axis(b, -1, n_pad), m_pad, n_pad
 
 
 def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
@@ -246,13 +248,6 @@ def pad_rows_for_tensor_cores(a, b, config: GemmConfig):
     exact (zeros add nothing); padding M or N adds output rows/columns the caller slices
     off. Returns (a, b, m_padding, n_padding)."""
 
-    def pad(x, axis, amount):
-        if amount == 0:
-            return x
-        widths = [(0, 0)] * x.ndim
-        widths[axis] = (0, amount)
-        return jnp.pad(x, widths)
-
     def up(x):
         return -x % _ROW_ALIGNMENT
 
@@ -260,8 +255,8 @@ def pad_rows_for_tensor_cores(a, b, config: GemmConfig):
     k_pad = up(k) if not config.transpose_a or config.transpose_b else 0  # K is a stored row
     m_pad = up(m) if config.transpose_a else 0
     n_pad = 0 if config.transpose_b else up(n)
-    a = pad(pad(a, -2 if config.transpose_a else -1, k_pad), -1, m_pad)
-    b = pad(pad(b, -1 if config.transpose_b else -2, k_pad), -1, n_pad)
+    a = _pad_axis(_pad_axis(a, -2 if config.transpose_a else -1, k_pad), -1, m_pad)
+    b = _pad_axis(_pad_axis(b, -1 if config.transpose_b else -2, k_pad), -1, n_pad)
     return a, b, m_pad, n_pad
 
 

@@ -4,14 +4,13 @@ ones: A as (K, M), B as (K, N)) and the heuristic's NN call against XLA's exact 
 round: the GPU's clock follows its power):
     python3 -P tools/simt_tile_sweep.py [M,N,K ...]   (on the GPU machine, jaxgemm installed)"""
 
-import statistics
 import sys
 
 import jax
 import jax.numpy as jnp
 
 import jaxgemm
-from jaxgemm.bench import time_samples
+from jaxgemm.bench import time_alternating_ms
 from jaxgemm.gemm import GemmConfig, _gemm
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 1024), (4096, 4096, 1024), (4095, 4097, 4093),
@@ -32,11 +31,7 @@ def main(shapes, rounds=4, per_round=10):
             config = GemmConfig(transpose_a=True, split_k=1, kernel="simt", tile=tile)
             runs.append((name, jax.jit(lambda a, a_t, b, config=config: _gemm(a_t, b, config))))
         runs.append(("heuristic NN", jax.jit(lambda a, a_t, b: jaxgemm.matmul(a, b))))
-        samples = {name: [] for name, _ in runs}
-        for r in range(rounds):
-            for name, fn in runs if r % 2 == 0 else runs[::-1]:
-                samples[name].extend(time_samples(fn, (a, a_t, b), per_round)[0])
-        ms = {name: statistics.median(v) for name, v in samples.items()}
+        ms, _ = time_alternating_ms(dict(runs), (a, a_t, b), per_round, rounds)
         cells = [f"{flops / ms[name] / 1e9:6.1f} ({ms['XLA'] / ms[name]:.3f}x)" for name in names]
         print(f"{f'{m}x{n}x{k}':>18} {flops / ms['XLA'] / 1e9:9.1f} " + " ".join(f"{c:>18}" for c in cells), flush=True)
 

@@ -2,13 +2,12 @@
 in alternating rounds (the order reverses every round: the GPU's clock follows its power):
     python3 -P tools/sm90_tile_sweep.py [M,N,K ...]   (on the GPU machine, jaxgemm installed)"""
 
-import statistics
 import sys
 
 import jax
 import jax.numpy as jnp
 
-from jaxgemm.bench import time_samples
+from jaxgemm.bench import time_alternating_ms
 from jaxgemm.gemm import GemmConfig, _gemm
 
 SHAPES = [(8192, 8192, 8192), (4096, 8192, 4096), (4096, 4096, 4096), (2048, 2048, 2048), (16384, 4096, 14336)]
@@ -26,11 +25,7 @@ def main(shapes, rounds=4, per_round=15):
         for name, tile in TILES.items():
             config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), split_k=1, kernel="sm90", tile=tile)
             runs.append((name, jax.jit(lambda a, b, config=config: _gemm(a, b, config))))
-        samples = {name: [] for name, _ in runs}
-        for r in range(rounds):
-            for name, fn in runs if r % 2 == 0 else runs[::-1]:
-                samples[name].extend(time_samples(fn, (a, b), per_round)[0])
-        ms = {name: statistics.median(v) for name, v in samples.items()}
+        ms, _ = time_alternating_ms(dict(runs), (a, b), per_round, rounds)
         cells = [f"{flops / ms[name] / 1e9:7.1f} ({ms['XLA'] / ms[name]:.3f}x)" for name in TILES]
         print(f"{f'{m}x{n}x{k}':>18} {flops / ms['XLA'] / 1e9:9.1f} " + " ".join(f"{c:>20}" for c in cells), flush=True)
 
