@@ -40,9 +40,12 @@ cuobjdump -sass -fun "$flagship" "$so" >"$out/flagship.sass" 2>&1
 sass_line="flagship SASS (128x128 f32 NN): FFMA=$(grep -c FFMA "$out/flagship.sass") LDS.128=$(grep -c 'LDS.128' "$out/flagship.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/flagship.sass")"
 # sm90 kernels, found by name pattern: the GEMM's clustered 128x256 bf16 NN instance.
 cuobjdump -sass "$so" >"$out/all.sass" 2>&1
-awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi256ELb0ELi2E/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90.sass"
+# Policy arguments: tile N, pingpong, cluster blocks, element bytes, consumer warpgroups.
+awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi256ELb0ELi2ELi2ELi2EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90.sass"
+awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi256ELb0ELi2ELi2ELi3EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90_3.sass"
 sass_line="$sass_line
-sm90 SASS (cluster 2x 128x256 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90.sass")"
+sm90 SASS (cluster 2x 128x256 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90.sass")
+sm90 SASS (cluster 2x 192x256 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90_3.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90_3.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90_3.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_3.sass")"
 # The conv fprop instance of the same kernel (pingpong bf16), found by name pattern.
 awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90ConvFpropLoads/ && /Sm90PolicyILi128ELb1E/ && /nv_bfloat16S3_/} f' "$out/all.sass" >"$out/sm90_conv.sass"
 sass_line="$sass_line

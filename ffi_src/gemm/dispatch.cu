@@ -162,7 +162,9 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double slabs = double(p.batch.count) * double(p.split_k);
   const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;
   const int workers = std::max(1, sm_count / c.blocks);
-  const bool stream_k = PlanSm90StreamK(p, c.tile.n, c.blocks, sm_count).items > 0;
+  Sm90Shape shape;
+  Sm90ShapeOf(c.tile.m, c.tile.n, &shape);
+  const bool stream_k = PlanSm90StreamK(p, shape, sm_count).items > 0;
   const double waves = stream_k ? items / workers + 0.1 : std::ceil(items / workers);
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
   return waves * c.tile_area * k / (waves > 1 ? c.speed : c.single_wave_speed) *
@@ -214,7 +216,8 @@ Sm90Tile ChooseSm90Tile(const GemmProblem& p, int sm_count, bool with_narrow) {
 }
 
 bool IsSm90Tile(int tile_m, int tile_n) {
-  return (tile_m == 128 && (tile_n == 64 || tile_n == 128 || tile_n == 256)) || (tile_m == 256 && tile_n == 256);
+  Sm90Shape shape;
+  return Sm90ShapeOf(tile_m, tile_n, &shape);
 }
 
 namespace {

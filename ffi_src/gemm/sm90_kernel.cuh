@@ -44,21 +44,31 @@ namespace jaxgemm {
 // swizzle row per tile row (32 elements instead of 64), and each wgmma still consumes 32
 // bytes of it (k8 instead of k16), so the shared-memory layout and descriptors are the
 // 16-bit ones.
-template <int kTileN, bool kPingpongTiles = false, int kClusterBlocksM = 1, int kElementBytes = 2>
+// kConsumerWarpgroups = 3 (cooperative only): 192-row tiles, 64 rows per consumer, so a
+// 2-block cluster reads 0.83 B from L2 per output and k-tile instead of 0.98 (NOTES.md,
+// session 10). 512 threads enter with 65536 / 512 = 128 registers each, and ptxas holds
+// every single instruction to that entry budget even where setmaxnreg raised it: an
+// m64n256 wgmma (128 accumulators + descriptors) does not fit, so each consumer issues
+// two m64n128 per k-step (kWgmmaN), the same accumulators in the same fragment order.
+template <int kTileN, bool kPingpongTiles = false, int kClusterBlocksM = 1, int kElementBytes = 2,
+          int kConsumerWarpgroups = 2>
 struct Sm90Policy {
   static constexpr int kRowBytes = 128;  // one k-tile row: one 128 B swizzle row
-  static constexpr int kBM = 128, kBN = kTileN, kBK = kRowBytes / kElementBytes;
-  static constexpr int kKSteps = kRowBytes / 32;  // wgmmas per k-tile, 32 bytes of K each
+  static constexpr int kConsumers = kConsumerWarpgroups;
   static constexpr bool kPingpong = kPingpongTiles;
+  static_assert(kConsumers == 2 || (kConsumers == 3 && !kPingpong), "3 consumers: cooperative schedule");
+  static constexpr int kBM = 64 * kConsumers, kBN = kTileN, kBK = kRowBytes / kElementBytes;
+  static constexpr int kKSteps = kRowBytes / 32;  // wgmmas per k-tile, 32 bytes of K each
   static constexpr int kClusterM = kClusterBlocksM;
   static_assert(kClusterM == 1 || (kClusterM == 2 && !kPingpong), "clusters: cooperative schedule, 2 blocks");
-  static constexpr int kConsumers = 2;                     // warpgroups
   static constexpr int kMmaM = kPingpong ? 2 : 1;          // m64 blocks per consumer and tile
   static_assert(kMmaM * kBN <= 256, "accumulators would exceed 128 registers per thread");
+  static constexpr int kWgmmaN = kConsumers == 2 ? kBN : std::min(kBN, 128);  // columns of one wgmma
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kTileABytes = kBM * kRowBytes, kTileBBytes = kBN * kRowBytes;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
-  static constexpr int kStages = (192 * 1024) / kStageBytes;  // 4 for 128x256, 6 for 128x128, 8 for 128x64
+  // 4 for 128x256, 6 for 128x128, 8 for 128x64, 3 for 192x256.
+  static constexpr int kStages = (192 * 1024) / kStageBytes;
   // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop).
   static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
   // Epilogue scratch per consumer, used one of two ways:
@@ -74,12 +84,15 @@ struct Sm90Policy {
   // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasStageBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
-  // 2 x 232 + 40 registers x 128 threads fits the 64 K register file. ptxas compiles the
-  // consumers' code for the raised 232 (their SASS uses up to R229), but each single
-  // instruction must fit the entry budget of 168 = 65536 / 384 (NOTES.md, session 10).
-  static constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+  // 2 x 232 + 40 (3 x 160 + 32) registers x 128 threads fill the 64 K register file.
+  // ptxas compiles the consumers' code for the raised budget (the 2-consumer SASS uses up
+  // to R229), but each single instruction must fit the entry budget of 65536 / kThreads
+  // (168, or 128) (NOTES.md, session 10).
+  static constexpr int kProducerRegisters = kConsumers == 2 ? 40 : 32;
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 232 : 160;
+  static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * 128 <= 65536, "over the register file");
   // Bytes between 64-element blocks of an MN-major operand (one TMA box of 64 x 64; 16-bit
-  // only). For K-major A it is also the offset of the tile's second 64 rows.
+  // only). For K-major A it is also the offset between the tile's 64-row blocks.
   static constexpr int kMnBlockBytes = 64 * kRowBytes;
 };
 
@@ -344,6 +357,13 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
     if constexpr (kN == 128) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 64) WgmmaM64N64K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   }
+}
+
+// Accumulators of columns [nh kWgmmaN, (nh + 1) kWgmmaN) of an m64 block: a wgmma's
+// fragments are ordered by 8-column groups, so those of a column range are contiguous.
+template <class P>
+__device__ __forceinline__ float (&WgmmaColumns(float (&acc)[P::kBN / 2], int nh))[P::kWgmmaN / 2] {
+  return *reinterpret_cast<float(*)[P::kWgmmaN / 2]>(&acc[nh * (P::kWgmmaN / 2)]);
 }
 
 // The TMA-store epilogue of one consumer's tile: for each 64 x 64 block (row block mi,
@@ -686,12 +706,17 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           WgmmaFence();
 #pragma unroll
           for (int kk = 0; kk < P::kKSteps; ++kk) {
-            const uint64_t desc_b = SmemDescriptorSw128(b + kk * kStepB, kLeadB, 1024);
 #pragma unroll
-            for (int mi = 0; mi < kBlocks; ++mi) {
-              // 64 rows of A further on: 64 x 128 B rows (K-major) or the next 64-wide block.
-              const uint64_t desc_a = SmemDescriptorSw128(a + mi * P::kMnBlockBytes + kk * kStepA, kLeadA, 1024);
-              Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[mi], desc_a, desc_b, (kt | kk) != 0);
+            for (int nh = 0; nh < P::kBN / P::kWgmmaN; ++nh) {
+              // kWgmmaN columns of B further on: as many 128 B rows (K-major) or 64-wide
+              // blocks of 8 KB (MN-major), i.e. kWgmmaN x 128 B either way.
+              const uint64_t desc_b = SmemDescriptorSw128(b + nh * P::kWgmmaN * 128 + kk * kStepB, kLeadB, 1024);
+#pragma unroll
+              for (int mi = 0; mi < kBlocks; ++mi) {
+                // 64 rows of A further on: 64 x 128 B rows (K-major) or the next 64-wide block.
+                const uint64_t desc_a = SmemDescriptorSw128(a + mi * P::kMnBlockBytes + kk * kStepA, kLeadA, 1024);
+                Wgmma<TIn, P::kWgmmaN, kTransA, !kTransB>(WgmmaColumns<P>(acc[mi], nh), desc_a, desc_b, (kt | kk) != 0);
+              }
             }
           }
           WgmmaCommitGroup();
@@ -934,7 +959,7 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   // Stream-K needs loads that start an item at any k-tile (the matrix loads; the conv fprop
   // loads walk their filter taps from the first), and the grid the plan was made for.
   Sm90StreamK stream_k{};
-  const Sm90StreamKPlan plan = PlanSm90StreamK(p, P::kBN, P::kClusterM, sm_count);
+  const Sm90StreamKPlan plan = PlanSm90StreamK(p, {P::kBM, P::kBN, P::kClusterM, P::kConsumers}, sm_count);
   if (std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && plan.workers == workers && workspace.data &&
       workspace.bytes >= plan.bytes) {
     stream_k.partials = static_cast<float*>(workspace.data);
@@ -1000,6 +1025,10 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
   };
   if (tile_m == 256 && tile_n == 256) {
     with_layout(Sm90Policy<256, false, 2, kBytes>{});
+  } else if (tile_m == 384 && tile_n == 256) {
+    with_layout(Sm90Policy<256, false, 2, kBytes, 3>{});
+  } else if (tile_m == 192 && tile_n == 256) {
+    with_layout(Sm90Policy<256, false, 1, kBytes, 3>{});
   } else if (tile_m == 128 && tile_n == 256) {
     with_layout(Sm90Policy<256, false, 1, kBytes>{});
   } else if (tile_m == 128 && tile_n == 128) {

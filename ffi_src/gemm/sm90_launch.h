@@ -58,32 +58,50 @@ inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64
   return workers + last_wave;
 }
 
-// Stream-K for an sm90 schedule (128 x tile_n tiles, clusters of cluster_m blocks) on
-// `sm_count` SMs: the items shared out (0: none) and the workspace they need, one fp32
-// tile per block, then one flag per block and consumer.
+// The blocks behind a named sm90 schedule, whose name is the output area one block (or
+// cluster) covers: 128 x 64, 128 x 128, 128 x 256 and 192 x 256 are single blocks; 256 x 256
+// and 384 x 256 are clusters of two 128 x 256 or 192 x 256 blocks, one above the other.
+// Blocks of 192 rows have three consumer warpgroups, the others two.
+struct Sm90Shape {
+  int block_m = 0, block_n = 0, cluster_m = 0, consumers = 0;
+};
+inline bool Sm90ShapeOf(int tile_m, int tile_n, Sm90Shape* shape) {
+  const bool narrow = tile_n == 64 || tile_n == 128;
+  if (tile_m == 128 && (narrow || tile_n == 256)) *shape = {128, tile_n, 1, 2};
+  else if (tile_m == 256 && tile_n == 256) *shape = {128, 256, 2, 2};
+  else if (tile_m == 192 && tile_n == 256) *shape = {192, 256, 1, 3};
+  else if (tile_m == 384 && tile_n == 256) *shape = {192, 256, 2, 3};
+  else return false;
+  return true;
+}
+
+// Stream-K for an sm90 schedule on `sm_count` SMs: the items shared out (0: none) and the
+// workspace they need, one fp32 block tile per block, then one flag per block and consumer.
 struct Sm90StreamKPlan {
   int64_t items = 0;
   int64_t workers = 0;  // the grid's workers (blocks or clusters) the plan is for
   size_t flags_offset = 0, bytes = 0;
 };
-inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, int tile_n, int cluster_m, int sm_count) {
+inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, const Sm90Shape& shape, int sm_count) {
   Sm90StreamKPlan plan;
-  const int64_t groups_m = ((p.m + 127) / 128 + cluster_m - 1) / cluster_m;
-  const int64_t items = groups_m * ((p.n + tile_n - 1) / tile_n) * p.batch.count * p.split_k;
-  const int64_t workers = std::min<int64_t>(items, std::max(sm_count / cluster_m, 1));
+  const int64_t tiles_m = (p.m + shape.block_m - 1) / shape.block_m;
+  const int64_t groups_m = (tiles_m + shape.cluster_m - 1) / shape.cluster_m;
+  const int64_t items = groups_m * ((p.n + shape.block_n - 1) / shape.block_n) * p.batch.count * p.split_k;
+  const int64_t workers = std::min<int64_t>(items, std::max(sm_count / shape.cluster_m, 1));
   plan.workers = workers;
   plan.items = Sm90StreamKItems(items, workers, p.k, p.split_k);
   if (plan.items == 0) return plan;
-  const int64_t blocks = workers * cluster_m;
-  plan.flags_offset = static_cast<size_t>(blocks) * 128 * tile_n * sizeof(float);
-  plan.bytes = plan.flags_offset + static_cast<size_t>(blocks) * 2 * sizeof(uint32_t);
+  const int64_t blocks = workers * shape.cluster_m;
+  plan.flags_offset = static_cast<size_t>(blocks) * shape.block_m * shape.block_n * sizeof(float);
+  plan.bytes = plan.flags_offset + static_cast<size_t>(blocks) * shape.consumers * sizeof(uint32_t);
   return plan;
 }
 
 // Stream-K workspace bytes of the named schedule (see LaunchSm90Gemm), 0 when it runs
-// without stream-K.
+// without stream-K or the name is unknown.
 inline size_t Sm90StreamKBytes(const GemmProblem& p, int tile_m, int tile_n, int sm_count) {
-  return PlanSm90StreamK(p, tile_n, tile_m == 256 ? 2 : 1, sm_count).bytes;
+  Sm90Shape shape;
+  return Sm90ShapeOf(tile_m, tile_n, &shape) ? PlanSm90StreamK(p, shape, sm_count).bytes : 0;
 }
 
 // Launches the persistent sm90 kernel on `sm_count` multiprocessors. Schedules, by the
@@ -91,7 +109,8 @@ inline size_t Sm90StreamKBytes(const GemmProblem& p, int tile_m, int tile_n, int
 //   128 x 64, 128 x 128: pingpong (consumers alternate tiles, one's epilogue under the
 //     other's mainloop);
 //   128 x 256: cooperative (both consumers on each tile, 64 rows each);
-//   256 x 256: cooperative 128 x 256 tiles in clusters of two blocks sharing B (multicast).
+//   256 x 256: cooperative 128 x 256 tiles in clusters of two blocks sharing B (multicast);
+//   192 x 256, 384 x 256: the same with three consumers, 192-row blocks.
 // With `workspace` of at least Sm90StreamKBytes, a last partly filled wave is shared out
 // stream-K; without, every block works on whole tiles.
 template <class TIn, class TOut>
