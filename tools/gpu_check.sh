@@ -2,8 +2,9 @@
 # On a GPU machine, in one call: build and install jaxgemm, run every test (GPU ones
 # included), read the flagship kernel's SASS, run the benchmark; a short summary last.
 #   tools/gpu_check.sh [bench suites, default tc,epilogue] [pytest args, default tests; "none" skips]
-# Suites: jaxgemm.bench's (simt, tc, epilogue, smoke, all), "none", and "conv" / "conv-bf16"
-# (jaxgemm.bench_conv, both dtypes / bfloat16 only), comma-separated.
+# Suites: jaxgemm.bench's (simt, tc, epilogue, smoke, all), "none", "conv" / "conv-bf16"
+# (jaxgemm.bench_conv, both dtypes / bfloat16 only), and "tiles" (tools/simt_tile_sweep.py
+# and tools/sm90_tile_sweep.py: every forced tile against XLA), comma-separated.
 # Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,7 +52,7 @@ awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90ConvFpropLoads/ && /Sm90PolicyIL
 sass_line="$sass_line
 sm90 conv fprop SASS (pingpong bf16): HGMMA=$(grep -c HGMMA "$out/sm90_conv.sass") UTMALDG.IM2COL=$(grep -c 'UTMALDG.4D.IM2COL' "$out/sm90_conv.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_conv.sass")"
 
-gemm_suites=$(echo "$suite" | tr ',' '\n' | grep -vE '^(conv|conv-bf16|none)$' | paste -sd, -)
+gemm_suites=$(echo "$suite" | tr ',' '\n' | grep -vE '^(conv|conv-bf16|none|tiles)$' | paste -sd, -)
 : >"$out/bench.txt"
 if [ -n "$gemm_suites" ]; then
   $py -m jaxgemm.bench --suite "$gemm_suites" --json "$out/bench.json" >>"$out/bench.txt" 2>"$out/bench.err" ||
@@ -66,6 +67,12 @@ if [ -n "$conv_dtypes" ]; then
   $py -m jaxgemm.bench_conv --dtypes "$conv_dtypes" --json "$out/bench_conv.json" >>"$out/bench.txt" 2>"$out/bench_conv.err" ||
     tail -20 "$out/bench_conv.err"
 fi
+case ",$suite," in
+  *,tiles,*)
+    for sweep in simt_tile_sweep sm90_tile_sweep; do
+      $py "tools/$sweep.py" >>"$out/bench.txt" 2>"$out/$sweep.err" || tail -20 "$out/$sweep.err"
+    done ;;
+esac
 
 echo
 echo "===== summary ====="
