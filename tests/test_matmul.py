@@ -437,10 +437,11 @@ def _skip_unless_hopper(kernel):
         pytest.skip("the sm90 kernel needs compute capability 9.0")
 
 
-# (kernel family, tile): every tensor-core kernel the heuristic can pick, and the
-# three-consumer sm90 tiles (192 x 256 blocks), which run only when asked for.
+# (kernel family, tile): every tensor-core kernel the heuristic can pick, and the sm90
+# tiles that run only when asked for (one consumer warpgroup: 64-row tiles; three:
+# 192 x 256 blocks).
 TENSOR_CORE_KERNELS = [("sm80", None)] + [
-    ("sm90", t) for t in ((128, 64), (128, 128), (128, 256), (256, 256), (192, 256), (384, 256))
+    ("sm90", t) for t in ((128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128), (192, 256), (384, 256))
 ]
 
 

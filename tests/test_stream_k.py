@@ -53,8 +53,15 @@ def test_stream_k_plan():
     assert _workspace(4096, 4096, 4096, 132, (384, 256)) == 0
     assert _workspace(5120, 5120, 5120, 132, (384, 256)) == 132 * (slot3 + flags3)
     assert _workspace(5120, 5120, 5120, 132, (192, 256)) == 132 * (slot3 + flags3)
+    # One consumer, 64-row tiles: 64 x N slots and one flag per block. 1024 x 4096 in 64 x 64
+    # tiles: 16 x 64 = 1024 items, 7.76 waves: none; 1024 x 2176: 16 x 34 = 544 items, 4.12
+    # waves: stream-K; in 64 x 128 tiles 16 x 17 = 272 items, 2.06 waves: stream-K.
+    assert _workspace(1024, 4096, 4096, 132, (64, 64)) == 0
+    assert _workspace(1024, 2176, 4096, 132, (64, 64)) == 132 * (64 * 64 * 4 + 4)
+    assert _workspace(1024, 2176, 4096, 132, (64, 128)) == 132 * (64 * 128 * 4 + 4)
     # An unknown tile plans nothing (the launch then refuses it).
     assert _workspace(5120, 5120, 5120, 132, (192, 128)) == 0
+    assert _workspace(5120, 5120, 5120, 132, (64, 256)) == 0
 
 
 def _skip_unless_hopper():
@@ -75,7 +82,9 @@ LAYOUTS = [(False, False), (True, True), (False, True), (True, False)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", [(128, 64), (128, 128), (128, 256), (256, 256), (192, 256), (384, 256)])
+@pytest.mark.parametrize(
+    "tile", [(128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128), (192, 256), (384, 256)]
+)
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_gpu_stream_k_on_every_sm90_tile(tile, dtype, monkeypatch):
     """Every schedule, every layout, ragged M / N / K, batches; float32 as tf32. Outputs

@@ -1,5 +1,6 @@
 """Times GEMMs on every sm90 tile and split-K against XLA, to see which configuration
-the heuristic should pick: bf16 with few rows (M = 16, 128; N = K = 8192), and tf32
+the heuristic should pick: bf16 with few rows (M = 16, 128 with N = K = 8192; M = 16, 64
+with N = K = 4096, whose B stays in L2), and tf32
 (float32, precision "tensorfloat32") at 4096^3 and 8192^3. CUPTI kernel time (all kernels
 of the call: the split-K reduction, tf32's operand transposes). Usage:
 python tools/small_m_sweep.py [bf16|tf32 ...]"""
@@ -38,14 +39,16 @@ def tf32():
 
 
 def bf16():
-    for m in (16, 128):
+    # The 64-row tiles (one consumer warpgroup) run only when forced.
+    tiles = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 256))
+    for m, nk in ((16, 8192), (128, 8192), (16, 4096), (64, 4096)):
         ka, kb = jax.random.split(jax.random.key(m))
-        a = jax.random.normal(ka, (m, 8192), jnp.bfloat16)
-        b = jax.random.normal(kb, (8192, 8192), jnp.bfloat16)
+        a = jax.random.normal(ka, (m, nk), jnp.bfloat16)
+        b = jax.random.normal(kb, (nk, nk), jnp.bfloat16)
         base = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16))
         configs = [(f"sm90 {t} split {s}", dataclasses.replace(base, kernel="sm90", tile=t, split_k=s))
-                   for t in ((128, 64), (128, 128), (128, 256), (256, 256)) for s in (1, 2, 4)]
-        sweep(f"bf16 M={m} N=K=8192", a, b, jnp.matmul, base, configs)
+                   for t in tiles for s in (1, 2, 4)]
+        sweep(f"bf16 M={m} N=K={nk}", a, b, jnp.matmul, base, configs)
 
 
 if __name__ == "__main__":

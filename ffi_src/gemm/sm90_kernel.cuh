@@ -44,6 +44,8 @@ namespace jaxgemm {
 // swizzle row per tile row (32 elements instead of 64), and each wgmma still consumes 32
 // bytes of it (k8 instead of k16), so the shared-memory layout and descriptors are the
 // 16-bit ones.
+// kConsumerWarpgroups = 1: 64-row tiles for products of at most 64 rows, which stream B:
+// an 8 KB A stage leaves room for more stages, i.e. more of B in flight per block.
 // kConsumerWarpgroups = 3 (cooperative only): 192-row tiles, 64 rows per consumer, so a
 // 2-block cluster reads 0.83 B from L2 per output and k-tile instead of 0.98 (NOTES.md,
 // session 10). 512 threads enter with 65536 / 512 = 128 registers each, and ptxas holds
@@ -56,18 +58,19 @@ struct Sm90Policy {
   static constexpr int kRowBytes = 128;  // one k-tile row: one 128 B swizzle row
   static constexpr int kConsumers = kConsumerWarpgroups;
   static constexpr bool kPingpong = kPingpongTiles;
-  static_assert(kConsumers == 2 || (kConsumers == 3 && !kPingpong), "3 consumers: cooperative schedule");
+  static_assert(kConsumers == 2 || ((kConsumers == 1 || kConsumers == 3) && !kPingpong),
+                "1 or 3 consumers: cooperative schedule");
   static constexpr int kBM = 64 * kConsumers, kBN = kTileN, kBK = kRowBytes / kElementBytes;
   static constexpr int kKSteps = kRowBytes / 32;  // wgmmas per k-tile, 32 bytes of K each
   static constexpr int kClusterM = kClusterBlocksM;
   static_assert(kClusterM == 1 || (kClusterM == 2 && !kPingpong), "clusters: cooperative schedule, 2 blocks");
   static constexpr int kMmaM = kPingpong ? 2 : 1;          // m64 blocks per consumer and tile
   static_assert(kMmaM * kBN <= 256, "accumulators would exceed 128 registers per thread");
-  static constexpr int kWgmmaN = kConsumers == 2 ? kBN : std::min(kBN, 128);  // columns of one wgmma
+  static constexpr int kWgmmaN = kConsumers == 3 ? std::min(kBN, 128) : kBN;  // columns of one wgmma
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kTileABytes = kBM * kRowBytes, kTileBBytes = kBN * kRowBytes;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
-  // 4 for 128x256, 6 for 128x128, 8 for 128x64, 3 for 192x256.
+  // 4 for 128x256, 6 for 128x128, 8 for 128x64, 3 for 192x256, 8 for 64x128, 12 for 64x64.
   static constexpr int kStages = (192 * 1024) / kStageBytes;
   // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop).
   static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
@@ -87,10 +90,13 @@ struct Sm90Policy {
   // 2 x 232 + 40 (3 x 160 + 32) registers x 128 threads fill the 64 K register file.
   // ptxas compiles the consumers' code for the raised budget (the 2-consumer SASS uses up
   // to R229), but each single instruction must fit the entry budget of 65536 / kThreads
-  // (168, or 128) (NOTES.md, session 10).
-  static constexpr int kProducerRegisters = kConsumers == 2 ? 40 : 32;
-  static constexpr int kConsumerRegisters = kConsumers == 2 ? 232 : 160;
-  static_assert((kProducerRegisters + kConsumers * kConsumerRegisters) * 128 <= 65536, "over the register file");
+  // (168, or 128) (NOTES.md, session 10). One consumer needs no setmaxnreg: 256 threads
+  // enter with the most registers a thread can have.
+  static constexpr bool kMovesRegisters = kConsumers > 1;
+  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : 40;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
+  static_assert(!kMovesRegisters || (kProducerRegisters + kConsumers * kConsumerRegisters) * 128 <= 65536,
+                "over the register file");
   // Bytes between 64-element blocks of an MN-major operand (one TMA box of 64 x 64; 16-bit
   // only). For K-major A it is also the offset between the tile's 64-row blocks.
   static constexpr int kMnBlockBytes = 64 * kRowBytes;
@@ -864,10 +870,10 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   }
 
   if (warpgroup == 0) {
-    SetMaxRegistersDecrease<P::kProducerRegisters>();
+    if constexpr (P::kMovesRegisters) SetMaxRegistersDecrease<P::kProducerRegisters>();
     if (threadIdx.x == 0) loads.template Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty);
   } else {
-    SetMaxRegistersIncrease<P::kConsumerRegisters>();
+    if constexpr (P::kMovesRegisters) SetMaxRegistersIncrease<P::kConsumerRegisters>();
     Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, schedule, warpgroup - 1, tiles_a, tiles_b, full, empty, order,
                                                 scratch, store, stream_k, loads);
   }
@@ -1035,6 +1041,10 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
     with_layout(Sm90Policy<128, true, 1, kBytes>{});
   } else if (tile_m == 128 && tile_n == 64) {
     with_layout(Sm90Policy<64, true, 1, kBytes>{});
+  } else if (tile_m == 64 && tile_n == 128) {
+    with_layout(Sm90Policy<128, false, 1, kBytes, 1>{});
+  } else if (tile_m == 64 && tile_n == 64) {
+    with_layout(Sm90Policy<64, false, 1, kBytes, 1>{});
   } else {
     return cudaErrorInvalidValue;
   }
