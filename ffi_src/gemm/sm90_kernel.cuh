@@ -97,6 +97,9 @@ struct Sm90Policy {
   static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
   static_assert(!kMovesRegisters || (kProducerRegisters + kConsumers * kConsumerRegisters) * 128 <= 65536,
                 "over the register file");
+  // Column pieces of a 64 x 64 block the fused TMA-store epilogue takes at a time: with
+  // three consumers half blocks (16 values per thread beside 128 accumulators in 160).
+  static constexpr int kFusedPieces = kConsumers == 3 ? 2 : 1;
   // Bytes between 64-element blocks of an MN-major operand (one TMA box of 64 x 64; 16-bit
   // only). For K-major A it is also the offset between the tile's 64-row blocks.
   static constexpr int kMnBlockBytes = 64 * kRowBytes;
@@ -441,34 +444,39 @@ __device__ __forceinline__ uint32_t Sm90BiasWord(const Sm90Store& store, int64_t
   return PackPair<T>(b.x, b.y);
 }
 
-// v = the 32 values of 64 x 64 block b (row block b / (kBN / 64), column block
-// b % (kBN / 64)) in this thread's fragments: v[h][2 u + x] is row 16 warp + lane / 4 + 8 h,
-// column 8 u + 2 (lane % 4) + x of the block. b is a runtime index, the fragment indices
+// v = the values of piece b of this thread's fragments, where a piece is one of the
+// kFusedPieces column ranges of a 64 x 64 block (block b / kFusedPieces: row block
+// block / (kBN / 64), column block block % (kBN / 64)): v[h][2 u + x] is row
+// 16 warp + lane / 4 + 8 h, column 8 (piece * kUnits + u) + 2 (lane % 4) + x of the block.
+// b is a runtime index, the fragment indices
 // must be compile-time: an if-else chain ending in an unconditional else, so v is defined on
 // every path (otherwise it stays live around the tile loop, through the mainloop). The
 // copies are volatile moves so they stay in their branches (speculated, each value would
 // become one select per block).
 template <class P, int kB = 0>
-__device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kBN / 2], int b, float (&v)[2][16]) {
-  constexpr int kColBlocks = P::kBN / 64, kBlocks = P::kMmaM * kColBlocks;
+__device__ __forceinline__ void Sm90TakePiece(const float (&acc)[P::kMmaM][P::kBN / 2], int b,
+                                              float (&v)[2][16 / P::kFusedPieces]) {
+  constexpr int kColBlocks = P::kBN / 64, kPieces = P::kFusedPieces, kUnits = 8 / kPieces;
+  constexpr int kLast = P::kMmaM * kColBlocks * kPieces - 1;
+  constexpr int kBlock = kB / kPieces, kFirstUnit = kB % kPieces * kUnits;
   auto take = [&] {
 #pragma unroll
-    for (int u = 0; u < 8; ++u)
+    for (int u = 0; u < kUnits; ++u)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
           asm volatile("mov.b32 %0, %1;"
                        : "=f"(v[h][2 * u + x])
-                       : "f"(acc[kB / kColBlocks][4 * (kB % kColBlocks * 8 + u) + 2 * h + x]));
+                       : "f"(acc[kBlock / kColBlocks][4 * (kBlock % kColBlocks * 8 + kFirstUnit + u) + 2 * h + x]));
         }
   };
-  if constexpr (kB == kBlocks - 1) {
+  if constexpr (kB == kLast) {
     take();
   } else if (b == kB) {
     take();
   } else {
-    Sm90TakeBlock<P, kB + 1>(acc, b, v);
+    Sm90TakePiece<P, kB + 1>(acc, b, v);
   }
 }
 
@@ -476,10 +484,12 @@ __device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kB
 // without C and residual (GemmEpilogue::StoreRows), on the fragments:
 //   z = alpha * acc + bias (the product rounded before the add),  Aux = z,  D = act(z),
 // Aux and D rounded to nearest from the fp32 values, act with the 16-bit outputs' hardware
-// tanh / exp as there. One 64 x 64 block per iteration of a runtime loop, so the activation
-// code exists once (unrolled per block, every activation times every block overflows the
-// instruction cache); the block's 32 values per thread come out of the accumulators with
-// compile-time indices, one branch per block.
+// tanh / exp as there. One piece of a 64 x 64 block (the whole block, or with three
+// consumers half of its columns: 160 registers do not hold 128 accumulators and 32 more
+// values) per iteration of a runtime loop, so the activation code exists once (unrolled
+// per block, every activation times every block overflows the instruction cache); the
+// piece's values come out of the accumulators with compile-time indices, one branch per
+// piece. A block's boxes are waited for before its first piece and stored after its last.
 // Without Aux the two boxes alternate as in Sm90StoreTile. With Aux a block fills both
 // (Aux in box 0, D in box 1, stored as one bulk group): it waits until the previous block's
 // stores have read them, after its own bias and arithmetic, and writes Aux before the
@@ -499,6 +509,7 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
   const Sm90Store& s = *params;
   const int tid = thread % 128, lane = tid % 32, warp = tid / 32;
   constexpr int kColBlocks = P::kBN / 64, kBlocks = P::kMmaM * kColBlocks;
+  constexpr int kPieces = P::kFusedPieces, kUnits = 8 / kPieces;  // 16-byte units of a piece's box row
   const float alpha = s.alpha;
   const Activation activation = s.activation;
   const bool with_bias = s.bias != nullptr;
@@ -512,20 +523,22 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
   // 16-byte unit u sits at u ^ (row % 8) = u ^ (lane / 4)).
   const int row_offset = (warp * 16 + lane / 4) * 128 + 4 * (lane % 4);
 #pragma unroll 1
-  for (int c = 0; c < kBlocks; ++c) {
-    float v[2][16];
-    Sm90TakeBlock<P>(acc, c, v);
-    const int mi = c / kColBlocks, nb = c % kColBlocks;
+  for (int c = 0; c < kBlocks * kPieces; ++c) {
+    float v[2][2 * kUnits];
+    Sm90TakePiece<P>(acc, c, v);
+    const int block = c / kPieces, first_unit = c % kPieces * kUnits;
+    const int mi = block / kColBlocks, nb = block % kColBlocks;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int j = 0; j < 16; ++j) v[h][j] = __fmul_rn(v[h][j], alpha);
+      for (int j = 0; j < 2 * kUnits; ++j) v[h][j] = __fmul_rn(v[h][j], alpha);
     if (with_bias) {
-      // Columns 64 nb + 8 u + 2 (lane % 4) + {0, 1}: word 32 nb + 4 u + lane % 4.
+      // Columns 64 nb + 8 U + 2 (lane % 4) + {0, 1} (unit U = first_unit + u): word
+      // 32 nb + 4 U + lane % 4.
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
+      for (int u = 0; u < kUnits; ++u) {
         TOut b[2];
-        const uint32_t word = bias_stage[32 * nb + 4 * u + lane % 4];
+        const uint32_t word = bias_stage[32 * nb + 4 * (first_unit + u) + lane % 4];
         memcpy(b, &word, 4);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -535,28 +548,32 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
       }
     }
     // The stores that last read the box(es) this block writes are done with them.
-    if (tid == 0) {
-      if (with_aux) {
-        BulkWaitGroupRead<0>();
-      } else {
-        BulkWaitGroupRead<1>();
+    if (first_unit == 0) {
+      if (tid == 0) {
+        if (with_aux) {
+          BulkWaitGroupRead<0>();
+        } else {
+          BulkWaitGroupRead<1>();
+        }
       }
+      NamedBarrierSync(1 + wg, 128);
     }
-    NamedBarrierSync(1 + wg, 128);
-    unsigned char* d_box = boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes;
+    unsigned char* d_box = boxes + (with_aux ? 1 : block % 2) * P::kOutBoxBytes;
     auto write_box = [&](const unsigned char* box) {
       const uint32_t address = SharedAddress(box) + row_offset;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          StoreShared32(address + h * 8 * 128 + ((u ^ (lane / 4)) * 16), PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]));
+        for (int u = 0; u < kUnits; ++u) {
+          StoreShared32(address + h * 8 * 128 + (((first_unit + u) ^ (lane / 4)) * 16),
+                        PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]));
         }
       }
     };
     if (with_aux) write_box(boxes);
     ActivateAll<true>(activation, v);
     write_box(d_box);
+    if (first_unit + kUnits < 8) continue;  // the block's last piece stores it
     FenceProxyAsyncShared();
     NamedBarrierSync(1 + wg, 128);
     if (tid == 0) {
