@@ -447,12 +447,12 @@ __device__ __forceinline__ uint32_t Sm90BiasWord(const Sm90Store& store, int64_t
 // v = the values of piece b of this thread's fragments, where a piece is one of the
 // kFusedPieces column ranges of a 64 x 64 block (block b / kFusedPieces: row block
 // block / (kBN / 64), column block block % (kBN / 64)): v[h][2 u + x] is row
-// 16 warp + lane / 4 + 8 h, column 8 (piece * kUnits + u) + 2 (lane % 4) + x of the block.
-// b is a runtime index, the fragment indices
-// must be compile-time: an if-else chain ending in an unconditional else, so v is defined on
-// every path (otherwise it stays live around the tile loop, through the mainloop). The
-// copies are volatile moves so they stay in their branches (speculated, each value would
-// become one select per block).
+// 16 warp + lane / 4 + 8 h, column 8 (piece * kUnits + u) + 2 (lane % 4) + x of the block
+// (kUnits = 8 / kFusedPieces). b is a runtime index, the fragment indices must be
+// compile-time: an if-else chain ending in an unconditional else, so v is defined on every
+// path (otherwise it stays live around the tile loop, through the mainloop). The copies are
+// volatile moves so they stay in their branches (speculated, each value would become one
+// select per piece).
 template <class P, int kB = 0>
 __device__ __forceinline__ void Sm90TakePiece(const float (&acc)[P::kMmaM][P::kBN / 2], int b,
                                               float (&v)[2][16 / P::kFusedPieces]) {
