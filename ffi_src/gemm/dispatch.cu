@@ -46,6 +46,15 @@ constexpr SimtCandidate kSimtCandidates[] = {
 // yet measured on a GPU, so the heuristic does not pick it (NOTES.md, session 10).
 constexpr SimtChoice kSimtForcedOnlyTiles[] = {{256, 128}};
 
+namespace {
+bool IsSimtTile(SimtChoice tile) {
+  auto same = [&](SimtChoice t) { return t.bm == tile.bm && t.bn == tile.bn; };
+  return std::any_of(std::begin(kSimtCandidates), std::end(kSimtCandidates),
+                     [&](const SimtCandidate& c) { return same(c.tile); }) ||
+         std::any_of(std::begin(kSimtForcedOnlyTiles), std::end(kSimtForcedOnlyTiles), same);
+}
+}  // namespace
+
 double SimtCost(const GemmProblem& p, int sm_count, const SimtCandidate& c, int64_t split_k) {
   const double tiles = double((p.m + c.tile.bm - 1) / c.tile.bm) * double((p.n + c.tile.bn - 1) / c.tile.bn);
   const double blocks = tiles * double(p.batch.count) * double(split_k);
@@ -101,13 +110,10 @@ namespace {
 // with few rows, runs ~0.6x as fast as the others on large problems).
 struct Sm90Candidate {
   Sm90Tile tile;
-  int tile_area, blocks;
   double speed, single_wave_speed;
 };
-constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 128 * 256, 2, 1.00, 0.96},
-                                             {{128, 256}, 128 * 256, 1, 0.99, 0.99},
-                                             {{128, 128}, 128 * 128, 1, 0.96, 0.99},
-                                             {{128, 64}, 128 * 64, 1, 0.60, 0.99}};
+constexpr Sm90Candidate kSm90Candidates[] = {
+    {{256, 256}, 1.00, 0.96}, {{128, 256}, 0.99, 0.99}, {{128, 128}, 0.96, 0.99}, {{128, 64}, 0.60, 0.99}};
 
 // Products of at most this many rows (one m64 block) stream B: see FewRowsSm90.
 constexpr int64_t kFewRows = 64;
@@ -161,13 +167,13 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
 double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double slabs = double(p.batch.count) * double(p.split_k);
   const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;
-  const int workers = std::max(1, sm_count / c.blocks);
   Sm90Shape shape;
   Sm90ShapeOf(c.tile.m, c.tile.n, &shape);
+  const int workers = std::max(1, sm_count / shape.cluster_m);
   const bool stream_k = PlanSm90StreamK(p, shape, sm_count).items > 0;
   const double waves = stream_k ? items / workers + 0.1 : std::ceil(items / workers);
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
-  return waves * c.tile_area * k / (waves > 1 ? c.speed : c.single_wave_speed) *
+  return waves * shape.block_m * shape.block_n * k / (waves > 1 ? c.speed : c.single_wave_speed) *
          (1.0 + 0.05 * std::log2(double(p.split_k)));
 }
 
@@ -337,11 +343,7 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   const SimtChoice tile = request.family == F::kSimt && request.tile_m != 0
                               ? SimtChoice{request.tile_m, request.tile_n}
                               : ChooseSimtTile(p, sm_count);
-  const bool known = std::any_of(std::begin(kSimtCandidates), std::end(kSimtCandidates),
-                                 [&](const SimtCandidate& c) { return c.tile.bm == tile.bm && c.tile.bn == tile.bn; }) ||
-                     std::any_of(std::begin(kSimtForcedOnlyTiles), std::end(kSimtForcedOnlyTiles),
-                                 [&](const SimtChoice& c) { return c.bm == tile.bm && c.bn == tile.bn; });
-  if (!known) {
+  if (!IsSimtTile(tile)) {
     *unsupported = "no SIMT tile " + std::to_string(tile.bm) + "x" + std::to_string(tile.bn);
     return cudaErrorInvalidValue;
   }
