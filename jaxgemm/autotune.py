@@ -48,7 +48,7 @@ def problem_key(device: str, dtype, transpose_a: bool, transpose_b: bool, batch:
 def candidates(dtype, compute_capability: int, tf32: bool = False) -> list[dict]:
     """GemmConfig overrides worth timing for a dtype on a device (split_k None: the
     lowering's heuristic split). `tf32`: float32 that may run as tf32."""
-    sm90_tiles = ((128, 64), (128, 128), (128, 256), (256, 256))
+    sm90_tiles = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 256))
     sm90 = [("sm90", t) for t in sm90_tiles] if compute_capability == 90 else []
     if jnp.dtype(dtype) == jnp.float32:
         tiles = [("simt", t) for t in ((128, 128), (128, 64), (64, 64))]

@@ -437,11 +437,10 @@ def _skip_unless_hopper(kernel):
         pytest.skip("the sm90 kernel needs compute capability 9.0")
 
 
-# (kernel family, tile): every tensor-core kernel the heuristic can pick, and the sm90
-# tiles that run only when asked for (one consumer warpgroup: 64-row tiles; three:
-# 192 x 256 blocks).
+# (kernel family, tile): every tensor-core kernel the heuristic can pick (the 64-row sm90
+# tiles, one consumer warpgroup, for products of few rows).
 TENSOR_CORE_KERNELS = [("sm80", None)] + [
-    ("sm90", t) for t in ((128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128), (192, 256), (384, 256))
+    ("sm90", t) for t in ((128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128))
 ]
 
 
@@ -576,17 +575,20 @@ def test_gpu_tf32_fused_epilogue(ta, tb):
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
 def test_sm90_heuristic_for_few_rows():
-    """Products of at most 64 rows stream B: the widest tile whose column tiles alone give
-    work to 3/4 of the 132 SMs, unsplit; else 128 x 64 tiles, split until they do. Larger
-    products take the wave model's wider tiles."""
+    """Products of at most 64 rows stream B: the widest tile (64 x 128 or 128 x 256) whose
+    column tiles alone give work to 3/4 of the 132 SMs, unsplit; else 64 x 64 tiles, split
+    until they do. Larger products take the wave model's tiles: 64 x 128 in a single wave
+    of two row blocks, wider tiles once there are several waves."""
     for m in (1, 16, 64):
-        assert _ffi.sm90_choice(m, 8192, 8192, 1, 132) == (128, 64, 1)
-        assert _ffi.sm90_choice(m, 4096, 4096, 1, 132) == (128, 64, 2)
-        assert _ffi.sm90_choice(m, 2048, 8192, 1, 132) == (128, 64, 4)
-        assert _ffi.sm90_choice(m, 14336, 4096, 1, 132) == (128, 128, 1)
+        assert _ffi.sm90_choice(m, 8192, 8192, 1, 132) == (64, 64, 1)
+        assert _ffi.sm90_choice(m, 4096, 4096, 1, 132) == (64, 64, 2)
+        assert _ffi.sm90_choice(m, 2048, 8192, 1, 132) == (64, 64, 4)
+        assert _ffi.sm90_choice(m, 14336, 4096, 1, 132) == (64, 128, 1)
         assert _ffi.sm90_choice(m, 32768, 4096, 1, 132) == (128, 256, 1)
-        assert _ffi.sm90_choice(m, 4096, 4096, 2, 132) == (128, 64, 1)  # batches count as tiles
-        assert _ffi.sm90_choice(m, 64, 1024, 1, 132) == (128, 64, 2)  # chunks of >= 512
+        assert _ffi.sm90_choice(m, 4096, 4096, 2, 132) == (64, 64, 1)  # batches count as tiles
+        assert _ffi.sm90_choice(m, 64, 1024, 1, 132) == (64, 64, 2)  # chunks of >= 512
+    assert _ffi.sm90_choice(128, 8192, 8192, 1, 132) == (64, 128, 1)
+    assert _ffi.sm90_choice(256, 8192, 8192, 1, 132) == (128, 128, 1)
     assert _ffi.sm90_choice(8192, 8192, 8192, 1, 132)[:2] in ((128, 256), (256, 256))
 
 

@@ -28,7 +28,8 @@ start=$(date +%s)
 if [ "$test_args" = none ]; then
   tests_rc=0 tests_line="not run"
 else
-  $py -m pytest -q -rs $test_args -p no:cacheprovider >"$out/tests.log" 2>&1
+  # eval: the pytest arguments may hold quoted words (-k 'simt or sm90').
+  eval "$py -m pytest -q -rs $test_args -p no:cacheprovider" >"$out/tests.log" 2>&1
   tests_rc=$?
   tail -15 "$out/tests.log"
   tests_line=$(tail -1 "$out/tests.log")
@@ -36,17 +37,17 @@ else
 fi
 
 so=$($py -c "import glob, os, jaxgemm; print(glob.glob(os.path.join(os.path.dirname(jaxgemm.__file__), '_jaxgemm*.so'))[0])")
-flagship='_ZN7jaxgemm14SimtGemmKernelINS_10SimtPolicyILi128ELi128ELi16ELi0ELi3EEEffLb0ELb0ELb1EEEvNS_11GemmProblemE'
-cuobjdump -sass -fun "$flagship" "$so" >"$out/flagship.sass" 2>&1
-sass_line="flagship SASS (128x128 f32 NN): FFMA=$(grep -c FFMA "$out/flagship.sass") LDS.128=$(grep -c 'LDS.128' "$out/flagship.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/flagship.sass")"
-# sm90 kernels, found by name pattern: the GEMM's clustered 128x256 bf16 NN instance.
 cuobjdump -sass "$so" >"$out/all.sass" 2>&1
+# Kernels found by name pattern. The SIMT flagship: 128x128x16, 3 stages, f32 NN, vectorized.
+awk '/Function : /{f = /SimtGemmKernel/ && /SimtPolicyILi128ELi128ELi16ELi0ELi3E/ && /EffLb0ELb0ELb1EE/} f' "$out/all.sass" >"$out/flagship.sass"
+sass_line="flagship SASS (128x128 f32 NN): FFMA=$(grep -c FFMA "$out/flagship.sass") LDS.128=$(grep -c 'LDS.128' "$out/flagship.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/flagship.sass")"
+# The sm90 GEMM's clustered 128x256 bf16 NN instance, and the one-consumer 64x128 one.
 # Policy arguments: tile N, pingpong, cluster blocks, element bytes, consumer warpgroups.
 awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi256ELb0ELi2ELi2ELi2EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90.sass"
-awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi256ELb0ELi2ELi2ELi3EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90_3.sass"
+awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi128ELb0ELi1ELi2ELi1EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90_1.sass"
 sass_line="$sass_line
 sm90 SASS (cluster 2x 128x256 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90.sass")
-sm90 SASS (cluster 2x 192x256 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90_3.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90_3.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90_3.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_3.sass")"
+sm90 SASS (one consumer 64x128 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90_1.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90_1.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90_1.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_1.sass")"
 # The conv fprop instance of the same kernel (pingpong bf16), found by name pattern.
 awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90ConvFpropLoads/ && /Sm90PolicyILi128ELb1E/ && /nv_bfloat16S3_/} f' "$out/all.sass" >"$out/sm90_conv.sass"
 sass_line="$sass_line

@@ -11,8 +11,7 @@ from jaxgemm.bench import time_alternating_ms
 from jaxgemm.gemm import GemmConfig, _gemm
 
 SHAPES = [(8192, 8192, 8192), (4096, 8192, 4096), (4096, 4096, 4096), (2048, 2048, 2048), (16384, 4096, 14336)]
-TILES = {"cluster 256x256": (256, 256), "coop 128x256": (128, 256), "pingpong 128x128": (128, 128),
-         "3-coop cluster 384x256": (384, 256), "3-coop 192x256": (192, 256)}
+TILES = {"cluster 256x256": (256, 256), "coop 128x256": (128, 256), "pingpong 128x128": (128, 128)}
 
 
 def main(shapes, rounds=4, per_round=15):

@@ -1,6 +1,6 @@
 """Times GEMMs on every sm90 tile and split-K against XLA, to see which configuration
-the heuristic should pick: bf16 with few rows (M = 16, 128 with N = K = 8192; M = 16, 64
-with N = K = 4096, whose B stays in L2), and tf32
+the heuristic should pick: bf16 with few rows (up to 256; N = K = 8192, or 4096, whose B
+stays in L2; N = 14336), and tf32
 (float32, precision "tensorfloat32") at 4096^3 and 8192^3. CUPTI kernel time (all kernels
 of the call: the split-K reduction, tf32's operand transposes). Usage:
 python tools/small_m_sweep.py [bf16|tf32 ...]"""
@@ -39,16 +39,19 @@ def tf32():
 
 
 def bf16():
-    # The 64-row tiles (one consumer warpgroup) run only when forced.
-    tiles = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 256))
-    for m, nk in ((16, 8192), (128, 8192), (16, 4096), (64, 4096)):
+    # (M, N, K): from DRAM (N = K = 8192), from L2 (N = K = 4096), a wide N, and rows past
+    # one m64 block, where the wave model picks between 64 x 128 and 128-row tiles.
+    shapes = ((16, 8192, 8192), (128, 8192, 8192), (16, 4096, 4096), (64, 4096, 4096), (16, 14336, 4096),
+              (96, 8192, 8192), (128, 4096, 4096), (256, 8192, 8192))
+    tiles = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256))
+    for m, n, k in shapes:
         ka, kb = jax.random.split(jax.random.key(m))
-        a = jax.random.normal(ka, (m, nk), jnp.bfloat16)
-        b = jax.random.normal(kb, (nk, nk), jnp.bfloat16)
+        a = jax.random.normal(ka, (m, k), jnp.bfloat16)
+        b = jax.random.normal(kb, (k, n), jnp.bfloat16)
         base = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16))
         configs = [(f"sm90 {t} split {s}", dataclasses.replace(base, kernel="sm90", tile=t, split_k=s))
                    for t in tiles for s in (1, 2, 4)]
-        sweep(f"bf16 M={m} N=K={nk}", a, b, jnp.matmul, base, configs)
+        sweep(f"bf16 M={m} N={n} K={k}", a, b, jnp.matmul, base, configs)
 
 
 if __name__ == "__main__":

@@ -107,22 +107,28 @@ namespace {
 
 // The sm90 schedules, by the output area one block (cluster) covers, with their measured
 // relative speeds (NOTES.md: sm90 v4 for the three large tiles; 128 x 64, made for GEMMs
-// with few rows, runs ~0.6x as fast as the others on large problems).
+// with few rows, runs ~0.6x as fast as the others on large problems). 64 x 128 (one
+// consumer, 8 stages) keeps more of B in flight: in a single wave it ran 6% faster than
+// 128 x 64 (M = 128, N = K = 8192: 37.1 vs 39.3 us, session 12); on large problems its
+// speed is a guess below 128 x 64's (a third of the reuse per loaded byte).
 struct Sm90Candidate {
   Sm90Tile tile;
   double speed, single_wave_speed;
 };
-constexpr Sm90Candidate kSm90Candidates[] = {
-    {{256, 256}, 1.00, 0.96}, {{128, 256}, 0.99, 0.99}, {{128, 128}, 0.96, 0.99}, {{128, 64}, 0.60, 0.99}};
+constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 1.00, 0.96},
+                                             {{128, 256}, 0.99, 0.99},
+                                             {{128, 128}, 0.96, 0.99},
+                                             {{128, 64}, 0.60, 0.99},
+                                             {{64, 128}, 0.50, 1.05}};
 
 // Products of at most this many rows (one m64 block) stream B: see FewRowsSm90.
 constexpr int64_t kFewRows = 64;
 
 // Whether the heuristic's wave model considers a schedule for a problem. Convolutions have
-// no narrow tile (they pick 128 x 64 by their own rule); with at most 64 rows they keep
-// 128 x 256. GEMMs with at most 64 rows take FewRowsSm90 instead.
+// neither the narrow nor the 64-row tiles (they pick 128 x 64 by their own rule); with at
+// most 64 rows they keep 128 x 256. GEMMs with at most 64 rows take FewRowsSm90 instead.
 bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narrow) {
-  if (c.tile.n == 64 && !with_narrow) return false;
+  if ((c.tile.n == 64 || c.tile.m == 64) && !with_narrow) return false;
   if (p.m <= kFewRows) return c.tile.m == 128 && c.tile.n == 256;
   return true;
 }
@@ -132,11 +138,13 @@ bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narr
 // times its fair share of the bandwidth, so blocks with one tile more than others cost
 // little, while each doubling of the split costs a pass over fp32 partials and a slower
 // epilogue. The rule: the widest tile whose column tiles alone give work to >= 3/4 of the
-// SMs, unsplit; otherwise 128 x 64 tiles, split until they do (chunks of >= 512). Measured
-// (H200, bf16, us, XLA in the same process): M = 16, N = K = 8192: 128 x 64 unsplit 34.5
-// (128 x 128 split 2: 41.0; XLA 34.7); M = 16 / 64, N = 14336, K = 4096: 128 x 128 unsplit
-// 31.2 / 31.5 (128 x 64 unsplit 32.5 / 35.7, split 4 42.0 / 45.5; XLA 31.2 / 34.4);
-// M = 16, N = K = 4096: 128 x 64 split 2 12.5 (unsplit 13.3; XLA 7.8).
+// SMs, unsplit (64 x 128 or 128 x 256); otherwise 64 x 64 tiles, split until they do (chunks
+// of >= 512). The 64-row tiles (one consumer) keep more of B in flight than 128-row ones
+// (12 stages of 64 x 64, 8 of 64 x 128). Measured (H200, bf16, us, XLA in the same
+// process): M = 16, N = K = 8192: 64 x 64 unsplit 35.1, 64 x 128 34.8, 128 x 64 35.2 (XLA
+// 35.0); M = 16 / 64, N = K = 4096: 64 x 64 split 2 12.2 / 12.4, 128 x 64 split 2 14.0 /
+// 14.2 (XLA 7.7 / 13.3); M = 16 / 64, N = 14336, K = 4096: 128 x 128 unsplit 31.2 / 31.5
+// (128 x 64 unsplit 32.5 / 35.7; XLA 31.2 / 34.4; session 7).
 struct FewRowsChoice {
   Sm90Tile tile;
   int64_t split_k;
@@ -144,7 +152,8 @@ struct FewRowsChoice {
 FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
   const double enough = 0.75 * sm_count;
   for (int tile_n : {256, 128}) {
-    if (double((p.n + tile_n - 1) / tile_n) * double(p.batch.count) >= enough) return {{128, tile_n}, 1};
+    if (double((p.n + tile_n - 1) / tile_n) * double(p.batch.count) < enough) continue;
+    return {{tile_n == 256 ? 128 : 64, tile_n}, 1};
   }
   const double tiles = double((p.n + 63) / 64) * double(p.batch.count);
   int64_t split = 1;
@@ -154,7 +163,7 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
     if (q.KChunk() < 512) break;
     split *= 2;
   }
-  return {{128, 64}, split};
+  return {{64, 64}, split};
 }
 
 // A wave model: the busiest SM's (cluster's) work items times each item's tile area and K,

@@ -46,31 +46,23 @@ namespace jaxgemm {
 // 16-bit ones.
 // kConsumerWarpgroups = 1: 64-row tiles for products of at most 64 rows, which stream B:
 // an 8 KB A stage leaves room for more stages, i.e. more of B in flight per block.
-// kConsumerWarpgroups = 3 (cooperative only): 192-row tiles, 64 rows per consumer, so a
-// 2-block cluster reads 0.83 B from L2 per output and k-tile instead of 0.98 (NOTES.md,
-// session 10). 512 threads enter with 65536 / 512 = 128 registers each, and ptxas holds
-// every single instruction to that entry budget even where setmaxnreg raised it: an
-// m64n256 wgmma (128 accumulators + descriptors) does not fit, so each consumer issues
-// two m64n128 per k-step (kWgmmaN), the same accumulators in the same fragment order.
 template <int kTileN, bool kPingpongTiles = false, int kClusterBlocksM = 1, int kElementBytes = 2,
           int kConsumerWarpgroups = 2>
 struct Sm90Policy {
   static constexpr int kRowBytes = 128;  // one k-tile row: one 128 B swizzle row
   static constexpr int kConsumers = kConsumerWarpgroups;
   static constexpr bool kPingpong = kPingpongTiles;
-  static_assert(kConsumers == 2 || ((kConsumers == 1 || kConsumers == 3) && !kPingpong),
-                "1 or 3 consumers: cooperative schedule");
+  static_assert(kConsumers == 2 || (kConsumers == 1 && !kPingpong), "1 consumer: cooperative schedule");
   static constexpr int kBM = 64 * kConsumers, kBN = kTileN, kBK = kRowBytes / kElementBytes;
   static constexpr int kKSteps = kRowBytes / 32;  // wgmmas per k-tile, 32 bytes of K each
   static constexpr int kClusterM = kClusterBlocksM;
   static_assert(kClusterM == 1 || (kClusterM == 2 && !kPingpong), "clusters: cooperative schedule, 2 blocks");
   static constexpr int kMmaM = kPingpong ? 2 : 1;          // m64 blocks per consumer and tile
   static_assert(kMmaM * kBN <= 256, "accumulators would exceed 128 registers per thread");
-  static constexpr int kWgmmaN = kConsumers == 3 ? std::min(kBN, 128) : kBN;  // columns of one wgmma
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kTileABytes = kBM * kRowBytes, kTileBBytes = kBN * kRowBytes;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
-  // 4 for 128x256, 6 for 128x128, 8 for 128x64, 3 for 192x256, 8 for 64x128, 12 for 64x64.
+  // 4 for 128x256, 6 for 128x128, 8 for 128x64, 8 for 64x128, 12 for 64x64.
   static constexpr int kStages = (192 * 1024) / kStageBytes;
   // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop).
   static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
@@ -87,19 +79,16 @@ struct Sm90Policy {
   // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasStageBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
-  // 2 x 232 + 40 (3 x 160 + 32) registers x 128 threads fill the 64 K register file.
-  // ptxas compiles the consumers' code for the raised budget (the 2-consumer SASS uses up
-  // to R229), but each single instruction must fit the entry budget of 65536 / kThreads
-  // (168, or 128) (NOTES.md, session 10). One consumer needs no setmaxnreg: 256 threads
-  // enter with the most registers a thread can have.
+  // 2 x 232 + 40 registers x 128 threads fill the 64 K register file. ptxas compiles the
+  // consumers' code for the raised budget (the SASS uses up to R229), but each single
+  // instruction must fit the entry budget of 65536 / 384 = 168 (NOTES.md, session 10).
+  // One consumer needs no setmaxnreg: 256 threads enter with the most registers a thread
+  // can have.
   static constexpr bool kMovesRegisters = kConsumers > 1;
-  static constexpr int kProducerRegisters = kConsumers == 3 ? 32 : 40;
-  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 232;
+  static constexpr int kProducerRegisters = 40;
+  static constexpr int kConsumerRegisters = 232;
   static_assert(!kMovesRegisters || (kProducerRegisters + kConsumers * kConsumerRegisters) * 128 <= 65536,
                 "over the register file");
-  // Column pieces of a 64 x 64 block the fused TMA-store epilogue takes at a time: with
-  // three consumers half blocks (16 values per thread beside 128 accumulators in 160).
-  static constexpr int kFusedPieces = kConsumers == 3 ? 2 : 1;
   // Bytes between 64-element blocks of an MN-major operand (one TMA box of 64 x 64; 16-bit
   // only). For K-major A it is also the offset between the tile's 64-row blocks.
   static constexpr int kMnBlockBytes = 64 * kRowBytes;
@@ -368,13 +357,6 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
   }
 }
 
-// Accumulators of columns [nh kWgmmaN, (nh + 1) kWgmmaN) of an m64 block: a wgmma's
-// fragments are ordered by 8-column groups, so those of a column range are contiguous.
-template <class P>
-__device__ __forceinline__ float (&WgmmaColumns(float (&acc)[P::kBN / 2], int nh))[P::kWgmmaN / 2] {
-  return *reinterpret_cast<float(*)[P::kWgmmaN / 2]>(&acc[nh * (P::kWgmmaN / 2)]);
-}
-
 // The TMA-store epilogue of one consumer's tile: for each 64 x 64 block (row block mi,
 // column block nb), the fragments, scaled and rounded, go to one of two 8 KB boxes in the
 // 128 B-swizzled layout the map expects (16-byte unit u of row r at u ^ (r % 8): the 8
@@ -444,39 +426,34 @@ __device__ __forceinline__ uint32_t Sm90BiasWord(const Sm90Store& store, int64_t
   return PackPair<T>(b.x, b.y);
 }
 
-// v = the values of piece b of this thread's fragments, where a piece is one of the
-// kFusedPieces column ranges of a 64 x 64 block (block b / kFusedPieces: row block
-// block / (kBN / 64), column block block % (kBN / 64)): v[h][2 u + x] is row
-// 16 warp + lane / 4 + 8 h, column 8 (piece * kUnits + u) + 2 (lane % 4) + x of the block
-// (kUnits = 8 / kFusedPieces). b is a runtime index, the fragment indices must be
-// compile-time: an if-else chain ending in an unconditional else, so v is defined on every
-// path (otherwise it stays live around the tile loop, through the mainloop). The copies are
-// volatile moves so they stay in their branches (speculated, each value would become one
-// select per piece).
+// v = the 32 values of 64 x 64 block b (row block b / (kBN / 64), column block
+// b % (kBN / 64)) in this thread's fragments: v[h][2 u + x] is row 16 warp + lane / 4 + 8 h,
+// column 8 u + 2 (lane % 4) + x of the block. b is a runtime index, the fragment indices
+// must be compile-time: an if-else chain ending in an unconditional else, so v is defined on
+// every path (otherwise it stays live around the tile loop, through the mainloop). The
+// copies are volatile moves so they stay in their branches (speculated, each value would
+// become one select per block).
 template <class P, int kB = 0>
-__device__ __forceinline__ void Sm90TakePiece(const float (&acc)[P::kMmaM][P::kBN / 2], int b,
-                                              float (&v)[2][16 / P::kFusedPieces]) {
-  constexpr int kColBlocks = P::kBN / 64, kPieces = P::kFusedPieces, kUnits = 8 / kPieces;
-  constexpr int kLast = P::kMmaM * kColBlocks * kPieces - 1;
-  constexpr int kBlock = kB / kPieces, kFirstUnit = kB % kPieces * kUnits;
+__device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kBN / 2], int b, float (&v)[2][16]) {
+  constexpr int kColBlocks = P::kBN / 64, kBlocks = P::kMmaM * kColBlocks;
   auto take = [&] {
 #pragma unroll
-    for (int u = 0; u < kUnits; ++u)
+    for (int u = 0; u < 8; ++u)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
           asm volatile("mov.b32 %0, %1;"
                        : "=f"(v[h][2 * u + x])
-                       : "f"(acc[kBlock / kColBlocks][4 * (kBlock % kColBlocks * 8 + kFirstUnit + u) + 2 * h + x]));
+                       : "f"(acc[kB / kColBlocks][4 * (kB % kColBlocks * 8 + u) + 2 * h + x]));
         }
   };
-  if constexpr (kB == kLast) {
+  if constexpr (kB == kBlocks - 1) {
     take();
   } else if (b == kB) {
     take();
   } else {
-    Sm90TakePiece<P, kB + 1>(acc, b, v);
+    Sm90TakeBlock<P, kB + 1>(acc, b, v);
   }
 }
 
@@ -484,12 +461,10 @@ __device__ __forceinline__ void Sm90TakePiece(const float (&acc)[P::kMmaM][P::kB
 // without C and residual (GemmEpilogue::StoreRows), on the fragments:
 //   z = alpha * acc + bias (the product rounded before the add),  Aux = z,  D = act(z),
 // Aux and D rounded to nearest from the fp32 values, act with the 16-bit outputs' hardware
-// tanh / exp as there. One piece of a 64 x 64 block (the whole block, or with three
-// consumers half of its columns: 160 registers do not hold 128 accumulators and 32 more
-// values) per iteration of a runtime loop, so the activation code exists once (unrolled
-// per block, every activation times every block overflows the instruction cache); the
-// piece's values come out of the accumulators with compile-time indices, one branch per
-// piece. A block's boxes are waited for before its first piece and stored after its last.
+// tanh / exp as there. One 64 x 64 block per iteration of a runtime loop, so the activation
+// code exists once (unrolled per block, every activation times every block overflows the
+// instruction cache); the block's 32 values per thread come out of the accumulators with
+// compile-time indices, one branch per block.
 // Without Aux the two boxes alternate as in Sm90StoreTile. With Aux a block fills both
 // (Aux in box 0, D in box 1, stored as one bulk group): it waits until the previous block's
 // stores have read them, after its own bias and arithmetic, and writes Aux before the
@@ -509,7 +484,6 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
   const Sm90Store& s = *params;
   const int tid = thread % 128, lane = tid % 32, warp = tid / 32;
   constexpr int kColBlocks = P::kBN / 64, kBlocks = P::kMmaM * kColBlocks;
-  constexpr int kPieces = P::kFusedPieces, kUnits = 8 / kPieces;  // 16-byte units of a piece's box row
   const float alpha = s.alpha;
   const Activation activation = s.activation;
   const bool with_bias = s.bias != nullptr;
@@ -523,22 +497,20 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
   // 16-byte unit u sits at u ^ (row % 8) = u ^ (lane / 4)).
   const int row_offset = (warp * 16 + lane / 4) * 128 + 4 * (lane % 4);
 #pragma unroll 1
-  for (int c = 0; c < kBlocks * kPieces; ++c) {
-    float v[2][2 * kUnits];
-    Sm90TakePiece<P>(acc, c, v);
-    const int block = c / kPieces, first_unit = c % kPieces * kUnits;
-    const int mi = block / kColBlocks, nb = block % kColBlocks;
+  for (int c = 0; c < kBlocks; ++c) {
+    float v[2][16];
+    Sm90TakeBlock<P>(acc, c, v);
+    const int mi = c / kColBlocks, nb = c % kColBlocks;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int j = 0; j < 2 * kUnits; ++j) v[h][j] = __fmul_rn(v[h][j], alpha);
+      for (int j = 0; j < 16; ++j) v[h][j] = __fmul_rn(v[h][j], alpha);
     if (with_bias) {
-      // Columns 64 nb + 8 U + 2 (lane % 4) + {0, 1} (unit U = first_unit + u): word
-      // 32 nb + 4 U + lane % 4.
+      // Columns 64 nb + 8 u + 2 (lane % 4) + {0, 1}: word 32 nb + 4 u + lane % 4.
 #pragma unroll
-      for (int u = 0; u < kUnits; ++u) {
+      for (int u = 0; u < 8; ++u) {
         TOut b[2];
-        const uint32_t word = bias_stage[32 * nb + 4 * (first_unit + u) + lane % 4];
+        const uint32_t word = bias_stage[32 * nb + 4 * u + lane % 4];
         memcpy(b, &word, 4);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -548,32 +520,28 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
       }
     }
     // The stores that last read the box(es) this block writes are done with them.
-    if (first_unit == 0) {
-      if (tid == 0) {
-        if (with_aux) {
-          BulkWaitGroupRead<0>();
-        } else {
-          BulkWaitGroupRead<1>();
-        }
+    if (tid == 0) {
+      if (with_aux) {
+        BulkWaitGroupRead<0>();
+      } else {
+        BulkWaitGroupRead<1>();
       }
-      NamedBarrierSync(1 + wg, 128);
     }
-    unsigned char* d_box = boxes + (with_aux ? 1 : block % 2) * P::kOutBoxBytes;
+    NamedBarrierSync(1 + wg, 128);
+    unsigned char* d_box = boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes;
     auto write_box = [&](const unsigned char* box) {
       const uint32_t address = SharedAddress(box) + row_offset;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
-        for (int u = 0; u < kUnits; ++u) {
-          StoreShared32(address + h * 8 * 128 + (((first_unit + u) ^ (lane / 4)) * 16),
-                        PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]));
+        for (int u = 0; u < 8; ++u) {
+          StoreShared32(address + h * 8 * 128 + ((u ^ (lane / 4)) * 16), PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]));
         }
       }
     };
     if (with_aux) write_box(boxes);
     ActivateAll<true>(activation, v);
     write_box(d_box);
-    if (first_unit + kUnits < 8) continue;  // the block's last piece stores it
     FenceProxyAsyncShared();
     NamedBarrierSync(1 + wg, 128);
     if (tid == 0) {
@@ -729,17 +697,12 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           WgmmaFence();
 #pragma unroll
           for (int kk = 0; kk < P::kKSteps; ++kk) {
+            const uint64_t desc_b = SmemDescriptorSw128(b + kk * kStepB, kLeadB, 1024);
 #pragma unroll
-            for (int nh = 0; nh < P::kBN / P::kWgmmaN; ++nh) {
-              // kWgmmaN columns of B further on: as many 128 B rows (K-major) or 64-wide
-              // blocks of 8 KB (MN-major), i.e. kWgmmaN x 128 B either way.
-              const uint64_t desc_b = SmemDescriptorSw128(b + nh * P::kWgmmaN * 128 + kk * kStepB, kLeadB, 1024);
-#pragma unroll
-              for (int mi = 0; mi < kBlocks; ++mi) {
-                // 64 rows of A further on: 64 x 128 B rows (K-major) or the next 64-wide block.
-                const uint64_t desc_a = SmemDescriptorSw128(a + mi * P::kMnBlockBytes + kk * kStepA, kLeadA, 1024);
-                Wgmma<TIn, P::kWgmmaN, kTransA, !kTransB>(WgmmaColumns<P>(acc[mi], nh), desc_a, desc_b, (kt | kk) != 0);
-              }
+            for (int mi = 0; mi < kBlocks; ++mi) {
+              // 64 rows of A further on: 64 x 128 B rows (K-major) or the next 64-wide block.
+              const uint64_t desc_a = SmemDescriptorSw128(a + mi * P::kMnBlockBytes + kk * kStepA, kLeadA, 1024);
+              Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[mi], desc_a, desc_b, (kt | kk) != 0);
             }
           }
           WgmmaCommitGroup();
@@ -1048,10 +1011,6 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
   };
   if (tile_m == 256 && tile_n == 256) {
     with_layout(Sm90Policy<256, false, 2, kBytes>{});
-  } else if (tile_m == 384 && tile_n == 256) {
-    with_layout(Sm90Policy<256, false, 2, kBytes, 3>{});
-  } else if (tile_m == 192 && tile_n == 256) {
-    with_layout(Sm90Policy<256, false, 1, kBytes, 3>{});
   } else if (tile_m == 128 && tile_n == 256) {
     with_layout(Sm90Policy<256, false, 1, kBytes>{});
   } else if (tile_m == 128 && tile_n == 128) {
