@@ -38,18 +38,19 @@ fi
 
 so=$($py -c "import glob, os, jaxgemm; print(glob.glob(os.path.join(os.path.dirname(jaxgemm.__file__), '_jaxgemm*.so'))[0])")
 cuobjdump -sass "$so" >"$out/all.sass" 2>&1
-# Kernels found by name pattern. The SIMT flagship: 128x128x16, 3 stages, f32 NN, vectorized.
-awk '/Function : /{f = /SimtGemmKernel/ && /SimtPolicyILi128ELi128ELi16ELi0ELi3E/ && /EffLb0ELb0ELb1EE/} f' "$out/all.sass" >"$out/flagship.sass"
+# Kernels found by name pattern, in the sm_90a code only (the library also holds sm_80
+# code, where the sm90 kernels are empty). The SIMT flagship: 128x128x16, 3 stages, f32 NN.
+awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = arch == "sm_90a" && /SimtGemmKernel/ && /SimtPolicyILi128ELi128ELi16ELi0ELi3E/ && /EffLb0ELb0ELb1EE/} f' "$out/all.sass" >"$out/flagship.sass"
 sass_line="flagship SASS (128x128 f32 NN): FFMA=$(grep -c FFMA "$out/flagship.sass") LDS.128=$(grep -c 'LDS.128' "$out/flagship.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/flagship.sass")"
 # The sm90 GEMM's clustered 128x256 bf16 NN instance, and the one-consumer 64x128 one.
 # Policy arguments: tile N, pingpong, cluster blocks, element bytes, consumer warpgroups.
-awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi256ELb0ELi2ELi2ELi2EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90.sass"
-awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi128ELb0ELi1ELi2ELi1EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90_1.sass"
+awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = arch == "sm_90a" && /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi256ELb0ELi2ELi2ELi2EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90.sass"
+awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = arch == "sm_90a" && /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi128ELb0ELi1ELi2ELi1EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90_1.sass"
 sass_line="$sass_line
 sm90 SASS (cluster 2x 128x256 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90.sass")
 sm90 SASS (one consumer 64x128 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90_1.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90_1.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90_1.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_1.sass")"
 # The conv fprop instance of the same kernel (pingpong bf16), found by name pattern.
-awk '/Function : /{f = /Sm90GemmKernel/ && /Sm90ConvFpropLoads/ && /Sm90PolicyILi128ELb1E/ && /nv_bfloat16S3_/} f' "$out/all.sass" >"$out/sm90_conv.sass"
+awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = arch == "sm_90a" && /Sm90GemmKernel/ && /Sm90ConvFpropLoads/ && /Sm90PolicyILi128ELb1E/ && /nv_bfloat16S3_/} f' "$out/all.sass" >"$out/sm90_conv.sass"
 sass_line="$sass_line
 sm90 conv fprop SASS (pingpong bf16): HGMMA=$(grep -c HGMMA "$out/sm90_conv.sass") UTMALDG.IM2COL=$(grep -c 'UTMALDG.4D.IM2COL' "$out/sm90_conv.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_conv.sass")"
 
