@@ -945,7 +945,7 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   // Stream-K needs loads that start an item at any k-tile (the matrix loads; the conv fprop
   // loads walk their filter taps from the first), and the grid the plan was made for.
   Sm90StreamK stream_k{};
-  const Sm90StreamKPlan plan = PlanSm90StreamK(p, {P::kBM, P::kBN, P::kClusterM, P::kConsumers}, sm_count);
+  const Sm90StreamKPlan plan = PlanSm90StreamK(p, {P::kBM, P::kBN, P::kClusterM}, sm_count);
   if (std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && plan.workers == workers && workspace.data &&
       workspace.bytes >= plan.bytes) {
     stream_k.partials = static_cast<float*>(workspace.data);

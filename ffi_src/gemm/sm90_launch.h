@@ -63,13 +63,14 @@ inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64
 // 256 x 256 is a cluster of two 128 x 256 blocks, one above the other. A block has one
 // consumer warpgroup per 64 rows.
 struct Sm90Shape {
-  int block_m = 0, block_n = 0, cluster_m = 0, consumers = 0;
+  int block_m = 0, block_n = 0, cluster_m = 0;
+  int Consumers() const { return block_m / 64; }
 };
 inline bool Sm90ShapeOf(int tile_m, int tile_n, Sm90Shape* shape) {
   const bool narrow = tile_n == 64 || tile_n == 128;
-  if (tile_m == 128 && (narrow || tile_n == 256)) *shape = {128, tile_n, 1, 2};
-  else if (tile_m == 64 && narrow) *shape = {64, tile_n, 1, 1};
-  else if (tile_m == 256 && tile_n == 256) *shape = {128, 256, 2, 2};
+  if (tile_m == 128 && (narrow || tile_n == 256)) *shape = {128, tile_n, 1};
+  else if (tile_m == 64 && narrow) *shape = {64, tile_n, 1};
+  else if (tile_m == 256 && tile_n == 256) *shape = {128, 256, 2};
   else return false;
   return true;
 }
@@ -92,7 +93,7 @@ inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, const Sm90Shape& sh
   if (plan.items == 0) return plan;
   const int64_t blocks = workers * shape.cluster_m;
   plan.flags_offset = static_cast<size_t>(blocks) * shape.block_m * shape.block_n * sizeof(float);
-  plan.bytes = plan.flags_offset + static_cast<size_t>(blocks) * shape.consumers * sizeof(uint32_t);
+  plan.bytes = plan.flags_offset + static_cast<size_t>(blocks) * shape.Consumers() * sizeof(uint32_t);
   return plan;
 }
 
@@ -109,7 +110,7 @@ inline size_t Sm90StreamKBytes(const GemmProblem& p, int tile_m, int tile_n, int
 //     other's mainloop);
 //   128 x 256: cooperative (both consumers on each tile, 64 rows each);
 //   256 x 256: cooperative 128 x 256 tiles in clusters of two blocks sharing B (multicast);
-//   64 x 64, 64 x 128: one consumer (products of at most 64 rows: more stages of B).
+//   64 x 64, 64 x 128: one consumer (few rows: more stages of B in flight).
 // With `workspace` of at least Sm90StreamKBytes, a last partly filled wave is shared out
 // stream-K; without, every block works on whole tiles.
 template <class TIn, class TOut>
