@@ -1,6 +1,7 @@
 """Separates the sm90 kernel's fixed cost from its mainloop rate: time = fixed + K * slope.
 
-M x N is chosen so the grid is exactly one (or two) 128 x 128 tiles per SM, then K grows.
+M x N is chosen so the grid is one wave (one 128 x 128 tile per SM, or 2048^2 in 128 x 256
+tiles), then K grows.
 The slope gives the steady-state mainloop rate (TFLOP/s per k), the intercept the per-tile
 overhead (launch, prologue, pipeline fill, epilogue). XLA runs the same shapes.
     python3 -P tools/sm90_k_scan.py   (on the GPU machine, jaxgemm installed)"""
@@ -12,9 +13,11 @@ import numpy as np
 from jaxgemm.bench import time_ms
 from jaxgemm.gemm import GemmConfig, _gemm
 
-KS = (1024, 2048, 4096, 8192, 16384)
-GRIDS = {"1 tile/SM": (1536, 1408), "2 tiles/SM": (3072, 1408)}  # 12x11 and 24x11 tiles
-KERNELS = {"pingpong 128x128": ("sm90", (128, 128)), "coop 128x256": ("sm90", (128, 256)), "XLA": None}
+KS = (512, 1024, 2048, 4096, 8192)
+# 12 x 11 128 x 128 tiles; 2048^2: 128 tiles of 128 x 256 (the bench's 2048^3 is one wave).
+GRIDS = {"1 tile/SM": (1536, 1408), "2048^2": (2048, 2048)}
+KERNELS = {"heuristic": ("auto", None), "pingpong 128x128": ("sm90", (128, 128)),
+           "coop 128x256": ("sm90", (128, 256)), "cluster 2x128x256": ("sm90", (256, 256)), "XLA": None}
 
 
 def fit(ks, ms):
@@ -33,7 +36,9 @@ for grid, (m, n) in GRIDS.items():
             if kernel is None:
                 fn = jax.jit(jnp.matmul)
             else:
-                config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), split_k=1, kernel=kernel[0], tile=kernel[1])
+                config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16))
+                if kernel[0] != "auto":
+                    config = GemmConfig(out_dtype=config.out_dtype, split_k=1, kernel=kernel[0], tile=kernel[1])
                 fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
             ms, _ = time_ms(fn, (a, b), 30)
             times.append(ms)

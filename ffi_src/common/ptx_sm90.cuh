@@ -157,9 +157,6 @@ __device__ __forceinline__ void BulkWaitGroupRead() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Waits until all of this thread's bulk groups are complete (their writes performed).
-__device__ __forceinline__ void BulkWaitGroupAll() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-
 // A 32-bit store to a shared-memory address (a plain pointer store can lose the address
 // space and become a slower generic ST).
 __device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t value) {
