@@ -25,6 +25,7 @@
 #include "gemm/problem.h"
 #include "gemm/sm90_launch.h"
 #include "gemm/sm90_tensor_map.h"
+#include "gemm/sm90_timeline.cuh"
 #include "gemm/sm90_wgmma.cuh"
 #include "gemm/tile_scheduler.cuh"
 
@@ -619,7 +620,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
                                             unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
                                             uint64_t* empty, uint64_t* order, float* scratch,
                                             const Sm90Store& store, const Sm90StreamK& stream_k,
-                                            const Loads& loads) {
+                                            const Loads& loads, const Sm90Timeline& timeline) {
   // Descriptor geometry: K-major tiles step 32 B per wgmma (k16, or k8 for tf32) inside the
   // swizzled row; MN-major tiles step two 8-row (1 KB) groups.
   // The leading byte offset matters only for MN-major tiles (the 64-wide block stride).
@@ -651,6 +652,10 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   float acc[P::kMmaM][P::kBN / 2];
   uint32_t order_phase = 0;
   int64_t i = -1;  // position in the block's tile sequence
+  // Consumer 0 records the timeline's events (Sm90Timeline) on its first item.
+  auto note = [&](int event) {
+    if (i == 0 && wg == 0 && tid == 0) timeline.Record(event);
+  };
   Sm90Work w;
   for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
     const int64_t slab = w.slab;
@@ -687,6 +692,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       int previous = -1;
       for (int kt = 0; kt < w.k_tiles; ++kt) {
         MbarrierWait(&full[stage], phase);
+        if (kt == 0) note(kTimelineFirstData);
         if constexpr (kBlocks > 0) {
           const uint32_t a = smem_a + stage * P::kTileABytes, b = smem_b + stage * P::kTileBBytes;
           WgmmaFence();
@@ -727,8 +733,10 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     } else {
       mainloop(std::integral_constant<int, 0>{});
     }
+    note(kTimelineMainloopDone);
     if (w.fixup == kSm90StorePartial) {
       Sm90StorePartial<P>(stream_k, acc, first_row / 64, wg);
+      note(kTimelineEpilogueIssued);
       continue;
     }
     if (w.fixup == kSm90AddPartial) Sm90AddPartial<P>(stream_k, acc, first_row / 64, wg);
@@ -742,6 +750,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
                                  reinterpret_cast<unsigned char*>(scratch));
         }
+        note(kTimelineEpilogueIssued);
         continue;
       }
     }
@@ -800,11 +809,13 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       }
       GemmEpilogue<TOut>::StoreRows(p, off, rows, live, chunk_col + tid % kPiecesPerRow * 4, v, vector_store);
     }
+    note(kTimelineEpilogueIssued);
   }
   // The block's shared memory must outlive the TMA stores that read it. Their writes need
   // no wait: the grid's completion makes them visible to later work, and waiting for them
   // here would add their latency to the last tile's exposed epilogue.
   if (store.enabled && tid == 0) BulkWaitGroupRead<0>();
+  if (tid == 0) timeline.Record(wg == 0 ? kTimelineConsumer0Exit : kTimelineConsumer1Exit);
 }
 
 #endif  // JG_SM90_ENABLED
@@ -813,7 +824,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 __global__ void __launch_bounds__(P::kThreads, 1)
     Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p, const __grid_constant__ Sm90Store store,
-                   const Sm90StreamK stream_k) {
+                   const Sm90StreamK stream_k, const Sm90Timeline timeline) {
 #if defined(JG_SM90_ENABLED)
   const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items);
   extern __shared__ unsigned char smem_raw[];
@@ -827,6 +838,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
+    timeline.Record(kTimelineEntry);
     loads.Prefetch();
     if (store.enabled) PrefetchTensorMap(&store.d);
     if (store.with_aux) PrefetchTensorMap(&store.aux);
@@ -845,6 +857,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   } else {
     __syncthreads();
   }
+  if (threadIdx.x == 0) timeline.Record(kTimelineStarted);
 
   if (warpgroup == 0) {
     if constexpr (P::kMovesRegisters) SetMaxRegistersDecrease<P::kProducerRegisters>();
@@ -852,7 +865,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   } else {
     if constexpr (P::kMovesRegisters) SetMaxRegistersIncrease<P::kConsumerRegisters>();
     Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, schedule, warpgroup - 1, tiles_a, tiles_b, full, empty, order,
-                                                scratch, store, stream_k, loads);
+                                                scratch, store, stream_k, loads, timeline);
   }
   // A block leaves only when its peers no longer arrive on its barriers.
   if constexpr (P::kClusterM > 1) ClusterSync();
@@ -951,13 +964,26 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     status = cudaMemsetAsync(stream_k.flags, 0, plan.bytes - plan.flags_offset, stream);
     if (status != cudaSuccess) return status;
   }
+  const int64_t blocks = workers * P::kClusterM;
+  const Sm90Timeline timeline = BeginSm90Timeline(blocks, stream);
   if constexpr (P::kClusterM == 1) {
-    kernel<<<static_cast<unsigned>(workers), P::kThreads, P::kSmemBytes, stream>>>(loads, p, store, stream_k);
-    return cudaGetLastError();
+    kernel<<<static_cast<unsigned>(blocks), P::kThreads, P::kSmemBytes, stream>>>(loads, p, store, stream_k,
+                                                                                 timeline);
+    status = cudaGetLastError();
+  } else {
+    config.gridDim = dim3(static_cast<unsigned>(blocks));
+    status = cudaLaunchKernelEx(&config, kernel, loads, p, store, stream_k, timeline);
+    if (status == cudaSuccess) status = cudaGetLastError();
   }
-  config.gridDim = dim3(static_cast<unsigned>(workers * P::kClusterM));
-  status = cudaLaunchKernelEx(&config, kernel, loads, p, store, stream_k);
-  return status != cudaSuccess ? status : cudaGetLastError();
+  if (status == cudaSuccess && timeline.stamps) {
+    char what[160];
+    std::snprintf(what, sizeof(what), "sm90 %dx%d%s%s, %lld x %lld x %lld, %lld items", P::kBM, P::kBN,
+                  P::kClusterM > 1 ? " cluster 2" : "", P::kPingpong ? " pingpong" : "",
+                  static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
+                  static_cast<long long>(items));
+    ReportSm90Timeline(timeline, blocks, what, stream);
+  }
+  return status;
 }
 
 template <class TIn, class TOut>
