@@ -652,9 +652,13 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   float acc[P::kMmaM][P::kBN / 2];
   uint32_t order_phase = 0;
   int64_t i = -1;  // position in the block's tile sequence
-  // Consumer 0 records the timeline's events (Sm90Timeline) on its first item.
-  auto note = [&](int event) {
-    if (i == 0 && wg == 0 && tid == 0) timeline.Record(event);
+  // Consumer 0 records the timeline's events (Sm90Timeline) on its first two items.
+  int own = 0;  // items this consumer has taken
+  auto note = [&](int event, int second_event = -1) {
+    if (wg == 0 && tid == 0) {
+      if (own == 1) timeline.Record(event);
+      if (own == 2 && second_event >= 0) timeline.Record(second_event);
+    }
   };
   Sm90Work w;
   for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
@@ -673,6 +677,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       MbarrierWaitLong(&order[wg], order_phase);
       order_phase ^= 1;
     }
+    ++own;
     uint32_t bias_word = 0;
     if constexpr (sizeof(TOut) == 2) {
       if (store.fused && store.bias && tid < P::kBN / 2) bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);
@@ -733,10 +738,10 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     } else {
       mainloop(std::integral_constant<int, 0>{});
     }
-    note(kTimelineMainloopDone);
+    note(kTimelineMainloopDone, kTimelineMainloop2Done);
     if (w.fixup == kSm90StorePartial) {
       Sm90StorePartial<P>(stream_k, acc, first_row / 64, wg);
-      note(kTimelineEpilogueIssued);
+      note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
       continue;
     }
     if (w.fixup == kSm90AddPartial) Sm90AddPartial<P>(stream_k, acc, first_row / 64, wg);
@@ -750,7 +755,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
                                  reinterpret_cast<unsigned char*>(scratch));
         }
-        note(kTimelineEpilogueIssued);
+        note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
         continue;
       }
     }
@@ -809,7 +814,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       }
       GemmEpilogue<TOut>::StoreRows(p, off, rows, live, chunk_col + tid % kPiecesPerRow * 4, v, vector_store);
     }
-    note(kTimelineEpilogueIssued);
+    note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
   }
   // The block's shared memory must outlive the TMA stores that read it. Their writes need
   // no wait: the grid's completion makes them visible to later work, and waiting for them

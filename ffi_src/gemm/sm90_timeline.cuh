@@ -1,7 +1,7 @@
 // A debugging aid for the sm90 kernel's fixed cost: with JAXGEMM_TIMELINE=1 in the
-// environment, each block records the GPU's global timer at a few points of its first work
-// item, and the launcher waits for the kernel and prints, per point, when the blocks reached
-// it (microseconds after the first block started). Off (a null pointer) otherwise; the
+// environment, each block records the GPU's global timer at a few points of its first two
+// work items, and the launcher waits for the kernel and prints, per point, when the blocks reached
+// it (microseconds after the first block entered). Off (a null pointer) otherwise; the
 // kernel then only tests a kernel parameter at those points. tools/sm90_timeline.py runs it.
 #pragma once
 #include <cuda_runtime.h>
@@ -20,6 +20,8 @@ enum Sm90TimelineEvent : int {
   kTimelineFirstData,        // consumer 0 sees its first stage full
   kTimelineMainloopDone,     // consumer 0's first item: the last wgmma is complete
   kTimelineEpilogueIssued,   // consumer 0's first item: the epilogue has issued its last store
+  kTimelineMainloop2Done,    // the same two points of consumer 0's second item
+  kTimelineEpilogue2Issued,
   kTimelineConsumer0Exit,    // consumer 0 leaves (its stores have read shared memory)
   kTimelineConsumer1Exit,    // consumer 1 leaves
   kTimelineEvents
@@ -69,8 +71,9 @@ inline void ReportSm90Timeline(const Sm90Timeline& timeline, int64_t blocks, con
   }
   unsigned long long origin = ~0ull;
   for (int64_t b = 0; b < blocks; ++b) origin = std::min(origin, stamps[b * kTimelineEvents + kTimelineEntry]);
-  static const char* kNames[kTimelineEvents] = {"entry", "started", "first data", "mainloop done",
-                                                "epilogue issued", "consumer 0 exit", "consumer 1 exit"};
+  static const char* kNames[kTimelineEvents] = {"entry",          "started",         "first data",
+                                                "mainloop done",  "epilogue issued", "2nd mainloop done",
+                                                "2nd epi issued", "consumer 0 exit", "consumer 1 exit"};
   std::fprintf(stderr, "jaxgemm timeline: %s, %lld blocks (us after the first entry: min / median / max)\n", what,
                static_cast<long long>(blocks));
   for (int e = 0; e < kTimelineEvents; ++e) {
