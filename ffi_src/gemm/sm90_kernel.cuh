@@ -73,12 +73,6 @@ struct Sm90Policy {
   // - the TMA-store epilogue: two 64 x 64 16-bit output boxes (8 KB each, 128 B swizzled).
   static constexpr int kEpilogueCols = 32, kEpiloguePitch = 40;
   static constexpr int kOutBoxBytes = 64 * 64 * 2;
-  // Cooperative 128 x 256 tiles: the consumers keep the stage of a tile's last k-tile until
-  // their TMA stores have read it, and each writes two more output boxes there (B's part:
-  // consumer wg's are boxes 2 wg, 2 wg + 1), so four boxes rotate and a tile's four stores
-  // never wait for earlier ones. With two, the third and fourth waited for a store's read
-  // (~0.5 us each): the epilogue took 1.6 us per tile at 8192^3 (tools/sm90_timeline.py).
-  static constexpr bool kBoxesInStage = !kPingpong && kConsumers == 2 && kBN == 256;
   static constexpr int kEpilogueRegionBytes = std::max(64 * kEpiloguePitch * 4, 2 * kOutBoxBytes);
   static constexpr int kEpilogueBytes = kConsumers * kEpilogueRegionBytes;
   // Per consumer, the tile's bias for the fused TMA-store epilogue: kBN 16-bit values.
@@ -364,46 +358,23 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
   }
 }
 
-// The 8 KB boxes a consumer's TMA stores read, used in turn: the k-th store of a tile takes
-// Box(k). Its own two, or with a kept stage (Sm90Policy::kBoxesInStage; null when the tile
-// had no k-tile) four: two in the stage (k % 4 = 0, 1), then its own two.
-struct Sm90OutBoxes {
-  unsigned char* own;
-  unsigned char* stage;
-  int box_bytes;
-
-  __device__ __forceinline__ unsigned char* Box(int k) const {
-    if (stage == nullptr) return own + (k % 2) * box_bytes;
-    return k % 4 < 2 ? stage + (k % 4) * box_bytes : own + (k % 4 - 2) * box_bytes;
-  }
-  // By the storing thread, before Box(k) is written: the store that last read it is done
-  // (later stores, one per other box, may still be reading).
-  __device__ __forceinline__ void WaitFree() const {
-    if (stage == nullptr) {
-      BulkWaitGroupRead<1>();
-    } else {
-      BulkWaitGroupRead<3>();
-    }
-  }
-};
-
 // The TMA-store epilogue of one consumer's tile: for each 64 x 64 block (row block mi,
-// column block nb), the fragments, scaled and rounded, go to the next box (Sm90OutBoxes) in
-// the 128 B-swizzled layout the map expects (16-byte unit u of row r at u ^ (r % 8): the 8
+// column block nb), the fragments, scaled and rounded, go to one of two 8 KB boxes in the
+// 128 B-swizzled layout the map expects (16-byte unit u of row r at u ^ (r % 8): the 8
 // rows x 4 words a warp writes at once land in distinct banks), then thread 0 stores the
-// box. The boxes rotate, so writing one overlaps the others' stores.
+// box. Two boxes alternate, so writing one overlaps the other's store.
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
                                               int64_t row0, int64_t col0, int64_t slab, float alpha, int wg,
-                                              const Sm90OutBoxes& boxes) {
+                                              unsigned char* boxes) {
   const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
   constexpr int kColBlocks = P::kBN / 64;
 #pragma unroll
   for (int c = 0; c < P::kMmaM * kColBlocks; ++c) {
     const int mi = c / kColBlocks, nb = c % kColBlocks;
-    unsigned char* box = boxes.Box(c);
+    unsigned char* box = boxes + (c % 2) * P::kOutBoxBytes;
     const uint32_t box_address = SharedAddress(box);
-    if (tid == 0) boxes.WaitFree();
+    if (tid == 0) BulkWaitGroupRead<1>();  // the store that last read this box is done with it
     NamedBarrierSync(1 + wg, 128);
 #pragma unroll
     for (int u = 0; u < 8; ++u) {  // 16-byte unit u of the box row = fragment column group nb * 8 + u
@@ -495,15 +466,19 @@ __device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kB
 // code exists once (unrolled per block, every activation times every block overflows the
 // instruction cache); the block's 32 values per thread come out of the accumulators with
 // compile-time indices, one branch per block.
-// The boxes rotate as in Sm90StoreTile, one per store. With Aux a block makes two stores,
-// each its own bulk group as soon as its box is written: Aux before the activation (z then
-// holds no registers through it), D after.
+// Without Aux the two boxes alternate as in Sm90StoreTile. With Aux, Aux always goes to
+// box 0 and D to box 1, each stored as its own bulk group as soon as it is written: Aux
+// before the activation (z then holds no registers through it), D after. Each box waits
+// only for its own previous store (one group may still be pending: the other box's), so
+// the previous block's D store drains under this block's Aux write and activation. (One
+// group for both, waited for before the Aux write, exposed the stores' read latency once
+// per block: Aux cost 1.03x of plain at 8192^3.)
 // The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
 // before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
                                                    int64_t row0, int64_t col0, int64_t slab, int wg,
-                                                   const Sm90OutBoxes& boxes, uint32_t bias_word, uint32_t* bias_stage) {
+                                                   unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage) {
   // The parameters and the thread index are read through values the compiler cannot see
   // through, so they are loaded on each tile: hoisted out of the tile loop they would hold
   // a dozen registers through the mainloop and the general epilogue (which then spilled).
@@ -549,11 +524,10 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
       }
     }
     const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
-    // Writes v to box k once the store that last read it is done, then thread 0 stores it as
-    // one bulk group.
-    auto store_box = [&](int k, const CUtensorMap* map) {
-      unsigned char* box = boxes.Box(k);
-      if (tid == 0) boxes.WaitFree();
+    // Writes v to `box` once the store that last read it is done (at most one later group,
+    // the other box's, may still be reading), then thread 0 stores it as one bulk group.
+    auto store_box = [&](unsigned char* box, const CUtensorMap* map) {
+      if (tid == 0) BulkWaitGroupRead<1>();
       NamedBarrierSync(1 + wg, 128);
       const uint32_t address = SharedAddress(box) + row_offset;
 #pragma unroll
@@ -574,9 +548,9 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
         BulkCommitGroup();
       }
     };
-    if (with_aux) store_box(2 * c, &s.aux);
+    if (with_aux) store_box(boxes, &s.aux);
     ActivateAll<true>(activation, v);
-    store_box(with_aux ? 2 * c + 1 : c, &s.d);
+    store_box(boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes, &s.d);
   }
 }
 
@@ -680,7 +654,6 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   int64_t i = -1;  // position in the block's tile sequence
   // Consumer 0 records the timeline's events (Sm90Timeline) on its first two items.
   int own = 0;  // items this consumer has taken
-  int held = -1;  // the stage kept for the epilogue's boxes (Sm90Policy::kBoxesInStage), or -1
   auto note = [&](int event, int second_event = -1) {
     if (wg == 0 && tid == 0) {
       if (own == 1) timeline.Record(event);
@@ -705,17 +678,6 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       order_phase ^= 1;
     }
     ++own;
-    // The previous item's kept stage goes back to the producers once the stores that read
-    // its boxes are done (only the item's last two stores, which use the consumer's own
-    // boxes, may still be reading).
-    if constexpr (P::kBoxesInStage) {
-      if (held >= 0) {
-        if (tid == 0) BulkWaitGroupRead<2>();
-        NamedBarrierSync(1 + wg, 128);
-        if (lane == 0) Release(&empty[held]);
-        held = -1;
-      }
-    }
     uint32_t bias_word = 0;
     if constexpr (sizeof(TOut) == 2) {
       if (store.fused && store.bias && tid < P::kBN / 2) bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);
@@ -754,8 +716,6 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           WgmmaWaitGroup<1>();
           if (previous >= 0 && lane == 0) Release(&empty[previous]);
           previous = stage;
-        } else if (P::kBoxesInStage && kt == w.k_tiles - 1) {
-          previous = stage;  // kept for the epilogue's boxes, as when multiplying
         } else {
           if (lane == 0) Release(&empty[stage]);
         }
@@ -766,13 +726,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       }
       if (P::kPingpong && threadIdx.x % 128 == 0) MbarrierArrive(&order[1 - wg]);
       WgmmaWaitGroup<0>();
-      if (previous >= 0) {
-        if constexpr (P::kBoxesInStage) {
-          held = previous;
-        } else if (lane == 0) {
-          Release(&empty[previous]);
-        }
-      }
+      if (previous >= 0 && lane == 0) Release(&empty[previous]);
     };
     // m64 blocks of the tile at or past row M are not multiplied (their A rows are not
     // loaded, nothing of them is stored): with few rows, half or more of the tensor work.
@@ -794,16 +748,12 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 
     if constexpr (sizeof(TOut) == 2) {
       if (store.enabled) {
-        Sm90OutBoxes boxes{reinterpret_cast<unsigned char*>(scratch), nullptr, P::kOutBoxBytes};
-        if (P::kBoxesInStage && held >= 0) {
-          boxes.stage = tiles_b + held * P::kTileBBytes + 2 * wg * P::kOutBoxBytes;
-          // The other consumer's last wgmmas read B from this stage too.
-          NamedBarrierSync(3, 256);
-        }
         if (store.fused) {
-          Sm90StoreTileFused<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, wg, boxes, bias_word, bias_stage);
+          Sm90StoreTileFused<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, wg,
+                                      reinterpret_cast<unsigned char*>(scratch), bias_word, bias_stage);
         } else {
-          Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg, boxes);
+          Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
+                                 reinterpret_cast<unsigned char*>(scratch));
         }
         note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
         continue;
