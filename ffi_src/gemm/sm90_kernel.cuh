@@ -471,8 +471,7 @@ __device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kB
 // before the activation (z then holds no registers through it), D after. Each box waits
 // only for its own previous store (one group may still be pending: the other box's), so
 // the previous block's D store drains under this block's Aux write and activation. (One
-// group for both, waited for before the Aux write, exposed the stores' read latency once
-// per block: Aux cost 1.03x of plain at 8192^3.)
+// group for both, waited for before the Aux write, measured the same: NOTES.md, session 13.)
 // The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
 // before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
 template <class P, class TOut>
