@@ -1,8 +1,8 @@
 // A debugging aid for the sm90 kernel's fixed cost: with JAXGEMM_TIMELINE=1 in the
 // environment, each block records the GPU's global timer at a few points of its first two
-// work items, and the launcher waits for the kernel and prints, per point, when the blocks reached
-// it (microseconds after the first block entered). Off (a null pointer) otherwise; the
-// kernel then only tests a kernel parameter at those points. tools/sm90_timeline.py runs it.
+// work items, and the launcher waits for the kernel and prints, per point, when the blocks
+// reached it (microseconds after the first block entered). Off (a null pointer) otherwise;
+// the kernel then only tests a kernel parameter at those points. tools/sm90_timeline.py.
 #pragma once
 #include <cuda_runtime.h>
 
