@@ -33,7 +33,8 @@ for m, n, k, kernel, tile, epilogue in CASES:
     if epilogue == "fused":
         bias = jax.random.normal(kc, (n,), jnp.bfloat16)
         epi = EpilogueConfig(activation="gelu", want_aux=True)
-        fn = jax.jit(lambda a, b, config=config, epi=epi, bias=bias: _forward(config, epi, a, b, None, bias, None, True))
+        fn = jax.jit(lambda a, b, config=config, epi=epi, bias=bias: _forward(
+            config, epi, a, b, None, bias, None, True))  # fmt: skip
     else:
         fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
     ours, _ = time_ms(fn, (a, b), 30)
