@@ -1,6 +1,7 @@
-"""Where the sm90 kernel's fixed cost goes: one launch per case with JAXGEMM_TIMELINE=1,
-which makes the launcher print when the blocks reached each point of their first two work items
-(ffi_src/gemm/sm90_timeline.cuh), beside the call's CUPTI time and XLA's.
+"""Where the sm90 kernel's fixed cost goes: three launches per case with JAXGEMM_TIMELINE=1
+(the first after other kernels, with cold caches), which makes the launcher print when the
+blocks reached each point of their first two work items (ffi_src/gemm/sm90_timeline.cuh),
+beside the call's CUPTI time and XLA's.
     python3 -P tools/sm90_timeline.py   (on the GPU machine, jaxgemm installed)"""
 
 import os
