@@ -38,21 +38,36 @@ fi
 
 so=$($py -c "import glob, os, jaxgemm; print(glob.glob(os.path.join(os.path.dirname(jaxgemm.__file__), '_jaxgemm*.so'))[0])")
 cuobjdump -sass "$so" >"$out/all.sass" 2>&1
-# Kernels found by name pattern, in the sm_90a code only (the library also holds sm_80
-# code, where the sm90 kernels are empty). The SIMT flagship: 128x128x16, 3 stages, f32 NN.
-awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = arch == "sm_90a" && /SimtGemmKernel/ && /SimtPolicyILi128ELi128ELi16ELi0ELi3E/ && /EffLb0ELb0ELb1EE/} f' "$out/all.sass" >"$out/flagship.sass"
-sass_line="flagship SASS (128x128 f32 NN): FFMA=$(grep -c FFMA "$out/flagship.sass") LDS.128=$(grep -c 'LDS.128' "$out/flagship.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/flagship.sass")"
+# One kernel's SASS into $out/$1.sass: the first function, in the sm_90a code only (the
+# library also holds sm_80 code, where the sm90 kernels are empty), whose name matches every
+# regex that follows.
+sass_of() {
+  local name=$1 cond='arch == "sm_90a"'
+  shift
+  for re in "$@"; do cond="$cond && /$re/"; done
+  awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = '"$cond"'} f' "$out/all.sass" >"$out/$name.sass"
+}
+# "label: NAME=count ..." for NAME=REGEX arguments: lines of $out/$2.sass matching REGEX.
+counts() {
+  local label=$1 file="$out/$2.sass" line
+  shift 2
+  line="$label:"
+  for pair in "$@"; do line="$line ${pair%%=*}=$(grep -cE "${pair#*=}" "$file")"; done
+  echo "$line"
+}
+# The SIMT flagship: 128x128x16, 3 stages, f32 NN.
+sass_of flagship SimtGemmKernel SimtPolicyILi128ELi128ELi16ELi0ELi3E EffLb0ELb0ELb1EE
 # The sm90 GEMM's clustered 128x256 bf16 NN instance, and the one-consumer 64x128 one.
 # Policy arguments: tile N, pingpong, cluster blocks, element bytes, consumer warpgroups.
-awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = arch == "sm_90a" && /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi256ELb0ELi2ELi2ELi2EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90.sass"
-awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = arch == "sm_90a" && /Sm90GemmKernel/ && /Sm90MatrixLoads/ && /Sm90PolicyILi128ELb0ELi1ELi2ELi1EE/ && /nv_bfloat16S3_Lb0ELb0E/} f' "$out/all.sass" >"$out/sm90_1.sass"
-sass_line="$sass_line
-sm90 SASS (cluster 2x 128x256 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90.sass")
-sm90 SASS (one consumer 64x128 bf16 NN): HGMMA=$(grep -c HGMMA "$out/sm90_1.sass") UTMALDG=$(grep -c UTMALDG "$out/sm90_1.sass") UTMASTG=$(grep -c UTMASTG "$out/sm90_1.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_1.sass")"
-# The conv fprop instance of the same kernel (pingpong bf16), found by name pattern.
-awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = arch == "sm_90a" && /Sm90GemmKernel/ && /Sm90ConvFpropLoads/ && /Sm90PolicyILi128ELb1E/ && /nv_bfloat16S3_/} f' "$out/all.sass" >"$out/sm90_conv.sass"
-sass_line="$sass_line
-sm90 conv fprop SASS (pingpong bf16): HGMMA=$(grep -c HGMMA "$out/sm90_conv.sass") UTMALDG.IM2COL=$(grep -c 'UTMALDG.4D.IM2COL' "$out/sm90_conv.sass") LDL/STL=$(grep -cE 'LDL|STL' "$out/sm90_conv.sass")"
+sass_of sm90 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi256ELb0ELi2ELi2ELi2EE nv_bfloat16S3_Lb0ELb0E
+sass_of sm90_1 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi128ELb0ELi1ELi2ELi1EE nv_bfloat16S3_Lb0ELb0E
+# The conv fprop instance of the same kernel (pingpong bf16).
+sass_of sm90_conv Sm90GemmKernel Sm90ConvFpropLoads Sm90PolicyILi128ELb1E nv_bfloat16S3_
+local_access='LDL/STL=LDL|STL' tma='HGMMA=HGMMA UTMALDG=UTMALDG UTMASTG=UTMASTG'
+sass_line="$(counts "flagship SASS (128x128 f32 NN)" flagship FFMA=FFMA 'LDS.128=LDS\.128' "$local_access")
+$(counts "sm90 SASS (cluster 2x 128x256 bf16 NN)" sm90 $tma "$local_access")
+$(counts "sm90 SASS (one consumer 64x128 bf16 NN)" sm90_1 $tma "$local_access")
+$(counts "sm90 conv fprop SASS (pingpong bf16)" sm90_conv HGMMA=HGMMA 'UTMALDG.IM2COL=UTMALDG\.4D\.IM2COL' "$local_access")"
 
 gemm_suites=$(echo "$suite" | tr ',' '\n' | grep -vE '^(conv|conv-bf16|none|tiles)$' | paste -sd, -)
 : >"$out/bench.txt"
