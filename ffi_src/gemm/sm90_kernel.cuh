@@ -595,33 +595,33 @@ struct Sm90DeferredStore {
     return (s.with_aux ? 1 : 0) + (s.activation != Activation::kNone ? 4 : 1);
   }
 
-  // The thread index, read again where it is needed: kept, it would hold a register through
-  // the mainloop. (The parameters are read straight from the kernel's parameter space: read
-  // through a generic pointer, as Sm90StoreTileFused does to keep them out of registers, each
-  // costs a memory round trip, which measured ~1.3 us per slice.)
-  __device__ __forceinline__ static int ThreadInConsumer() {
+  // The parameters through a pointer the compiler cannot see through, and the thread index
+  // read again: hoisted out of the tile loop they would hold registers through the mainloop.
+  __device__ __forceinline__ static const Sm90Store& Params(const Sm90Store& store, int* tid) {
+    const Sm90Store* params = &store;
     unsigned thread;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
-    return static_cast<int>(thread % 128);
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread), "+l"(params));
+    *tid = thread % 128;
+    return *params;
   }
 
   // Rounds this consumer's tile (first row `row`, column `col`, D's slab `d_slab`) into
   // `packed` and schedules its slices. The bias as in Sm90StoreTileFused (staged per tile).
   __device__ __forceinline__ void Pack(const Sm90Store& store, const float (&acc)[P::kBN / 2], int row, int col,
                                        int d_slab, int wg, uint32_t bias_word, uint32_t* bias_stage) {
-    const Sm90Store& s = store;
-    const int tid = ThreadInConsumer(), lane = tid % 32;
+    int tid;
+    const Sm90Store& s = Params(store, &tid);
+    const int lane = tid % 32;
     const float alpha = s.alpha;
     if (s.bias != nullptr) {
       // The previous Pack read the stage before the barriers of its slices.
-      const uint32_t stage = SharedAddress(bias_stage);
-      if (tid < P::kBN / 2) StoreShared32(stage + 4 * tid, bias_word);
+      if (tid < P::kBN / 2) bias_stage[tid] = bias_word;
       NamedBarrierSync(1 + wg, 128);
 #pragma unroll
       for (int w = 0; w < kWords; ++w) {
         // Columns 8 j + 2 (lane % 4) + {0, 1} of the tile (j = w / 2): bias word 4 j + lane % 4.
         TOut b[2];
-        const uint32_t word = LoadShared32(stage + 4 * (4 * (w / 2) + lane % 4));
+        const uint32_t word = bias_stage[4 * (w / 2) + lane % 4];
         memcpy(b, &word, 4);
         packed[w] = PackPair<TOut>(__fmul_rn(acc[2 * w], alpha) + ToFloat(b[0]),
                                    __fmul_rn(acc[2 * w + 1], alpha) + ToFloat(b[1]));
@@ -636,8 +636,9 @@ struct Sm90DeferredStore {
 
   // The next slice, by all 128 threads of consumer wg; `boxes`: its two 8 KB boxes.
   __device__ __forceinline__ void Slice(const Sm90Store& store, int wg, unsigned char* boxes) {
-    const Sm90Store& s = store;
-    const int tid = ThreadInConsumer(), lane = tid % 32, warp = tid / 32;
+    int tid;
+    const Sm90Store& s = Params(store, &tid);
+    const int lane = tid % 32, warp = tid / 32;
     const int per_block = SlicesPerBlock(s);
     const int next = kBlocks * per_block - left;
     const int b = next / per_block, r = next - b * per_block;
