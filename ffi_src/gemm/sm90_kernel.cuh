@@ -553,163 +553,6 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
   }
 }
 
-// The deferred TMA-store epilogue of the cooperative schedules (both consumers on every tile,
-// 64 x kBN each): at the end of a tile each consumer thread only rounds its values
-// z = alpha * acc + bias to 16 bits, two to a register (Pack: kBN / 2 registers), and goes on
-// to its next tile; the stores run in slices (Slice) between that tile's wgmma groups, while
-// the tensor cores work, instead of stalling them for the whole epilogue (NOTES.md,
-// session 14). A slice stores one 64 x 64 block as packed (D, or Aux = z), or computes a
-// quarter of a block of D = act(z) from the rounded z (so D = act(Aux) as stored: one more
-// rounding of z than the undeferred epilogue); the block's store follows its last quarter.
-// Whatever the next mainloop leaves (fewer k-tiles than slices, or no next tile) is drained
-// before the next Pack. Boxes as in Sm90StoreTileFused: with Aux, Aux in box 0 and D in box
-// 1, otherwise alternating; each store waits only for the other box's to have read it.
-template <class P, class TOut>
-struct Sm90DeferredStore {
-  static constexpr int kWords = P::kBN / 2;
-  static constexpr int kBlocks = P::kBN / 64;  // 64 x 64 blocks per consumer tile
-  static_assert(P::kMmaM == 1, "one m64 block per consumer: the cooperative schedules");
-  // Word 16 b + 2 u + h holds columns 8 u + 2 (lane % 4) + {0, 1} of row 16 warp + lane / 4
-  // + 8 h of block b: accumulators 2 w and 2 w + 1 (the fragment order of Sm90StoreTile).
-  uint32_t packed[kWords];
-  int row0 = 0, col0 = 0, slab = 0;  // the packed tile's first row and column, and D's slab
-  int left = 0;                      // its slices not yet done
-
-  __device__ __forceinline__ bool Pending() const { return left > 0; }
-
-  // Calls f(std::integral_constant<int, kG>{}) for kG == g, a runtime index: an if-else chain
-  // ending in an unconditional else, so that f can read the packed words with compile-time
-  // indices and nothing stays live around the tile loop (as Sm90TakeBlock).
-  template <int kCount, int kG = 0, class F>
-  __device__ __forceinline__ static void Dispatch(int g, F&& f) {
-    if constexpr (kG == kCount - 1) {
-      f(std::integral_constant<int, kG>{});
-    } else if (g == kG) {
-      f(std::integral_constant<int, kG>{});
-    } else {
-      Dispatch<kCount, kG + 1>(g, f);
-    }
-  }
-
-  __device__ __forceinline__ static int SlicesPerBlock(const Sm90Store& s) {
-    return (s.with_aux ? 1 : 0) + (s.activation != Activation::kNone ? 4 : 1);
-  }
-
-  // The parameters through a pointer the compiler cannot see through, and the thread index
-  // read again: hoisted out of the tile loop they would hold registers through the mainloop.
-  __device__ __forceinline__ static const Sm90Store& Params(const Sm90Store& store, int* tid) {
-    const Sm90Store* params = &store;
-    unsigned thread;
-    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread), "+l"(params));
-    *tid = thread % 128;
-    return *params;
-  }
-
-  // Rounds this consumer's tile (first row `row`, column `col`, D's slab `d_slab`) into
-  // `packed` and schedules its slices. The bias as in Sm90StoreTileFused (staged per tile).
-  __device__ __forceinline__ void Pack(const Sm90Store& store, const float (&acc)[P::kBN / 2], int row, int col,
-                                       int d_slab, int wg, uint32_t bias_word, uint32_t* bias_stage) {
-    int tid;
-    const Sm90Store& s = Params(store, &tid);
-    const int lane = tid % 32;
-    const float alpha = s.alpha;
-    if (s.bias != nullptr) {
-      // The previous Pack read the stage before the barriers of its slices.
-      if (tid < P::kBN / 2) bias_stage[tid] = bias_word;
-      NamedBarrierSync(1 + wg, 128);
-#pragma unroll
-      for (int w = 0; w < kWords; ++w) {
-        // Columns 8 j + 2 (lane % 4) + {0, 1} of the tile (j = w / 2): bias word 4 j + lane % 4.
-        TOut b[2];
-        const uint32_t word = bias_stage[4 * (w / 2) + lane % 4];
-        memcpy(b, &word, 4);
-        packed[w] = PackPair<TOut>(__fmul_rn(acc[2 * w], alpha) + ToFloat(b[0]),
-                                   __fmul_rn(acc[2 * w + 1], alpha) + ToFloat(b[1]));
-      }
-    } else {
-#pragma unroll
-      for (int w = 0; w < kWords; ++w) packed[w] = PackPair<TOut>(alpha * acc[2 * w], alpha * acc[2 * w + 1]);
-    }
-    row0 = row, col0 = col, slab = d_slab;
-    left = kBlocks * SlicesPerBlock(s);
-  }
-
-  // The next slice, by all 128 threads of consumer wg; `boxes`: its two 8 KB boxes.
-  __device__ __forceinline__ void Slice(const Sm90Store& store, int wg, unsigned char* boxes) {
-    int tid;
-    const Sm90Store& s = Params(store, &tid);
-    const int lane = tid % 32, warp = tid / 32;
-    const int per_block = SlicesPerBlock(s);
-    const int next = kBlocks * per_block - left;
-    const int b = next / per_block, r = next - b * per_block;
-    const bool with_aux = s.with_aux != 0, aux = with_aux && r == 0;
-    const int quarter = aux || s.activation == Activation::kNone ? -1 : r - (with_aux ? 1 : 0);
-    unsigned char* const box = boxes + (with_aux ? (aux ? 0 : 1) : b % 2) * P::kOutBoxBytes;
-    // Row 16 warp + lane / 4 of the box (+ 8 rows = 1 KB for h = 1); 16-byte unit u of a
-    // row r sits at u ^ (r % 8) = u ^ (lane / 4).
-    const uint32_t address = SharedAddress(box) + (warp * 16 + lane / 4) * 128 + 4 * (lane % 4);
-    if (quarter <= 0) {
-      if (tid == 0) BulkWaitGroupRead<1>();  // the store that last read this box is done with it
-      NamedBarrierSync(1 + wg, 128);
-    }
-    if (quarter < 0) {  // the block as packed
-      Dispatch<kBlocks>(b, [&](auto block) {
-        constexpr int kB = decltype(block)::value;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            StoreShared32(address + h * 1024 + ((u ^ (lane / 4)) * 16), packed[16 * kB + 2 * u + h]);
-          }
-      });
-    } else {  // quarter q of D's block: rows h = q / 2, units u = 4 (q % 2) ... + 3
-      uint32_t words[4];
-      Dispatch<4 * kBlocks>(4 * b + quarter, [&](auto index) {
-        constexpr int kB = decltype(index)::value / 4, kQ = decltype(index)::value % 4;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          asm volatile("mov.b32 %0, %1;" : "=r"(words[i]) : "r"(packed[16 * kB + 2 * (4 * (kQ % 2) + i) + kQ / 2]));
-        }
-      });
-      float v[1][8];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        TOut x[2];
-        memcpy(x, &words[i], 4);
-        v[0][2 * i] = ToFloat(x[0]);
-        v[0][2 * i + 1] = ToFloat(x[1]);
-      }
-      if constexpr (std::is_same_v<TOut, __half>) {
-        // z below the f16 range was rounded to -inf, where gelu and silu would give NaN
-        // (-inf * 0) instead of the 0 of the unrounded z.
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[0][j] = v[0][j] == -INFINITY ? -65504.f : v[0][j];
-      }
-      ActivateAll<true>(s.activation, v);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int u = 4 * (quarter % 2) + i;
-        StoreShared32(address + (quarter / 2) * 1024 + ((u ^ (lane / 4)) * 16),
-                      PackPair<TOut>(v[0][2 * i], v[0][2 * i + 1]));
-      }
-    }
-    if (quarter < 0 || quarter == 3) {
-      FenceProxyAsyncShared();
-      NamedBarrierSync(1 + wg, 128);
-      if (tid == 0) {
-        const CUtensorMap* map = aux ? &s.aux : &s.d;
-        if (s.slabs > 1) {
-          TmaStore3d(map, box, col0 + 64 * b, row0, slab);
-        } else {
-          TmaStore2d(map, box, col0 + 64 * b, row0);
-        }
-        BulkCommitGroup();
-      }
-    }
-    --left;
-  }
-};
-
 // Stream-K's workspace slot of block `block`: the tile's fp32 sums in fragment order, so
 // that both sides move them with coalesced 16-byte accesses and no shuffles: float4 q of
 // m64 block `part` (0 or 1: tile rows 64 part ...) of thread tid is at
@@ -816,22 +659,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       if (own == 2 && second_event >= 0) timeline.Record(second_event);
     }
   };
-  // The cooperative schedules defer the TMA-store epilogue into the next mainloop.
-  constexpr bool kDefer = !P::kPingpong && P::kConsumers == 2 && sizeof(TOut) == 2;
-  struct NotDeferred {};
-  std::conditional_t<kDefer, Sm90DeferredStore<P, TOut>, NotDeferred> deferred;
-  unsigned char* const boxes = reinterpret_cast<unsigned char*>(scratch);
   Sm90Work w;
-  Sm90Cursor cursor = schedule.Start();
-  for (bool more = true; more;) {
-    more = schedule.Next(p, cursor, &w);
-    // After the last item only the deferred stores are left (drained below).
-    if (!more) {
-      if constexpr (kDefer) {
-        while (deferred.Pending()) deferred.Slice(store, wg, boxes);
-      }
-      break;
-    }
+  for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
     const int64_t slab = w.slab;
     ++i;
     if (P::kPingpong && i % 2 != wg) {  // the other consumer's tile: skip its stages
@@ -886,10 +715,6 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           WgmmaWaitGroup<1>();
           if (previous >= 0 && lane == 0) Release(&empty[previous]);
           previous = stage;
-          // One slice of the previous tile's stores while this k-tile's group runs.
-          if constexpr (kDefer) {
-            if (deferred.Pending()) deferred.Slice(store, wg, boxes);
-          }
         } else {
           if (lane == 0) Release(&empty[stage]);
         }
@@ -913,9 +738,6 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       mainloop(std::integral_constant<int, 0>{});
     }
     note(kTimelineMainloopDone, kTimelineMainloop2Done);
-    if constexpr (kDefer) {
-      while (deferred.Pending()) deferred.Slice(store, wg, boxes);  // what the mainloop left
-    }
     if (w.fixup == kSm90StorePartial) {
       Sm90StorePartial<P>(stream_k, acc, first_row / 64, wg);
       note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
@@ -925,10 +747,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 
     if constexpr (sizeof(TOut) == 2) {
       if (store.enabled) {
-        if constexpr (kDefer) {
-          deferred.Pack(store, acc[0], static_cast<int>(w.m0) + first_row, static_cast<int>(w.n0),
-                        static_cast<int>(slab), wg, bias_word, bias_stage);
-        } else if (store.fused) {
+        if (store.fused) {
           Sm90StoreTileFused<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, wg,
                                       reinterpret_cast<unsigned char*>(scratch), bias_word, bias_stage);
         } else {
