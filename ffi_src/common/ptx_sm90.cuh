@@ -163,6 +163,14 @@ __device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");
 }
 
+// A 32-bit load from a shared-memory address (see StoreShared32). Not volatile: it may move
+// like an ordinary load, but not across the barriers that order it ("memory" clobbers).
+__device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
+  uint32_t value;
+  asm("ld.shared.b32 %0, [%1];\n" : "=r"(value) : "r"(addr));
+  return value;
+}
+
 // Makes this thread's ordinary shared-memory writes visible to the async proxy (TMA).
 __device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 

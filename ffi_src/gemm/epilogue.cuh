@@ -45,7 +45,16 @@ __device__ __forceinline__ void ActivateAll(Activation act, float (&v)[kRows][kW
     case Activation::kNone: break;
     case Activation::kRelu: each([](float z) { return z > 0.f ? z : 0.f; }); break;
     case Activation::kGelu:
-      each([&](float z) { return 0.5f * z * (1.f + tanh(kSqrt2OverPi * (z + kGeluCubic * z * z * z))); });
+      if constexpr (kApprox) {
+        // The same function in 5 arithmetic instructions instead of 7 (the epilogue's gelu is
+        // MUFU- and issue-bound): u = z (k + k c z^2), y = z / 2 + (z / 2) tanh(u).
+        each([](float z) {
+          const float half = 0.5f * z;
+          return fmaf(half, TanhApprox(z * fmaf(kSqrt2OverPi * kGeluCubic, z * z, kSqrt2OverPi)), half);
+        });
+      } else {
+        each([&](float z) { return 0.5f * z * (1.f + tanh(kSqrt2OverPi * (z + kGeluCubic * z * z * z))); });
+      }
       break;
     case Activation::kGeluExact: each([](float z) { return ApplyActivation(Activation::kGeluExact, z); }); break;
     case Activation::kSilu: each([&](float z) { return z * sigmoid(z); }); break;

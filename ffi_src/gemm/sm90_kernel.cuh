@@ -491,9 +491,10 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
   const Activation activation = s.activation;
   const bool with_bias = s.bias != nullptr;
   const bool with_aux = s.with_aux != 0;
+  const uint32_t stage = SharedAddress(bias_stage);
   if (with_bias) {
     // The previous tile's blocks read the stage before their last barrier.
-    if (tid < P::kBN / 2) bias_stage[tid] = bias_word;
+    if (tid < P::kBN / 2) StoreShared32(stage + 4 * tid, bias_word);
     NamedBarrierSync(1 + wg, 128);
   }
   // Byte offset of this thread's word in row 16 warp + lane / 4 of a box (+ 1 KB for h = 1;
@@ -513,7 +514,7 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
         TOut b[2];
-        const uint32_t word = bias_stage[32 * nb + 4 * u + lane % 4];
+        const uint32_t word = LoadShared32(stage + 4 * (32 * nb + 4 * u + lane % 4));
         memcpy(b, &word, 4);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -539,7 +540,7 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
       FenceProxyAsyncShared();
       NamedBarrierSync(1 + wg, 128);
       if (tid == 0) {
-        if (s.slabs > 1) {
+        if (store.slabs > 1) {  // from the parameter space: through `params`, a memory load per box
           TmaStore3d(map, box, col, row, static_cast<int>(slab));
         } else {
           TmaStore2d(map, box, col, row);
