@@ -163,11 +163,12 @@ __device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");
 }
 
-// A 32-bit load from a shared-memory address (see StoreShared32). Not volatile: it may move
-// like an ordinary load, but not across the barriers that order it ("memory" clobbers).
+// A 32-bit load from a shared-memory address (see StoreShared32). Volatile, so that the
+// compiler keeps it after the barrier that publishes the data (a plain asm without a memory
+// operand could be moved across it).
 __device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
   uint32_t value;
-  asm("ld.shared.b32 %0, [%1];\n" : "=r"(value) : "r"(addr));
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(value) : "r"(addr));
   return value;
 }
 
