@@ -7,7 +7,8 @@
 // (cooperative) or on alternate tiles (pingpong; see Sm90Policy). The ring runs across
 // output tiles, so the producer loads ahead during epilogues. Stored layouts are used as
 // they are: a transposed operand is MN-major in shared memory and wgmma reads it with its
-// transpose bit. Roles: Sm90MatrixLoads::Produce (TMA), Sm90Consume (mainloop, then epilogue).
+// transpose bit. Roles: Sm90MatrixLoads::Produce (TMA), Sm90Consume (mainloop, then epilogue:
+// the TMA-store ones of sm90_store.cuh, or the general one through shared memory).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -24,6 +25,7 @@
 #include "gemm/epilogue.cuh"
 #include "gemm/problem.h"
 #include "gemm/sm90_launch.h"
+#include "gemm/sm90_store.cuh"
 #include "gemm/sm90_tensor_map.h"
 #include "gemm/sm90_timeline.cuh"
 #include "gemm/sm90_wgmma.cuh"
@@ -234,23 +236,6 @@ struct Sm90Batching {
   bool a, b;
 };
 
-// The TMA-store epilogue, for 16-bit outputs whose epilogue reads no C and no residual:
-// the consumers write each 64 x 64 block of D (and of Aux) to shared memory and one thread
-// stores it with TMA, instead of running the general epilogue. `fused`: alpha, bias,
-// activation and Aux are applied to the fragments (Sm90StoreTileFused); otherwise D is
-// alpha * acc (Sm90StoreTile). `slabs` > 1: 3-D maps (batches, splits).
-struct Sm90Store {
-  CUtensorMap d, aux;  // aux: used when with_aux
-  int enabled, slabs;
-  int fused, with_aux;
-  // The fused path's parameters (copies of GemmProblem's: see Sm90StoreTileFused).
-  const void* bias;
-  int64_t bias_stride;  // elements between the bias vectors of consecutive batch indices
-  int64_t n;
-  float alpha;
-  Activation activation;
-};
-
 // The GEMM's operand loads: one thread issues every TMA load of the ring, from tensor maps
 // over the stored matrices. Other operand sources (e.g. convolution's im2col gathers)
 // provide a type with the same Prefetch / Produce members to Sm90GemmKernel.
@@ -355,202 +340,6 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
     if constexpr (kN == 256) WgmmaM64N256K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 64) WgmmaM64N64K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
-  }
-}
-
-// The TMA-store epilogue of one consumer's tile: for each 64 x 64 block (row block mi,
-// column block nb), the fragments, scaled and rounded, go to one of two 8 KB boxes in the
-// 128 B-swizzled layout the map expects (16-byte unit u of row r at u ^ (r % 8): the 8
-// rows x 4 words a warp writes at once land in distinct banks), then thread 0 stores the
-// box. Two boxes alternate, so writing one overlaps the other's store.
-template <class P, class TOut>
-__device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
-                                              int64_t row0, int64_t col0, int64_t slab, float alpha, int wg,
-                                              unsigned char* boxes) {
-  const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
-  constexpr int kColBlocks = P::kBN / 64;
-#pragma unroll
-  for (int c = 0; c < P::kMmaM * kColBlocks; ++c) {
-    const int mi = c / kColBlocks, nb = c % kColBlocks;
-    unsigned char* box = boxes + (c % 2) * P::kOutBoxBytes;
-    const uint32_t box_address = SharedAddress(box);
-    if (tid == 0) BulkWaitGroupRead<1>();  // the store that last read this box is done with it
-    NamedBarrierSync(1 + wg, 128);
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {  // 16-byte unit u of the box row = fragment column group nb * 8 + u
-      const int j = nb * 8 + u;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = warp * 16 + lane / 4 + 8 * h;
-        StoreShared32(box_address + r * 128 + ((u ^ (r % 8)) * 16) + 4 * (lane % 4),
-                      PackPair<TOut>(alpha * acc[mi][4 * j + 2 * h], alpha * acc[mi][4 * j + 2 * h + 1]));
-      }
-    }
-    FenceProxyAsyncShared();
-    NamedBarrierSync(1 + wg, 128);
-    if (tid == 0) {
-      const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
-      if (store.slabs > 1) {
-        TmaStore3d(&store.d, box, col, row, static_cast<int>(slab));
-      } else {
-        TmaStore2d(&store.d, box, col, row);
-      }
-      BulkCommitGroup();
-    }
-  }
-}
-
-// Bias of columns col and col + 1 (0 where >= n, as in GemmEpilogue): one 32-bit load when
-// `pairs` (a 4-byte aligned bias; col is even) and both columns exist.
-template <class T>
-__device__ __forceinline__ float2 LoadBiasPair(const T* bias, int64_t col, int64_t n, bool pairs) {
-  if (pairs && col + 1 < n) {
-    const unsigned int word = __ldg(reinterpret_cast<const unsigned int*>(bias + col));
-    T x[2];
-    memcpy(x, &word, 4);
-    return make_float2(ToFloat(x[0]), ToFloat(x[1]));
-  }
-  return make_float2(col < n ? ToFloat(bias[col]) : 0.f, col + 1 < n ? ToFloat(bias[col + 1]) : 0.f);
-}
-
-// The fused epilogue's bias columns col and col + 1 of batch `batch`, packed as two 16-bit
-// values (0 where >= n), for this tile's shared-memory stage. Loaded before the tile's
-// mainloop, which hides the latency the epilogue would otherwise wait for once per block.
-// The parameters are read through an opaque pointer so that the compiler cannot hoist
-// them out of the tile loop (they would hold registers through the mainloop).
-template <class T>
-__device__ __forceinline__ uint32_t Sm90BiasWord(const Sm90Store& store, int64_t col, int64_t batch) {
-  const Sm90Store* params = &store;
-  asm volatile("" : "+l"(params));
-  const T* bias = static_cast<const T*>(params->bias) + batch * params->bias_stride;
-  const float2 b = LoadBiasPair(bias, col, params->n, IsAligned(bias, 4));
-  return PackPair<T>(b.x, b.y);
-}
-
-// v = the 32 values of 64 x 64 block b (row block b / (kBN / 64), column block
-// b % (kBN / 64)) in this thread's fragments: v[h][2 u + x] is row 16 warp + lane / 4 + 8 h,
-// column 8 u + 2 (lane % 4) + x of the block. b is a runtime index, the fragment indices
-// must be compile-time: an if-else chain ending in an unconditional else, so v is defined on
-// every path (otherwise it stays live around the tile loop, through the mainloop). The
-// copies are volatile moves so they stay in their branches (speculated, each value would
-// become one select per block).
-template <class P, int kB = 0>
-__device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kBN / 2], int b, float (&v)[2][16]) {
-  constexpr int kColBlocks = P::kBN / 64, kBlocks = P::kMmaM * kColBlocks;
-  auto take = [&] {
-#pragma unroll
-    for (int u = 0; u < 8; ++u)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          asm volatile("mov.b32 %0, %1;"
-                       : "=f"(v[h][2 * u + x])
-                       : "f"(acc[kB / kColBlocks][4 * (kB % kColBlocks * 8 + u) + 2 * h + x]));
-        }
-  };
-  if constexpr (kB == kBlocks - 1) {
-    take();
-  } else if (b == kB) {
-    take();
-  } else {
-    Sm90TakeBlock<P, kB + 1>(acc, b, v);
-  }
-}
-
-// The fused TMA-store epilogue of one consumer's tile: the general epilogue's arithmetic
-// without C and residual (GemmEpilogue::StoreRows), on the fragments:
-//   z = alpha * acc + bias (the product rounded before the add),  Aux = z,  D = act(z),
-// Aux and D rounded to nearest from the fp32 values, act with the 16-bit outputs' hardware
-// tanh / exp as there. One 64 x 64 block per iteration of a runtime loop, so the activation
-// code exists once (unrolled per block, every activation times every block overflows the
-// instruction cache); the block's 32 values per thread come out of the accumulators with
-// compile-time indices, one branch per block.
-// Without Aux the two boxes alternate as in Sm90StoreTile. With Aux, Aux always goes to
-// box 0 and D to box 1, each stored as its own bulk group as soon as it is written: Aux
-// before the activation (z then holds no registers through it), D after. Each box waits
-// only for its own previous store (one group may still be pending: the other box's), so
-// the previous block's D store drains under this block's Aux write and activation. (One
-// group for both, waited for before the Aux write, measured the same: NOTES.md, session 13.)
-// The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
-// before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
-template <class P, class TOut>
-__device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
-                                                   int64_t row0, int64_t col0, int64_t slab, int wg,
-                                                   unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage) {
-  // The parameters and the thread index are read through values the compiler cannot see
-  // through, so they are loaded on each tile: hoisted out of the tile loop they would hold
-  // a dozen registers through the mainloop and the general epilogue (which then spilled).
-  const Sm90Store* params = &store;
-  unsigned thread;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread), "+l"(params));
-  const Sm90Store& s = *params;
-  const int tid = thread % 128, lane = tid % 32, warp = tid / 32;
-  constexpr int kColBlocks = P::kBN / 64, kBlocks = P::kMmaM * kColBlocks;
-  const float alpha = s.alpha;
-  const Activation activation = s.activation;
-  const bool with_bias = s.bias != nullptr;
-  const bool with_aux = s.with_aux != 0;
-  const uint32_t stage = SharedAddress(bias_stage);
-  if (with_bias) {
-    // The previous tile's blocks read the stage before their last barrier.
-    if (tid < P::kBN / 2) StoreShared32(stage + 4 * tid, bias_word);
-    NamedBarrierSync(1 + wg, 128);
-  }
-  // Byte offset of this thread's word in row 16 warp + lane / 4 of a box (+ 1 KB for h = 1;
-  // 16-byte unit u sits at u ^ (row % 8) = u ^ (lane / 4)).
-  const int row_offset = (warp * 16 + lane / 4) * 128 + 4 * (lane % 4);
-#pragma unroll 1
-  for (int c = 0; c < kBlocks; ++c) {
-    float v[2][16];
-    Sm90TakeBlock<P>(acc, c, v);
-    const int mi = c / kColBlocks, nb = c % kColBlocks;
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int j = 0; j < 16; ++j) v[h][j] = __fmul_rn(v[h][j], alpha);
-    if (with_bias) {
-      // Columns 64 nb + 8 u + 2 (lane % 4) + {0, 1}: word 32 nb + 4 u + lane % 4.
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        TOut b[2];
-        const uint32_t word = LoadShared32(stage + 4 * (32 * nb + 4 * u + lane % 4));
-        memcpy(b, &word, 4);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          v[h][2 * u] += ToFloat(b[0]);
-          v[h][2 * u + 1] += ToFloat(b[1]);
-        }
-      }
-    }
-    const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
-    // Writes v to `box` once the store that last read it is done (at most one later group,
-    // the other box's, may still be reading), then thread 0 stores it as one bulk group.
-    auto store_box = [&](unsigned char* box, const CUtensorMap* map) {
-      if (tid == 0) BulkWaitGroupRead<1>();
-      NamedBarrierSync(1 + wg, 128);
-      const uint32_t address = SharedAddress(box) + row_offset;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          StoreShared32(address + h * 8 * 128 + ((u ^ (lane / 4)) * 16), PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]));
-        }
-      }
-      FenceProxyAsyncShared();
-      NamedBarrierSync(1 + wg, 128);
-      if (tid == 0) {
-        if (store.slabs > 1) {  // from the parameter space: through `params`, a memory load per box
-          TmaStore3d(map, box, col, row, static_cast<int>(slab));
-        } else {
-          TmaStore2d(map, box, col, row);
-        }
-        BulkCommitGroup();
-      }
-    };
-    if (with_aux) store_box(boxes, &s.aux);
-    ActivateAll<true>(activation, v);
-    store_box(boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes, &s.d);
   }
 }
 
@@ -875,40 +664,6 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   // A block leaves only when its peers no longer arrive on its barriers.
   if constexpr (P::kClusterM > 1) ClusterSync();
 #endif
-}
-
-// Whether D (and Aux) can take the TMA-store epilogue, and the tensor maps: a 16-bit output,
-// an epilogue without C or residual (those stay on the general epilogue), TMA-addressable
-// D and Aux (Aux is laid out like D: pitch ldd, slabs m * n apart).
-template <class TOut>
-Sm90Store MakeSm90Store(const GemmProblem& p) {
-  Sm90Store store{};
-  const EpilogueParams& e = p.epilogue;
-  const int64_t slabs = p.batch.count * p.split_k;
-  // A bias's batch offsets must be one stride times the batch index (no divisions per tile).
-  if (sizeof(TOut) != 2 || e.c || e.residual ||
-      (e.bias && !SingleBatchStride(p.batch, kOperandBias, &store.bias_stride)) || p.ldd % 8 != 0 ||
-      reinterpret_cast<uintptr_t>(p.d) % 16 != 0 || reinterpret_cast<uintptr_t>(e.aux) % 16 != 0 ||
-      (slabs > 1 && (p.m * p.n) % 8 != 0) || p.m >= INT32_MAX || p.n >= INT32_MAX || slabs >= INT32_MAX) {
-    return store;
-  }
-  TmaMatrix d{p.d, p.out_type, p.n, p.m, p.ldd};
-  if (slabs > 1) d.batch = slabs, d.batch_stride = p.m * p.n;
-  if (EncodeTmaMap(&store.d, d, 64, 64) != cudaSuccess) return store;  // the general epilogue then
-  if (e.aux) {
-    TmaMatrix aux = d;
-    aux.base = e.aux;
-    if (EncodeTmaMap(&store.aux, aux, 64, 64) != cudaSuccess) return store;
-    store.with_aux = 1;
-  }
-  store.fused = e.bias || e.aux || e.activation != Activation::kNone;
-  store.bias = e.bias;
-  store.n = p.n;
-  store.alpha = e.alpha;
-  store.activation = e.activation;
-  store.enabled = 1;
-  store.slabs = static_cast<int>(slabs);
-  return store;
 }
 
 // Launches Sm90GemmKernel persistently: one block per SM (one cluster per kClusterM SMs),
