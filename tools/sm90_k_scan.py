@@ -16,8 +16,10 @@ from jaxgemm.gemm import GemmConfig, _gemm
 KS = (512, 1024, 2048, 4096, 8192)
 # 12 x 11 128 x 128 tiles; 2048^2: 128 tiles of 128 x 256 (the bench's 2048^3 is one wave).
 GRIDS = {"1 tile/SM": (1536, 1408), "2048^2": (2048, 2048)}
-KERNELS = {"heuristic": ("auto", None), "pingpong 128x128": ("sm90", (128, 128)),
-           "coop 128x256": ("sm90", (128, 256)), "cluster 2x128x256": ("sm90", (256, 256)), "XLA": None}
+# GemmConfig overrides (a forced schedule runs unsplit); None: XLA.
+KERNELS = {"heuristic": {}, "pingpong 128x128": {"kernel": "sm90", "tile": (128, 128), "split_k": 1},
+           "coop 128x256": {"kernel": "sm90", "tile": (128, 256), "split_k": 1},
+           "cluster 2x128x256": {"kernel": "sm90", "tile": (256, 256), "split_k": 1}, "XLA": None}
 
 
 def fit(ks, ms):
@@ -36,9 +38,7 @@ for grid, (m, n) in GRIDS.items():
             if kernel is None:
                 fn = jax.jit(jnp.matmul)
             else:
-                config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16))
-                if kernel[0] != "auto":
-                    config = GemmConfig(out_dtype=config.out_dtype, split_k=1, kernel=kernel[0], tile=kernel[1])
+                config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), **kernel)
                 fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
             ms, _ = time_ms(fn, (a, b), 30)
             times.append(ms)
