@@ -163,11 +163,6 @@ __device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");
 }
 
-// Two 32-bit words to an 8-byte aligned shared-memory address, in one store.
-__device__ __forceinline__ void StoreShared64(uint32_t addr, uint32_t low, uint32_t high) {
-  asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(low), "r"(high) : "memory");
-}
-
 // A 32-bit load from a shared-memory address (see StoreShared32). Volatile, so that the
 // compiler keeps it after the barrier that publishes the data (a plain asm without a memory
 // operand could be moved across it).

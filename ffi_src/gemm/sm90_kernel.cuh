@@ -67,15 +67,8 @@ struct Sm90Policy {
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
   // 4 for 128x256, 6 for 128x128, 8 for 128x64, 8 for 64x128, 12 for 64x64.
   static constexpr int kStages = (192 * 1024) / kStageBytes;
-  // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop),
-  // and 8 bytes for the skew of the cooperative consumers (Sm90Consume).
-  static constexpr int kBarrierBytes = (2 * kStages + 3) * 8;
-  // Cooperative consumers may run skewed (Sm90Consume), by at most the clocks the leader
-  // takes for kStages - 1 k-tiles alone (it cannot get further ahead: the trailer has not
-  // released the stages): 64 x kBN x kBK multiply-adds per k-tile at the tensor cores'
-  // 2048 (16-bit) or 1024 (tf32) per clock and SM, 512 clocks for 128 x 256 tiles.
-  static constexpr bool kSkewed = !kPingpong && kConsumers == 2;
-  static constexpr int kMaxLeadClocks = kSkewed ? (kStages - 1) * 64 * kBN * kRowBytes / 4096 : 0;
+  // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop).
+  static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
   // Epilogue scratch per consumer, used one of two ways:
   // - the general epilogue: 64 rows x kEpilogueCols fp32, rows padded to 40 floats so the
   //   fragment writes (8 rows x 4 column pairs per warp) hit distinct banks;
@@ -411,20 +404,12 @@ __device__ __forceinline__ void Sm90AddPartial(const Sm90StreamK& sk, float (&ac
 
 // Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
 // or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
-// Cooperative, `lead` > 0: consumer 1 starts each tile's mainloop at least `lead` clocks
-// after consumer 0 started it, so the two run skewed: while one consumer is in its
-// epilogue the other still has wgmmas to issue, and the tensor cores (which one warpgroup
-// can keep busy) idle for less of it; the halves' output stores leave at different times.
-// Consumer 0 writes its tile count and start clock to the 8 bytes after `order`. (A
-// signal from inside the k-loop, after `lead` k-tiles, would be exact but costs the loop
-// registers: ptxas then spills.) `lead` <= P::kMaxLeadClocks (LaunchSm90Kernel).
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Schedule<P>& schedule, int wg,
                                             unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
-                                            uint64_t* empty, uint64_t* order, int lead,
-                                            float* scratch, const Sm90Store& store,
-                                            const Sm90StreamK& stream_k, const Loads& loads,
-                                            const Sm90Timeline& timeline) {
+                                            uint64_t* empty, uint64_t* order, float* scratch,
+                                            const Sm90Store& store, const Sm90StreamK& stream_k,
+                                            const Loads& loads, const Sm90Timeline& timeline) {
   // Descriptor geometry: K-major tiles step 32 B per wgmma (k16, or k8 for tf32) inside the
   // swizzled row; MN-major tiles step two 8-row (1 KB) groups.
   // The leading byte offset matters only for MN-major tiles (the 64-wide block stride).
@@ -458,7 +443,6 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   int64_t i = -1;  // position in the block's tile sequence
   // Consumer 0 records the timeline's events (Sm90Timeline) on its first two items.
   int own = 0;  // items this consumer has taken
-  const uint32_t led = SharedAddress(order + 2);
   auto note = [&](int event, int second_event = -1) {
     if (wg == 0 && tid == 0) {
       if (own == 1) timeline.Record(event);
@@ -483,20 +467,6 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       order_phase ^= 1;
     }
     ++own;
-    if constexpr (P::kSkewed) {
-      if (lead > 0 && tid == 0) {
-        if (wg == 0) {
-          StoreShared64(led, own, static_cast<uint32_t>(clock()));
-        } else {
-          while (static_cast<int>(LoadShared32(led)) < own) {
-          }
-          const uint32_t start = LoadShared32(led + 4);
-          while (static_cast<uint32_t>(clock()) - start < static_cast<uint32_t>(lead)) {
-          }
-        }
-      }
-      if (lead > 0 && wg == 1) NamedBarrierSync(1 + wg, 128);
-    }
     uint32_t bias_word = 0;
     if constexpr (sizeof(TOut) == 2) {
       if (store.fused && store.bias && tid < P::kBN / 2) bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);
@@ -648,7 +618,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 __global__ void __launch_bounds__(P::kThreads, 1)
     Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p, const __grid_constant__ Sm90Store store,
-                   const Sm90StreamK stream_k, const Sm90Timeline timeline, int lead) {
+                   const Sm90StreamK stream_k, const Sm90Timeline timeline) {
 #if defined(JG_SM90_ENABLED)
   const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items);
   extern __shared__ unsigned char smem_raw[];
@@ -673,7 +643,6 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     }
     MbarrierInit(&order[0], 1);
     MbarrierInit(&order[1], 1);
-    StoreShared32(SharedAddress(order + 2), 0);
     FenceMbarrierInit();
   }
   // The peers' barriers must be initialized before anything is multicast to them.
@@ -690,20 +659,11 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   } else {
     if constexpr (P::kMovesRegisters) SetMaxRegistersIncrease<P::kConsumerRegisters>();
     Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, schedule, warpgroup - 1, tiles_a, tiles_b, full, empty, order,
-                                                lead, scratch, store, stream_k, loads,
-                                                timeline);
+                                                scratch, store, stream_k, loads, timeline);
   }
   // A block leaves only when its peers no longer arrive on its barriers.
   if constexpr (P::kClusterM > 1) ClusterSync();
 #endif
-}
-
-// The cooperative consumers' skew in clocks (Sm90Consume): kSm90ConsumerLead, or
-// JAXGEMM_SM90_LEAD (read at each launch, for experiments; 0 turns the skew off).
-constexpr int kSm90ConsumerLead = 1024;
-inline int Sm90ConsumerLead() {
-  const char* lead = std::getenv("JAXGEMM_SM90_LEAD");
-  return lead ? std::max(std::atoi(lead), 0) : kSm90ConsumerLead;
 }
 
 // Launches Sm90GemmKernel persistently: one block per SM (one cluster per kClusterM SMs),
@@ -766,14 +726,13 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   }
   const int64_t blocks = workers * P::kClusterM;
   const Sm90Timeline timeline = BeginSm90Timeline(blocks, stream);
-  const int lead = std::min(Sm90ConsumerLead(), P::kMaxLeadClocks);
   if constexpr (P::kClusterM == 1) {
     kernel<<<static_cast<unsigned>(blocks), P::kThreads, P::kSmemBytes, stream>>>(loads, p, store, stream_k,
-                                                                                 timeline, lead);
+                                                                                 timeline);
     status = cudaGetLastError();
   } else {
     config.gridDim = dim3(static_cast<unsigned>(blocks));
-    status = cudaLaunchKernelEx(&config, kernel, loads, p, store, stream_k, timeline, lead);
+    status = cudaLaunchKernelEx(&config, kernel, loads, p, store, stream_k, timeline);
     if (status == cudaSuccess) status = cudaGetLastError();
   }
   if (status == cudaSuccess && timeline.stamps) {
