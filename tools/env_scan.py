@@ -1,7 +1,8 @@
 """Times the heuristic's bf16 GEMM under each value of one jaxgemm environment variable
 that the kernels read when they launch (e.g. JAXGEMM_SM_COUNT: plan the grid for fewer
 SMs), against XLA, in alternating rounds in one process:
-    python tools/env_scan.py JAXGEMM_SM_COUNT=132,128 [M,N,K ...]"""
+    python tools/env_scan.py [--fused] JAXGEMM_SM_COUNT=132,128 [M,N,K ...]
+--fused: ours with bias + gelu + aux (XLA stays the plain product)."""
 
 import os
 import statistics
@@ -11,17 +12,24 @@ import jax
 import jax.numpy as jnp
 
 from jaxgemm.bench import time_samples
+from jaxgemm.epilogue import EpilogueConfig, _forward
 from jaxgemm.gemm import GemmConfig, _gemm
 
 DEFAULT = [(8192, 8192, 8192), (16384, 4096, 14336), (4096, 8192, 4096), (4096, 4096, 4096), (2048, 2048, 2048)]
 
 
-def main(var, values, shapes, rounds=4, per_round=20):
+def main(var, values, shapes, fused=False, rounds=4, per_round=20):
+    config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16))
     for m, n, k in shapes:
-        ka, kb = jax.random.split(jax.random.key(m + n + k))
+        ka, kb, kc = jax.random.split(jax.random.key(m + n + k), 3)
         a = jax.random.normal(ka, (m, k), jnp.bfloat16)
         b = jax.random.normal(kb, (k, n), jnp.bfloat16)
-        ours = jax.jit(lambda a, b: _gemm(a, b, GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16))))
+        if fused:
+            bias = jax.random.normal(kc, (n,), jnp.bfloat16)
+            epi = EpilogueConfig(activation="gelu", want_aux=True)
+            ours = jax.jit(lambda a, b: _forward(config, epi, a, b, None, bias, None, True))
+        else:
+            ours = jax.jit(lambda a, b: _gemm(a, b, config))
         xla = jax.jit(lambda a, b: a @ b)
         runs = [(v, ours) for v in values] + [(None, xla)]
         samples = {v: [] for v, _ in runs}
@@ -38,5 +46,8 @@ def main(var, values, shapes, rounds=4, per_round=20):
 
 
 if __name__ == "__main__":
-    var, values = sys.argv[1].split("=")
-    main(var, values.split(","), [tuple(map(int, s.split(","))) for s in sys.argv[2:]] or DEFAULT)
+    args = sys.argv[1:]
+    fused = "--fused" in args
+    args = [a for a in args if a != "--fused"]
+    var, values = args[0].split("=")
+    main(var, values.split(","), [tuple(map(int, s.split(","))) for s in args[1:]] or DEFAULT, fused)
