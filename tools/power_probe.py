@@ -2,7 +2,9 @@
 GEMM (the heuristic's schedule, or each forced sm90 tile) and XLA's, a few seconds each,
 sampled by nvidia-smi every 50 ms. Says whether a time difference comes with a clock
 difference (power-bound) or not (work per clock):
-    python tools/power_probe.py [M,N,K ...] [--tiles 256x256,128x256]"""
+    python tools/power_probe.py [M,N,K ...] [--tiles 256x256,128x256] [--f32]
+--f32: float32 at full precision (ours: SIMT, tiles forced on A stored as (K, M), as the
+heuristic stores large operands; XLA: precision="highest")."""
 
 import statistics
 import subprocess
@@ -30,18 +32,25 @@ def run_for(fn, args, seconds):
     return start, time.time(), (time.time() - start) / calls * 1e3
 
 
-def main(shapes, tiles, seconds=4.0):
+def main(shapes, tiles, f32=False, seconds=4.0):
     smi = subprocess.Popen(["nvidia-smi", f"--query-gpu={FIELDS}", "--format=csv,noheader,nounits", "-lms", "50"],
                            stdout=subprocess.PIPE, text=True)
     windows = []
     for m, n, k in shapes:
         ka, kb = jax.random.split(jax.random.key(m + n + k))
-        a = jax.random.normal(ka, (m, k), jnp.bfloat16)
-        b = jax.random.normal(kb, (k, n), jnp.bfloat16)
-        runs = [("XLA", jax.jit(lambda a, b: a @ b))]
+        dtype = jnp.float32 if f32 else jnp.bfloat16
+        a = jax.random.normal(ka, (m, k), dtype)
+        b = jax.random.normal(kb, (k, n), dtype)
+        runs = [("XLA", jax.jit(lambda a, b: jnp.dot(a, b, precision="highest" if f32 else None)))]
         for tile in tiles:
-            config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), kernel="sm90" if tile else None, tile=tile)
-            runs.append((f"ours {tile[0]}x{tile[1]}" if tile else "ours", jax.jit(lambda a, b, c=config: _gemm(a, b, c))))
+            label = f"ours {tile[0]}x{tile[1]}" if tile else "ours"
+            if f32 and tile:  # A stored (K, M); the transpose is outside the timed calls
+                config = GemmConfig(transpose_a=True, split_k=1, kernel="simt", tile=tile)
+                a_t = a.T.copy()
+                runs.append((label, jax.jit(lambda a, b, c=config, a_t=a_t: _gemm(a_t, b, c))))
+                continue
+            config = GemmConfig(out_dtype=jnp.dtype(dtype), kernel="sm90" if tile else None, tile=tile)
+            runs.append((label, jax.jit(lambda a, b, c=config: _gemm(a, b, c))))
         for label, fn in runs + runs[::-1]:
             t0, t1, ms = run_for(fn, (a, b), seconds)
             windows.append((f"{m}x{n}x{k} {label}", t0 + 1.0, t1, ms))  # skip the first second
@@ -73,4 +82,6 @@ if __name__ == "__main__":
         i = args.index("--tiles")
         tiles = [tuple(map(int, t.split("x"))) for t in args[i + 1].split(",")]
         del args[i:i + 2]
-    main([tuple(map(int, s.split(","))) for s in args] or [(8192, 8192, 8192), (4096, 4096, 4096)], tiles)
+    f32 = "--f32" in args
+    args = [a for a in args if a != "--f32"]
+    main([tuple(map(int, s.split(","))) for s in args] or [(8192, 8192, 8192), (4096, 4096, 4096)], tiles, f32)
