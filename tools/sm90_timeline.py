@@ -2,7 +2,9 @@
 (the first after other kernels, with cold caches), which makes the launcher print when the
 blocks reached each point of their first two work items (ffi_src/gemm/sm90_timeline.cuh),
 beside the call's CUPTI time and XLA's.
-    python3 -P tools/sm90_timeline.py   (on the GPU machine, jaxgemm installed)"""
+    python3 -P tools/sm90_timeline.py [case index ...]   (on the GPU machine, jaxgemm installed)
+The launches follow JAXGEMM_SM_COUNT when it is set (fewer SMs: the same work per block,
+fewer blocks storing at once)."""
 
 import os
 import sys
@@ -26,7 +28,8 @@ CASES = [
     (8192, 8192, 8192, None, None, "fused"),
 ]
 
-for m, n, k, kernel, tile, epilogue in CASES:
+picked = [CASES[int(i)] for i in sys.argv[1:]] or CASES
+for m, n, k, kernel, tile, epilogue in picked:
     ka, kb, kc = jax.random.split(jax.random.key(0), 3)
     a, b = jax.random.normal(ka, (m, k), jnp.bfloat16), jax.random.normal(kb, (k, n), jnp.bfloat16)
     out = jnp.float32 if epilogue == "f32" else jnp.bfloat16
