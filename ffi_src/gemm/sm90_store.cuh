@@ -148,11 +148,9 @@ __device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kB
 // instruction cache); the block's 32 values per thread come out of the accumulators with
 // compile-time indices, one branch per block.
 // Without Aux the two boxes alternate as in Sm90StoreTile. With Aux, Aux always goes to
-// box 0 and D to box 1, each stored as its own bulk group as soon as it is written: Aux
-// before the activation (z then holds no registers through it), D after. Each box waits
-// only for its own previous store (one group may still be pending: the other box's), so
-// the previous block's D store drains under this block's Aux write and activation. (One
-// group for both, waited for before the Aux write, measured the same: NOTES.md, session 13.)
+// box 0 (written before the activation, so z holds no registers through it) and D to
+// box 1, and both leave as one bulk group: one wait and one pair of barriers per block
+// (a round per box measured ~0.4 us per tile each: NOTES.md, session 15).
 // The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
 // before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
 template <class P, class TOut>
@@ -205,11 +203,21 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
       }
     }
     const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
-    // Writes v to `box` once the store that last read it is done (at most one later group,
-    // the other box's, may still be reading), then thread 0 stores it as one bulk group.
-    auto store_box = [&](unsigned char* box, const CUtensorMap* map) {
-      if (tid == 0) BulkWaitGroupRead<1>();
-      NamedBarrierSync(1 + wg, 128);
+    // One round of barriers per block: once the stores that last read the boxes are done
+    // (with Aux, both of the previous block's; without, D alternates between the boxes and
+    // the other box's store may still read), every thread writes its words of Aux (z,
+    // before the activation overwrites it) and of D, and thread 0 stores the block's boxes
+    // as one bulk group.
+    unsigned char* const d_box = boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes;
+    if (tid == 0) {
+      if (with_aux) {
+        BulkWaitGroupRead<0>();
+      } else {
+        BulkWaitGroupRead<1>();
+      }
+    }
+    NamedBarrierSync(1 + wg, 128);
+    auto write_box = [&](unsigned char* box) {
       const uint32_t address = SharedAddress(box) + row_offset;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -218,20 +226,24 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
           StoreShared32(address + h * 8 * 128 + ((u ^ (lane / 4)) * 16), PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]));
         }
       }
-      FenceProxyAsyncShared();
-      NamedBarrierSync(1 + wg, 128);
-      if (tid == 0) {
+    };
+    if (with_aux) write_box(boxes);
+    ActivateAll<true>(activation, v);
+    write_box(d_box);
+    FenceProxyAsyncShared();
+    NamedBarrierSync(1 + wg, 128);
+    if (tid == 0) {
+      auto tma_store = [&](const CUtensorMap* map, unsigned char* box) {
         if (store.slabs > 1) {  // from the parameter space: through `params`, a memory load per box
           TmaStore3d(map, box, col, row, static_cast<int>(slab));
         } else {
           TmaStore2d(map, box, col, row);
         }
-        BulkCommitGroup();
-      }
-    };
-    if (with_aux) store_box(boxes, &s.aux);
-    ActivateAll<true>(activation, v);
-    store_box(boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes, &s.d);
+      };
+      if (with_aux) tma_store(&s.aux, boxes);
+      tma_store(&s.d, d_box);
+      BulkCommitGroup();
+    }
   }
 }
 
