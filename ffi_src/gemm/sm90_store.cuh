@@ -149,8 +149,9 @@ __device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kB
 // compile-time indices, one branch per block.
 // Without Aux the two boxes alternate as in Sm90StoreTile. With Aux, Aux always goes to
 // box 0 (written before the activation, so z holds no registers through it) and D to
-// box 1, and both leave as one bulk group: one wait and one pair of barriers per block
-// (a round per box measured ~0.4 us per tile each: NOTES.md, session 15).
+// box 1, and both leave as one bulk group: one wait and one pair of barriers per block.
+// (A round per box, each box waiting only for its own previous store, measured the same:
+// NOTES.md, session 15. What the epilogue's time is made of is there too.)
 // The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
 // before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
 template <class P, class TOut>
@@ -184,10 +185,12 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
     float v[2][16];
     Sm90TakeBlock<P>(acc, c, v);
     const int mi = c / kColBlocks, nb = c % kColBlocks;
+    if (alpha != 1.f) {  // skipped in the common case: 1 x acc is acc
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int j = 0; j < 16; ++j) v[h][j] = __fmul_rn(v[h][j], alpha);
+        for (int j = 0; j < 16; ++j) v[h][j] = __fmul_rn(v[h][j], alpha);
+    }
     if (with_bias) {
       // Columns 64 nb + 8 u + 2 (lane % 4) + {0, 1}: word 32 nb + 4 u + lane % 4.
 #pragma unroll
