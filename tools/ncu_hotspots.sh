@@ -29,7 +29,7 @@ if start is None:
     sys.exit(1)
 rows = list(csv.DictReader(lines[start:]))
 total_key = next(k for k in rows[0] if "Warp Stall Sampling (All" in k)
-stall_keys = [k for k in rows[0] if k.startswith("stall_") or "Stall" in k and k != total_key and "Not-issued" not in k]
+stall_keys = [k for k in rows[0] if k.startswith("stall_") and "Not Issued" not in k]
 def num(x):
     try:
         return float(str(x).replace(",", ""))
