@@ -151,7 +151,7 @@ __device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kB
 // box 0 (written before the activation, so z holds no registers through it) and D to
 // box 1, and both leave as one bulk group: one wait and one pair of barriers per block.
 // (A round per box, each box waiting only for its own previous store, measured the same:
-// NOTES.md, session 15. What the epilogue's time is made of is there too.)
+// NOTES.md, sessions 13 and 15; session 15 also says what the epilogue's time is made of.)
 // The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
 // before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
 template <class P, class TOut>
@@ -206,11 +206,8 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
       }
     }
     const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
-    // One round of barriers per block: once the stores that last read the boxes are done
-    // (with Aux, both of the previous block's; without, D alternates between the boxes and
-    // the other box's store may still read), every thread writes its words of Aux (z,
-    // before the activation overwrites it) and of D, and thread 0 stores the block's boxes
-    // as one bulk group.
+    // The stores that last read this block's boxes are done with them (without Aux, the
+    // other box's store may still be reading).
     unsigned char* const d_box = boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes;
     if (tid == 0) {
       if (with_aux) {
