@@ -163,6 +163,15 @@ __device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");
 }
 
+// Four 8 x 8 matrices of 16-bit values to shared memory (stmatrix): lane t gives the address
+// of row t % 8 of matrix t / 8, and holds, in word i, two adjacent columns of matrix i
+// (row lane / 4, columns 2 (lane % 4) and + 1): the layout of an mma / wgmma accumulator.
+__device__ __forceinline__ void StoreMatrixX4(uint32_t addr, uint32_t m0, uint32_t m1, uint32_t m2, uint32_t m3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(m0), "r"(m1),
+               "r"(m2), "r"(m3)
+               : "memory");
+}
+
 // A 32-bit load from a shared-memory address (see StoreShared32). Volatile, so that the
 // compiler keeps it after the barrier that publishes the data (a plain asm without a memory
 // operand could be moved across it).

@@ -41,31 +41,42 @@ struct Sm90Store {
 
 // The TMA-store epilogue of one consumer's tile: for each 64 x 64 block (row block mi,
 // column block nb), the fragments, scaled and rounded, go to one of two 8 KB boxes in the
-// 128 B-swizzled layout the map expects (16-byte unit u of row r at u ^ (r % 8): the 8
-// rows x 4 words a warp writes at once land in distinct banks), then thread 0 stores the
-// box. Two boxes alternate, so writing one overlaps the other's store.
+// 128 B-swizzled layout the map expects (16-byte unit u of row r at u ^ (r % 8)), then
+// thread 0 stores the box. Two boxes alternate, so writing one overlaps the other's store.
+// A warp writes its 16 rows of a box with four stmatrix.x4, each two 16-byte units wide
+// (matrix q: rows 8 (q % 2) ..., unit u + q / 2): the 8 rows of a matrix land in distinct
+// banks. The scaling is skipped when alpha is 1 (1 x acc is acc).
 template <class P, class TOut>
-__device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
+__device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
                                               int64_t row0, int64_t col0, int64_t slab, float alpha, int wg,
                                               unsigned char* boxes) {
   const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
   constexpr int kColBlocks = P::kBN / 64;
+  if (alpha != 1.f) {
+#pragma unroll
+    for (int mi = 0; mi < P::kMmaM; ++mi)
+#pragma unroll
+      for (int j = 0; j < P::kBN / 2; ++j) acc[mi][j] *= alpha;
+  }
+  // This lane's stmatrix row: row 16 warp + 8 (q % 2) + lane % 8 of the box, in unit
+  // u + q / 2 for even u, i.e. at byte (u * 16) ^ unit_xor of that row.
+  const int q = lane / 8, row_in_matrix = lane % 8;
+  const uint32_t row_offset = (warp * 16 + 8 * (q % 2) + row_in_matrix) * 128;
+  const uint32_t unit_xor = ((q / 2) ^ row_in_matrix) * 16;
 #pragma unroll
   for (int c = 0; c < P::kMmaM * kColBlocks; ++c) {
     const int mi = c / kColBlocks, nb = c % kColBlocks;
     unsigned char* box = boxes + (c % 2) * P::kOutBoxBytes;
-    const uint32_t box_address = SharedAddress(box);
+    const uint32_t row_address = SharedAddress(box) + row_offset;
     if (tid == 0) BulkWaitGroupRead<1>();  // the store that last read this box is done with it
     NamedBarrierSync(1 + wg, 128);
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {  // 16-byte unit u of the box row = fragment column group nb * 8 + u
+    for (int u = 0; u < 8; u += 2) {  // fragment column groups j = 8 nb + u and j + 1
       const int j = nb * 8 + u;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = warp * 16 + lane / 4 + 8 * h;
-        StoreShared32(box_address + r * 128 + ((u ^ (r % 8)) * 16) + 4 * (lane % 4),
-                      PackPair<TOut>(alpha * acc[mi][4 * j + 2 * h], alpha * acc[mi][4 * j + 2 * h + 1]));
-      }
+      StoreMatrixX4(row_address + ((u * 16) ^ unit_xor), PackPair<TOut>(acc[mi][4 * j], acc[mi][4 * j + 1]),
+                    PackPair<TOut>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]),
+                    PackPair<TOut>(acc[mi][4 * j + 4], acc[mi][4 * j + 5]),
+                    PackPair<TOut>(acc[mi][4 * j + 6], acc[mi][4 * j + 7]));
     }
     FenceProxyAsyncShared();
     NamedBarrierSync(1 + wg, 128);
