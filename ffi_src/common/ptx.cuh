@@ -26,6 +26,13 @@ __device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Arrives on barrier `id` without waiting (the other side of a NamedBarrierSync: its
+// threads wait until `threads` have arrived or synced); the arriving threads' earlier
+// shared-memory writes are visible to the waiting ones after it.
+__device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ void CpAsyncCommitGroup() { asm volatile("cp.async.commit_group;\n" ::); }
 
 // Waits until at most kPending committed groups are still in flight.

@@ -402,6 +402,39 @@ __device__ __forceinline__ void Sm90AddPartial(const Sm90StreamK& sk, float (&ac
     }
 }
 
+// The store warp of consumer `wg` (Sm90HandedStores): walks the block's items as the
+// consumers do and, for each box the consumer has written, issues its TMA store and frees
+// the box once the store has read it.
+template <class P>
+__device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Schedule<P>& schedule,
+                                              const Sm90Store& store, int wg, unsigned char* boxes) {
+  using H = Sm90HandedStores<P>;
+  constexpr int kColBlocks = P::kBN / 64;
+  const bool leader = threadIdx.x % 32 == 0;
+  Sm90Work w;
+  for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
+    if (w.fixup == kSm90StorePartial) continue;  // the consumer leaves these sums in the workspace
+    const int row0 = static_cast<int>(w.m0) + 64 * wg, col0 = static_cast<int>(w.n0);
+    for (int c = 0; c < H::kBoxes; ++c) {
+      const int box = c % 2;
+      unsigned char* smem = boxes + box * P::kOutBoxBytes;
+      NamedBarrierSync(H::Written(wg, box), H::kThreads);
+      if (leader) {
+        const int col = col0 + 64 * (c % kColBlocks), row = row0 + 64 * (c / kColBlocks);
+        if (store.slabs > 1) {
+          TmaStore3d(&store.d, smem, col, row, static_cast<int>(w.slab));
+        } else {
+          TmaStore2d(&store.d, smem, col, row);
+        }
+        BulkCommitGroup();
+        BulkWaitGroupRead<0>();
+      }
+      __syncwarp();
+      NamedBarrierArrive(H::Free(wg, box), H::kThreads);
+    }
+  }
+}
+
 // Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
 // or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
@@ -441,6 +474,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   float acc[P::kMmaM][P::kBN / 2];
   uint32_t order_phase = 0;
   int64_t i = -1;  // position in the block's tile sequence
+  bool boxes_in_use = false;  // Sm90HandedStores: this consumer's boxes hold a tile's blocks
   // Consumer 0 records the timeline's events (Sm90Timeline) on its first two items.
   int own = 0;  // items this consumer has taken
   auto note = [&](int event, int second_event = -1) {
@@ -540,6 +574,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
         if (store.fused) {
           Sm90StoreTileFused<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, wg,
                                       reinterpret_cast<unsigned char*>(scratch), bias_word, bias_stage);
+        } else if constexpr (Sm90HandedStores<P>::kUsed) {
+          Sm90WriteBoxes<P, TOut>(acc, p.epilogue.alpha, wg, reinterpret_cast<unsigned char*>(scratch), boxes_in_use);
+          boxes_in_use = true;
         } else {
           Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
                                  reinterpret_cast<unsigned char*>(scratch));
@@ -609,6 +646,10 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   // no wait: the grid's completion makes them visible to later work, and waiting for them
   // here would add their latency to the last tile's exposed epilogue.
   if (store.enabled && tid == 0) BulkWaitGroupRead<0>();
+  if (boxes_in_use) {  // the store warp's last two stores have read the boxes
+    NamedBarrierSync(Sm90HandedStores<P>::Free(wg, 0), Sm90HandedStores<P>::kThreads);
+    NamedBarrierSync(Sm90HandedStores<P>::Free(wg, 1), Sm90HandedStores<P>::kThreads);
+  }
   if (tid == 0) timeline.Record(wg == 0 ? kTimelineConsumer0Exit : kTimelineConsumer1Exit);
 }
 
@@ -656,6 +697,14 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   if (warpgroup == 0) {
     if constexpr (P::kMovesRegisters) SetMaxRegistersDecrease<P::kProducerRegisters>();
     if (threadIdx.x == 0) loads.template Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty);
+    // Warps 1 .. kConsumers: the consumers' store warps (Sm90HandedStores).
+    if constexpr (sizeof(TOut) == 2 && Sm90HandedStores<P>::kUsed) {
+      const int warp = threadIdx.x / 32;
+      if (warp >= 1 && warp <= P::kConsumers && store.enabled && !store.fused) {
+        Sm90StoreWarp<P>(p, schedule, store, warp - 1,
+                         reinterpret_cast<unsigned char*>(scratch) + (warp - 1) * P::kEpilogueRegionBytes);
+      }
+    }
   } else {
     if constexpr (P::kMovesRegisters) SetMaxRegistersIncrease<P::kConsumerRegisters>();
     Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, schedule, warpgroup - 1, tiles_a, tiles_b, full, empty, order,

@@ -39,45 +39,65 @@ struct Sm90Store {
 
 #if defined(JG_SM90_ENABLED)
 
-// The TMA-store epilogue of one consumer's tile: for each 64 x 64 block (row block mi,
-// column block nb), the fragments, scaled and rounded, go to one of two 8 KB boxes in the
-// 128 B-swizzled layout the map expects (16-byte unit u of row r at u ^ (r % 8)), then
-// thread 0 stores the box. Two boxes alternate, so writing one overlaps the other's store.
-// A warp writes its 16 rows of a box with four stmatrix.x4, each two 16-byte units wide
-// (matrix q: rows 8 (q % 2) ..., unit u + q / 2): the 8 rows of a matrix land in distinct
-// banks. The scaling is skipped when alpha is 1 (1 x acc is acc).
+// A consumer's 64 x 64 block (row block mi, column block nb of its tile), rounded, into a box
+// in the 128 B-swizzled layout of the output tensor map (16-byte unit u of row r at
+// u ^ (r % 8)). A warp writes its 16 rows with four stmatrix.x4, each two units wide (matrix
+// q: rows 8 (q % 2) ..., unit u + q / 2), so the 8 rows of a matrix land in distinct banks.
+// `row_address`: the box's address plus this lane's row, 16 warp + 8 (q % 2) + lane % 8;
+// `unit_xor`: (q / 2 ^ lane % 8) * 16, so that unit u + q / 2 of that row is at byte
+// (16 u) ^ unit_xor for even u.
 template <class P, class TOut>
-__device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
-                                              int64_t row0, int64_t col0, int64_t slab, float alpha, int wg,
-                                              unsigned char* boxes) {
-  const int tid = threadIdx.x % 128, lane = tid % 32, warp = tid / 32;
-  constexpr int kColBlocks = P::kBN / 64;
+__device__ __forceinline__ void Sm90WriteBox(const float (&acc)[P::kMmaM][P::kBN / 2], int mi, int nb,
+                                             uint32_t row_address, uint32_t unit_xor) {
+#pragma unroll
+  for (int u = 0; u < 8; u += 2) {  // fragment column groups j = 8 nb + u and j + 1
+    const int j = nb * 8 + u;
+    StoreMatrixX4(row_address + ((u * 16) ^ unit_xor), PackPair<TOut>(acc[mi][4 * j], acc[mi][4 * j + 1]),
+                  PackPair<TOut>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]),
+                  PackPair<TOut>(acc[mi][4 * j + 4], acc[mi][4 * j + 5]),
+                  PackPair<TOut>(acc[mi][4 * j + 6], acc[mi][4 * j + 7]));
+  }
+}
+
+// This lane's row offset in a box and unit XOR for Sm90WriteBox.
+__device__ __forceinline__ void Sm90BoxLane(uint32_t* row_offset, uint32_t* unit_xor) {
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, q = lane / 8;
+  *row_offset = (warp * 16 + 8 * (q % 2) + lane % 8) * 128;
+  *unit_xor = ((q / 2) ^ (lane % 8)) * 16;
+}
+
+// The plain TMA-store epilogue's scaling: D = alpha * acc, skipped when alpha is 1.
+template <class P>
+__device__ __forceinline__ void Sm90Scale(float (&acc)[P::kMmaM][P::kBN / 2], float alpha) {
   if (alpha != 1.f) {
 #pragma unroll
     for (int mi = 0; mi < P::kMmaM; ++mi)
 #pragma unroll
       for (int j = 0; j < P::kBN / 2; ++j) acc[mi][j] *= alpha;
   }
-  // This lane's stmatrix row: row 16 warp + 8 (q % 2) + lane % 8 of the box, in unit
-  // u + q / 2 for even u, i.e. at byte (u * 16) ^ unit_xor of that row.
-  const int q = lane / 8, row_in_matrix = lane % 8;
-  const uint32_t row_offset = (warp * 16 + 8 * (q % 2) + row_in_matrix) * 128;
-  const uint32_t unit_xor = ((q / 2) ^ row_in_matrix) * 16;
+}
+
+// The TMA-store epilogue of one consumer's tile, all in the consumer: each 64 x 64 block
+// goes to one of two 8 KB boxes, then thread 0 stores the box. The two boxes alternate, so
+// writing one overlaps the other's store. For the pingpong schedules (whose consumers'
+// epilogues already overlap the other's mainloop); the cooperative ones hand their stores
+// to a producer warp (Sm90WriteBoxes).
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
+                                              int64_t row0, int64_t col0, int64_t slab, float alpha, int wg,
+                                              unsigned char* boxes) {
+  const int tid = threadIdx.x % 128;
+  constexpr int kColBlocks = P::kBN / 64;
+  Sm90Scale<P>(acc, alpha);
+  uint32_t row_offset, unit_xor;
+  Sm90BoxLane(&row_offset, &unit_xor);
 #pragma unroll
   for (int c = 0; c < P::kMmaM * kColBlocks; ++c) {
     const int mi = c / kColBlocks, nb = c % kColBlocks;
     unsigned char* box = boxes + (c % 2) * P::kOutBoxBytes;
-    const uint32_t row_address = SharedAddress(box) + row_offset;
     if (tid == 0) BulkWaitGroupRead<1>();  // the store that last read this box is done with it
     NamedBarrierSync(1 + wg, 128);
-#pragma unroll
-    for (int u = 0; u < 8; u += 2) {  // fragment column groups j = 8 nb + u and j + 1
-      const int j = nb * 8 + u;
-      StoreMatrixX4(row_address + ((u * 16) ^ unit_xor), PackPair<TOut>(acc[mi][4 * j], acc[mi][4 * j + 1]),
-                    PackPair<TOut>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]),
-                    PackPair<TOut>(acc[mi][4 * j + 4], acc[mi][4 * j + 5]),
-                    PackPair<TOut>(acc[mi][4 * j + 6], acc[mi][4 * j + 7]));
-    }
+    Sm90WriteBox<P, TOut>(acc, mi, nb, SharedAddress(box) + row_offset, unit_xor);
     FenceProxyAsyncShared();
     NamedBarrierSync(1 + wg, 128);
     if (tid == 0) {
@@ -89,6 +109,45 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&ac
       }
       BulkCommitGroup();
     }
+  }
+}
+
+// The plain TMA-store epilogue of the cooperative schedules, whose consumers finish a tile
+// together, so that whatever their epilogue waits for leaves the tensor cores idle: the
+// consumer only writes its boxes; warp 1 + wg of the producer warpgroup (Sm90StoreWarp, in
+// sm90_kernel.cuh) issues the TMA stores and waits for their reads. Per consumer and box b,
+// two named barriers of 128 + 32 threads: "written" (the consumer arrives, the store warp
+// waits) and "free" (the store warp arrives once the box's store has read it; the consumer
+// waits before writing the box again). One barrier per box and direction, so an arrival
+// never runs a phase ahead of the matching wait. Needs an even number of blocks per tile
+// (the boxes' roles repeat every tile).
+template <class P>
+struct Sm90HandedStores {
+  static constexpr int kBoxes = P::kMmaM * (P::kBN / 64);  // per consumer and tile
+  static constexpr bool kUsed = !P::kPingpong && kBoxes % 2 == 0;
+  static constexpr int kThreads = 128 + 32;
+  __device__ __forceinline__ static int Written(int wg, int box) { return 3 + 4 * wg + box; }
+  __device__ __forceinline__ static int Free(int wg, int box) { return 5 + 4 * wg + box; }
+};
+
+// The consumer's side of Sm90HandedStores for one tile. `boxes_in_use`: an earlier tile's
+// stores may still read the boxes.
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90WriteBoxes(float (&acc)[P::kMmaM][P::kBN / 2], float alpha, int wg,
+                                               unsigned char* boxes, bool boxes_in_use) {
+  using H = Sm90HandedStores<P>;
+  constexpr int kColBlocks = P::kBN / 64;
+  Sm90Scale<P>(acc, alpha);
+  uint32_t row_offset, unit_xor;
+  Sm90BoxLane(&row_offset, &unit_xor);
+#pragma unroll
+  for (int c = 0; c < H::kBoxes; ++c) {
+    const int box = c % 2;
+    if (c >= 2 || boxes_in_use) NamedBarrierSync(H::Free(wg, box), H::kThreads);
+    Sm90WriteBox<P, TOut>(acc, c / kColBlocks, c % kColBlocks, SharedAddress(boxes + box * P::kOutBoxBytes) + row_offset,
+                          unit_xor);
+    FenceProxyAsyncShared();
+    NamedBarrierArrive(H::Written(wg, box), H::kThreads);
   }
 }
 
