@@ -411,26 +411,30 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
   using H = Sm90HandedStores<P>;
   constexpr int kColBlocks = P::kBN / 64;
   const bool leader = threadIdx.x % 32 == 0;
+  const bool with_aux = store.fused && store.with_aux;  // Aux in box 0, D in box 1, one barrier pair
   Sm90Work w;
   for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
     if (w.fixup == kSm90StorePartial) continue;  // the consumer leaves these sums in the workspace
     const int row0 = static_cast<int>(w.m0) + 64 * wg, col0 = static_cast<int>(w.n0);
     for (int c = 0; c < H::kBoxes; ++c) {
-      const int box = c % 2;
-      unsigned char* smem = boxes + box * P::kOutBoxBytes;
-      NamedBarrierSync(H::Written(wg, box), H::kThreads);
+      const int slot = with_aux ? 0 : c % 2;
+      NamedBarrierSync(H::Written(wg, slot), H::kThreads);
       if (leader) {
         const int col = col0 + 64 * (c % kColBlocks), row = row0 + 64 * (c / kColBlocks);
-        if (store.slabs > 1) {
-          TmaStore3d(&store.d, smem, col, row, static_cast<int>(w.slab));
-        } else {
-          TmaStore2d(&store.d, smem, col, row);
-        }
+        auto tma_store = [&](const CUtensorMap* map, unsigned char* smem) {
+          if (store.slabs > 1) {
+            TmaStore3d(map, smem, col, row, static_cast<int>(w.slab));
+          } else {
+            TmaStore2d(map, smem, col, row);
+          }
+        };
+        if (with_aux) tma_store(&store.aux, boxes);
+        tma_store(&store.d, boxes + (with_aux ? 1 : slot) * P::kOutBoxBytes);
         BulkCommitGroup();
         BulkWaitGroupRead<0>();
       }
       __syncwarp();
-      NamedBarrierArrive(H::Free(wg, box), H::kThreads);
+      NamedBarrierArrive(H::Free(wg, slot), H::kThreads);
     }
   }
 }
@@ -572,8 +576,10 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     if constexpr (sizeof(TOut) == 2) {
       if (store.enabled) {
         if (store.fused) {
-          Sm90StoreTileFused<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, wg,
-                                      reinterpret_cast<unsigned char*>(scratch), bias_word, bias_stage);
+          Sm90StoreTileFused<P, TOut, Sm90HandedStores<P>::kUsed>(store, acc, w.m0 + first_row, w.n0, slab, wg,
+                                                                   reinterpret_cast<unsigned char*>(scratch),
+                                                                   bias_word, bias_stage, boxes_in_use);
+          boxes_in_use = Sm90HandedStores<P>::kUsed;
         } else if constexpr (Sm90HandedStores<P>::kUsed) {
           Sm90WriteBoxes<P, TOut>(acc, p.epilogue.alpha, wg, reinterpret_cast<unsigned char*>(scratch), boxes_in_use);
           boxes_in_use = true;
@@ -646,9 +652,11 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   // no wait: the grid's completion makes them visible to later work, and waiting for them
   // here would add their latency to the last tile's exposed epilogue.
   if (store.enabled && tid == 0) BulkWaitGroupRead<0>();
-  if (boxes_in_use) {  // the store warp's last two stores have read the boxes
+  if (boxes_in_use) {  // the store warp's last stores have read the boxes (with Aux: one pair)
     NamedBarrierSync(Sm90HandedStores<P>::Free(wg, 0), Sm90HandedStores<P>::kThreads);
-    NamedBarrierSync(Sm90HandedStores<P>::Free(wg, 1), Sm90HandedStores<P>::kThreads);
+    if (!(store.fused && store.with_aux)) {
+      NamedBarrierSync(Sm90HandedStores<P>::Free(wg, 1), Sm90HandedStores<P>::kThreads);
+    }
   }
   if (tid == 0) timeline.Record(wg == 0 ? kTimelineConsumer0Exit : kTimelineConsumer1Exit);
 }
@@ -700,7 +708,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     // Warps 1 .. kConsumers: the consumers' store warps (Sm90HandedStores).
     if constexpr (sizeof(TOut) == 2 && Sm90HandedStores<P>::kUsed) {
       const int warp = threadIdx.x / 32;
-      if (warp >= 1 && warp <= P::kConsumers && store.enabled && !store.fused) {
+      if (warp >= 1 && warp <= P::kConsumers && store.enabled) {
         Sm90StoreWarp<P>(p, schedule, store, warp - 1,
                          reinterpret_cast<unsigned char*>(scratch) + (warp - 1) * P::kEpilogueRegionBytes);
       }

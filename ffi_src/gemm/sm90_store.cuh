@@ -59,9 +59,9 @@ __device__ __forceinline__ void Sm90WriteBox(const float (&acc)[P::kMmaM][P::kBN
   }
 }
 
-// This lane's row offset in a box and unit XOR for Sm90WriteBox.
-__device__ __forceinline__ void Sm90BoxLane(uint32_t* row_offset, uint32_t* unit_xor) {
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, q = lane / 8;
+// Thread `thread`'s row offset in a box and unit XOR for Sm90WriteBox.
+__device__ __forceinline__ void Sm90BoxLane(unsigned thread, uint32_t* row_offset, uint32_t* unit_xor) {
+  const int lane = thread % 32, warp = (thread % 128) / 32, q = lane / 8;
   *row_offset = (warp * 16 + 8 * (q % 2) + lane % 8) * 128;
   *unit_xor = ((q / 2) ^ (lane % 8)) * 16;
 }
@@ -90,7 +90,7 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&ac
   constexpr int kColBlocks = P::kBN / 64;
   Sm90Scale<P>(acc, alpha);
   uint32_t row_offset, unit_xor;
-  Sm90BoxLane(&row_offset, &unit_xor);
+  Sm90BoxLane(threadIdx.x, &row_offset, &unit_xor);
 #pragma unroll
   for (int c = 0; c < P::kMmaM * kColBlocks; ++c) {
     const int mi = c / kColBlocks, nb = c % kColBlocks;
@@ -112,15 +112,15 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&ac
   }
 }
 
-// The plain TMA-store epilogue of the cooperative schedules, whose consumers finish a tile
-// together, so that whatever their epilogue waits for leaves the tensor cores idle: the
-// consumer only writes its boxes; warp 1 + wg of the producer warpgroup (Sm90StoreWarp, in
-// sm90_kernel.cuh) issues the TMA stores and waits for their reads. Per consumer and box b,
-// two named barriers of 128 + 32 threads: "written" (the consumer arrives, the store warp
-// waits) and "free" (the store warp arrives once the box's store has read it; the consumer
-// waits before writing the box again). One barrier per box and direction, so an arrival
-// never runs a phase ahead of the matching wait. Needs an even number of blocks per tile
-// (the boxes' roles repeat every tile).
+// The TMA-store epilogues (plain, and fused: Sm90StoreTileFused) of the cooperative
+// schedules, whose consumers finish a tile together, so that whatever their epilogue waits
+// for leaves the tensor cores idle: the consumer only writes its boxes; warp 1 + wg of the
+// producer warpgroup (Sm90StoreWarp, in sm90_kernel.cuh) issues the TMA stores and waits
+// for their reads. Per consumer and box b, two named barriers of 128 + 32 threads:
+// "written" (the consumer arrives, the store warp waits) and "free" (the store warp arrives
+// once the box's store has read it; the consumer waits before writing the box again). One
+// barrier per box and direction, so an arrival never runs a phase ahead of the matching
+// wait. Needs an even number of blocks per tile (the boxes' roles repeat every tile).
 template <class P>
 struct Sm90HandedStores {
   static constexpr int kBoxes = P::kMmaM * (P::kBN / 64);  // per consumer and tile
@@ -139,7 +139,7 @@ __device__ __forceinline__ void Sm90WriteBoxes(float (&acc)[P::kMmaM][P::kBN / 2
   constexpr int kColBlocks = P::kBN / 64;
   Sm90Scale<P>(acc, alpha);
   uint32_t row_offset, unit_xor;
-  Sm90BoxLane(&row_offset, &unit_xor);
+  Sm90BoxLane(threadIdx.x, &row_offset, &unit_xor);
 #pragma unroll
   for (int c = 0; c < H::kBoxes; ++c) {
     const int box = c % 2;
@@ -220,14 +220,18 @@ __device__ __forceinline__ void Sm90TakeBlock(const float (&acc)[P::kMmaM][P::kB
 // Without Aux the two boxes alternate as in Sm90StoreTile. With Aux, Aux always goes to
 // box 0 (written before the activation, so z holds no registers through it) and D to
 // box 1, and both leave as one bulk group: one wait and one pair of barriers per block.
+// kHanded (the cooperative schedules, Sm90HandedStores): the consumer only writes the
+// boxes; the store warp stores them (with Aux, both boxes on one pair of barriers, slot 0).
 // (A round per box, each box waiting only for its own previous store, measured the same:
 // NOTES.md, sessions 13 and 15; session 15 also says what the epilogue's time is made of.)
 // The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
 // before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
-template <class P, class TOut>
+template <class P, class TOut, bool kHanded>
 __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
                                                    int64_t row0, int64_t col0, int64_t slab, int wg,
-                                                   unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage) {
+                                                   unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage,
+                                                   bool boxes_in_use) {
+  using H = Sm90HandedStores<P>;
   // The parameters and the thread index are read through values the compiler cannot see
   // through, so they are loaded on each tile: hoisted out of the tile loop they would hold
   // a dozen registers through the mainloop and the general epilogue (which then spilled).
@@ -235,7 +239,7 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
   unsigned thread;
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread), "+l"(params));
   const Sm90Store& s = *params;
-  const int tid = thread % 128, lane = tid % 32, warp = tid / 32;
+  const int tid = thread % 128, lane = tid % 32;
   constexpr int kColBlocks = P::kBN / 64, kBlocks = P::kMmaM * kColBlocks;
   const float alpha = s.alpha;
   const Activation activation = s.activation;
@@ -243,13 +247,14 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
   const bool with_aux = s.with_aux != 0;
   const uint32_t stage = SharedAddress(bias_stage);
   if (with_bias) {
-    // The previous tile's blocks read the stage before their last barrier.
+    // The previous tile's blocks read the stage before their last barrier (kHanded: they
+    // have no barrier after their reads, hence one here).
+    if constexpr (kHanded) NamedBarrierSync(1 + wg, 128);
     if (tid < P::kBN / 2) StoreShared32(stage + 4 * tid, bias_word);
     NamedBarrierSync(1 + wg, 128);
   }
-  // Byte offset of this thread's word in row 16 warp + lane / 4 of a box (+ 1 KB for h = 1;
-  // 16-byte unit u sits at u ^ (row % 8) = u ^ (lane / 4)).
-  const int row_offset = (warp * 16 + lane / 4) * 128 + 4 * (lane % 4);
+  uint32_t row_offset, unit_xor;
+  Sm90BoxLane(thread, &row_offset, &unit_xor);
 #pragma unroll 1
   for (int c = 0; c < kBlocks; ++c) {
     float v[2][16];
@@ -275,34 +280,43 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
         }
       }
     }
-    const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
     // The stores that last read this block's boxes are done with them (without Aux, the
     // other box's store may still be reading).
     unsigned char* const d_box = boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes;
-    if (tid == 0) {
-      if (with_aux) {
-        BulkWaitGroupRead<0>();
-      } else {
-        BulkWaitGroupRead<1>();
+    const int slot = with_aux ? 0 : c % 2;  // kHanded: the barrier pair of the block's boxes
+    if constexpr (kHanded) {
+      if (c >= (with_aux ? 1 : 2) || boxes_in_use) NamedBarrierSync(H::Free(wg, slot), H::kThreads);
+    } else {
+      if (tid == 0) {
+        if (with_aux) {
+          BulkWaitGroupRead<0>();
+        } else {
+          BulkWaitGroupRead<1>();
+        }
       }
+      NamedBarrierSync(1 + wg, 128);
     }
-    NamedBarrierSync(1 + wg, 128);
+    // Four stmatrix.x4 (Sm90WriteBox's layout): units u and u + 1 of rows h = 0, 1.
     auto write_box = [&](unsigned char* box) {
       const uint32_t address = SharedAddress(box) + row_offset;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          StoreShared32(address + h * 8 * 128 + ((u ^ (lane / 4)) * 16), PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]));
-        }
+      for (int u = 0; u < 8; u += 2) {
+        StoreMatrixX4(address + ((u * 16) ^ unit_xor), PackPair<TOut>(v[0][2 * u], v[0][2 * u + 1]),
+                      PackPair<TOut>(v[1][2 * u], v[1][2 * u + 1]), PackPair<TOut>(v[0][2 * u + 2], v[0][2 * u + 3]),
+                      PackPair<TOut>(v[1][2 * u + 2], v[1][2 * u + 3]));
       }
     };
     if (with_aux) write_box(boxes);
     ActivateAll<true>(activation, v);
     write_box(d_box);
     FenceProxyAsyncShared();
+    if constexpr (kHanded) {
+      NamedBarrierArrive(H::Written(wg, slot), H::kThreads);
+      continue;
+    }
     NamedBarrierSync(1 + wg, 128);
     if (tid == 0) {
+      const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
       auto tma_store = [&](const CUtensorMap* map, unsigned char* box) {
         if (store.slabs > 1) {  // from the parameter space: through `params`, a memory load per box
           TmaStore3d(map, box, col, row, static_cast<int>(slab));
