@@ -8,7 +8,9 @@
 // output tiles, so the producer loads ahead during epilogues. Stored layouts are used as
 // they are: a transposed operand is MN-major in shared memory and wgmma reads it with its
 // transpose bit. Roles: Sm90MatrixLoads::Produce (TMA), Sm90Consume (mainloop, then epilogue:
-// the TMA-store ones of sm90_store.cuh, or the general one through shared memory).
+// the TMA-store ones of sm90_store.cuh, or the general one through shared memory), and on
+// the cooperative schedules Sm90StoreWarp (warps 1 and 2 of the producer warpgroup issue the
+// consumers' TMA stores, see Sm90HandedStores).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>

@@ -1,9 +1,10 @@
 // The sm90 kernel's TMA-store epilogues, for 16-bit outputs whose epilogue reads no C and
 // no residual: each consumer writes its tile's 64 x 64 blocks of D (and of Aux) to shared
-// memory in the 128-byte-swizzled layout of a tensor map, and one thread stores each block
-// with TMA. Sm90StoreTile (D = alpha * acc) and Sm90StoreTileFused (bias, activation, Aux),
-// called by Sm90Consume (sm90_kernel.cuh); MakeSm90Store decides on the host whether a
-// problem can take them and encodes the maps.
+// memory in the 128-byte-swizzled layout of a tensor map, and one thread (of the consumer,
+// or of its store warp: Sm90HandedStores) stores each block with TMA. Sm90StoreTile and
+// Sm90WriteBoxes (D = alpha * acc) and Sm90StoreTileFused (bias, activation, Aux), called by
+// Sm90Consume (sm90_kernel.cuh); MakeSm90Store decides on the host whether a problem can
+// take them and encodes the maps.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -79,9 +80,9 @@ __device__ __forceinline__ void Sm90Scale(float (&acc)[P::kMmaM][P::kBN / 2], fl
 
 // The TMA-store epilogue of one consumer's tile, all in the consumer: each 64 x 64 block
 // goes to one of two 8 KB boxes, then thread 0 stores the box. The two boxes alternate, so
-// writing one overlaps the other's store. For the pingpong schedules (whose consumers'
-// epilogues already overlap the other's mainloop); the cooperative ones hand their stores
-// to a producer warp (Sm90WriteBoxes).
+// writing one overlaps the other's store. For the schedules that do not hand their stores
+// to a producer warp (Sm90WriteBoxes): pingpong, whose consumers' epilogues overlap the
+// other's mainloop, and 64 x 64 tiles (one block per tile).
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
                                               int64_t row0, int64_t col0, int64_t slab, float alpha, int wg,
