@@ -424,11 +424,7 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
       if (leader) {
         const int col = col0 + 64 * (c % kColBlocks), row = row0 + 64 * (c / kColBlocks);
         auto tma_store = [&](const CUtensorMap* map, unsigned char* smem) {
-          if (store.slabs > 1) {
-            TmaStore3d(map, smem, col, row, static_cast<int>(w.slab));
-          } else {
-            TmaStore2d(map, smem, col, row);
-          }
+          Sm90TmaStoreBox(store, map, smem, col, row, static_cast<int>(w.slab));
         };
         if (with_aux) tma_store(&store.aux, boxes);
         tma_store(&store.d, boxes + (with_aux ? 1 : slot) * P::kOutBoxBytes);

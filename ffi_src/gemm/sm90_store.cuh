@@ -40,23 +40,40 @@ struct Sm90Store {
 
 #if defined(JG_SM90_ENABLED)
 
-// A consumer's 64 x 64 block (row block mi, column block nb of its tile), rounded, into a box
-// in the 128 B-swizzled layout of the output tensor map (16-byte unit u of row r at
-// u ^ (r % 8)). A warp writes its 16 rows with four stmatrix.x4, each two units wide (matrix
-// q: rows 8 (q % 2) ..., unit u + q / 2), so the 8 rows of a matrix land in distinct banks.
-// `row_address`: the box's address plus this lane's row, 16 warp + 8 (q % 2) + lane % 8;
-// `unit_xor`: (q / 2 ^ lane % 8) * 16, so that unit u + q / 2 of that row is at byte
-// (16 u) ^ unit_xor for even u.
-template <class P, class TOut>
-__device__ __forceinline__ void Sm90WriteBox(const float (&acc)[P::kMmaM][P::kBN / 2], int mi, int nb,
-                                             uint32_t row_address, uint32_t unit_xor) {
+// One 64 x 64 block of a consumer's tile into a box in the 128 B-swizzled layout of the
+// output tensor map (16-byte unit u of row r at u ^ (r % 8)). A warp writes its 16 rows with
+// four stmatrix.x4, each two units wide (matrix q: rows 8 (q % 2) ..., unit u + q / 2), so
+// the 8 rows of a matrix land in distinct banks. word(h, u): this thread's two rounded
+// values in unit u of row 16 warp + lane / 4 + 8 h (columns 8 u + 2 (lane % 4), + 1: the
+// accumulator fragment layout). `row_address`: the box's address plus this lane's row,
+// 16 warp + 8 (q % 2) + lane % 8; `unit_xor`: (q / 2 ^ lane % 8) * 16, so that unit
+// u + q / 2 of that row is at byte (16 u) ^ unit_xor for even u.
+template <class Word>
+__device__ __forceinline__ void Sm90WriteBox(uint32_t row_address, uint32_t unit_xor, Word word) {
 #pragma unroll
-  for (int u = 0; u < 8; u += 2) {  // fragment column groups j = 8 nb + u and j + 1
+  for (int u = 0; u < 8; u += 2) {
+    StoreMatrixX4(row_address + ((u * 16) ^ unit_xor), word(0, u), word(1, u), word(0, u + 1), word(1, u + 1));
+  }
+}
+
+// Sm90WriteBox's words of block (mi, nb) straight from the accumulators: unit u is
+// fragment column group 8 nb + u.
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90WriteAccBox(const float (&acc)[P::kMmaM][P::kBN / 2], int mi, int nb,
+                                                uint32_t row_address, uint32_t unit_xor) {
+  Sm90WriteBox(row_address, unit_xor, [&](int h, int u) {
     const int j = nb * 8 + u;
-    StoreMatrixX4(row_address + ((u * 16) ^ unit_xor), PackPair<TOut>(acc[mi][4 * j], acc[mi][4 * j + 1]),
-                  PackPair<TOut>(acc[mi][4 * j + 2], acc[mi][4 * j + 3]),
-                  PackPair<TOut>(acc[mi][4 * j + 4], acc[mi][4 * j + 5]),
-                  PackPair<TOut>(acc[mi][4 * j + 6], acc[mi][4 * j + 7]));
+    return PackPair<TOut>(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+  });
+}
+
+// A TMA store of a 64 x 64 box at (col, row) of `map`, in slab `slab` when the maps are 3-D.
+__device__ __forceinline__ void Sm90TmaStoreBox(const Sm90Store& store, const CUtensorMap* map, const void* box,
+                                                int col, int row, int slab) {
+  if (store.slabs > 1) {
+    TmaStore3d(map, box, col, row, slab);
+  } else {
+    TmaStore2d(map, box, col, row);
   }
 }
 
@@ -98,16 +115,12 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&ac
     unsigned char* box = boxes + (c % 2) * P::kOutBoxBytes;
     if (tid == 0) BulkWaitGroupRead<1>();  // the store that last read this box is done with it
     NamedBarrierSync(1 + wg, 128);
-    Sm90WriteBox<P, TOut>(acc, mi, nb, SharedAddress(box) + row_offset, unit_xor);
+    Sm90WriteAccBox<P, TOut>(acc, mi, nb, SharedAddress(box) + row_offset, unit_xor);
     FenceProxyAsyncShared();
     NamedBarrierSync(1 + wg, 128);
     if (tid == 0) {
-      const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
-      if (store.slabs > 1) {
-        TmaStore3d(&store.d, box, col, row, static_cast<int>(slab));
-      } else {
-        TmaStore2d(&store.d, box, col, row);
-      }
+      Sm90TmaStoreBox(store, &store.d, box, static_cast<int>(col0) + 64 * nb, static_cast<int>(row0) + 64 * mi,
+                      static_cast<int>(slab));
       BulkCommitGroup();
     }
   }
@@ -145,8 +158,8 @@ __device__ __forceinline__ void Sm90WriteBoxes(float (&acc)[P::kMmaM][P::kBN / 2
   for (int c = 0; c < H::kBoxes; ++c) {
     const int box = c % 2;
     if (c >= 2 || boxes_in_use) NamedBarrierSync(H::Free(wg, box), H::kThreads);
-    Sm90WriteBox<P, TOut>(acc, c / kColBlocks, c % kColBlocks, SharedAddress(boxes + box * P::kOutBoxBytes) + row_offset,
-                          unit_xor);
+    Sm90WriteAccBox<P, TOut>(acc, c / kColBlocks, c % kColBlocks,
+                             SharedAddress(boxes + box * P::kOutBoxBytes) + row_offset, unit_xor);
     FenceProxyAsyncShared();
     NamedBarrierArrive(H::Written(wg, box), H::kThreads);
   }
@@ -297,15 +310,9 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
       }
       NamedBarrierSync(1 + wg, 128);
     }
-    // Four stmatrix.x4 (Sm90WriteBox's layout): units u and u + 1 of rows h = 0, 1.
     auto write_box = [&](unsigned char* box) {
-      const uint32_t address = SharedAddress(box) + row_offset;
-#pragma unroll
-      for (int u = 0; u < 8; u += 2) {
-        StoreMatrixX4(address + ((u * 16) ^ unit_xor), PackPair<TOut>(v[0][2 * u], v[0][2 * u + 1]),
-                      PackPair<TOut>(v[1][2 * u], v[1][2 * u + 1]), PackPair<TOut>(v[0][2 * u + 2], v[0][2 * u + 3]),
-                      PackPair<TOut>(v[1][2 * u + 2], v[1][2 * u + 3]));
-      }
+      Sm90WriteBox(SharedAddress(box) + row_offset, unit_xor,
+                   [&](int h, int u) { return PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]); });
     };
     if (with_aux) write_box(boxes);
     ActivateAll<true>(activation, v);
@@ -318,15 +325,9 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
     NamedBarrierSync(1 + wg, 128);
     if (tid == 0) {
       const int col = static_cast<int>(col0) + 64 * nb, row = static_cast<int>(row0) + 64 * mi;
-      auto tma_store = [&](const CUtensorMap* map, unsigned char* box) {
-        if (store.slabs > 1) {  // from the parameter space: through `params`, a memory load per box
-          TmaStore3d(map, box, col, row, static_cast<int>(slab));
-        } else {
-          TmaStore2d(map, box, col, row);
-        }
-      };
-      if (with_aux) tma_store(&s.aux, boxes);
-      tma_store(&s.d, d_box);
+      // The slab count from the parameter space (`store`): through `params`, a memory load per box.
+      if (with_aux) Sm90TmaStoreBox(store, &s.aux, boxes, col, row, static_cast<int>(slab));
+      Sm90TmaStoreBox(store, &s.d, d_box, col, row, static_cast<int>(slab));
       BulkCommitGroup();
     }
   }
