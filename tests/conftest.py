@@ -23,3 +23,10 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: runs only where JAX's default backend is a GPU")
+
+
+def pytest_make_parametrize_id(config, val, argname):
+    """Tiles read as "256x128" in test ids (so `-k 256x128` picks one schedule)."""
+    if argname == "tile" and isinstance(val, tuple) and len(val) == 2:
+        return f"{val[0]}x{val[1]}"
+    return None

@@ -49,25 +49,22 @@ __device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-// Non-blocking test of the phase with the given parity.
-__device__ __forceinline__ bool MbarrierTest(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
+// MbarrierWait for long waits (a whole mainloop): try_wait with a suspend-time hint, which
+// compiles to a sleep that the barrier's completion ends (NANOSLEEP.SYNCS), so the waiting
+// warps leave the issue slots to the working warps on the same schedulers. The former
+// test_wait + __nanosleep(128) loop hardly slept: in the pingpong schedule its polls were
+// 38% of the kernel's executed instructions, now 15% (NOTES.md, session 17).
+__device__ __forceinline__ void MbarrierWaitLong(uint64_t* bar, uint32_t parity) {
+  constexpr uint32_t kSuspendNs = 1000000;  // an upper bound; the wait ends with the phase
   asm volatile(
       "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(SharedAddress(bar)), "r"(parity)
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(SharedAddress(bar)),
+      "r"(parity), "r"(kSuspendNs)
       : "memory");
-  return done != 0;
-}
-
-// MbarrierWait for long waits (a whole mainloop): polls with sleeps in between, so the
-// waiting warps take no issue slots (and power) from the working ones.
-__device__ __forceinline__ void MbarrierWaitLong(uint64_t* bar, uint32_t parity) {
-  while (!MbarrierTest(bar, parity)) __nanosleep(128);
 }
 
 // This block's rank in its thread-block cluster.
