@@ -10,7 +10,7 @@ m=${1:-4096} n=${2:-4096} k=${3:-4096} tiles=${4:-128x256,256x256}
 out=${OUT:-/tmp/jaxgemm_check}
 mkdir -p "$out"
 
-# The L2 metrics this chip has: every sector / request count split by source, plus totals.
+# The L2 metrics this chip has: sector counts by source and operation, plus totals.
 ncu --query-metrics --chip gh100 >"$out/ncu_metrics.txt" 2>&1
 metrics=$(awk '{print $1}' "$out/ncu_metrics.txt" |
   grep -E '^lts__t_sectors_(srcunit_(tex|ltcfabric)|srcnode_gpc)(_op_(read|write))?(_lookup_(hit|miss))?$|^lts__t_sectors_op_(read|write|atom|red)$' |
@@ -45,7 +45,7 @@ for f in fns:
 cuda.cuProfilerStop()
 " >"$out/ncu_l2.csv" 2>"$out/ncu_l2.err"
 
-# One row per metric, one column per kernel (names shortened), zero rows dropped.
+# One row per metric, one column per kernel (in the order listed first), zero rows dropped.
 python3 - "$out/ncu_l2.csv" <<'PY'
 import csv, sys
 lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
