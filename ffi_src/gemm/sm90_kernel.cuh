@@ -477,6 +477,25 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   uint32_t order_phase = 0;
   int64_t i = -1;  // position in the block's tile sequence
   bool boxes_in_use = false;  // Sm90HandedStores: this consumer's boxes hold a tile's blocks
+  // Sm90HandedStores' plain epilogue: boxes 0 and 1 of a tile are written at once; boxes
+  // 2 and 3 (kBN = 256), which must wait for their slots' stores, wait in registers as
+  // rounded words and are written while the next tile's first wgmmas run (or at the exit),
+  // so that the tensor cores do not idle through those waits.
+  using Handed = Sm90HandedStores<P>;
+  constexpr int kLateBoxes = sizeof(TOut) == 2 && Handed::kUsed && Handed::kBoxes > 2 ? Handed::kBoxes - 2 : 0;
+  uint32_t late_words[kLateBoxes > 0 ? kLateBoxes : 1][16];
+  bool pending = false;  // `late_words` hold boxes not yet written
+  auto write_pending = [&] {
+    if constexpr (kLateBoxes > 0) {
+      if (pending) {
+#pragma unroll
+        for (int c = 0; c < kLateBoxes; ++c) {
+          Sm90WriteBoxWords<P>(late_words[c], 2 + c, wg, reinterpret_cast<unsigned char*>(scratch), true);
+        }
+        pending = false;
+      }
+    }
+  };
   // Consumer 0 records the timeline's events (Sm90Timeline) on its first two items.
   int own = 0;  // items this consumer has taken
   auto note = [&](int event, int second_event = -1) {
@@ -537,6 +556,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
             }
           }
           WgmmaCommitGroup();
+          if (kt == 1) write_pending();  // two k-tiles of wgmmas queued meanwhile
           // Keep one group in flight: the previous k-tile's group is done, its stage is free.
           WgmmaWaitGroup<1>();
           if (previous >= 0 && lane == 0) Release(&empty[previous]);
@@ -549,6 +569,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           phase ^= 1;
         }
       }
+      write_pending();  // items of fewer than two k-tiles, or no wgmmas
       if (P::kPingpong && threadIdx.x % 128 == 0) MbarrierArrive(&order[1 - wg]);
       WgmmaWaitGroup<0>();
       if (previous >= 0 && lane == 0) Release(&empty[previous]);
@@ -578,9 +599,20 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
                                                                    reinterpret_cast<unsigned char*>(scratch),
                                                                    bias_word, bias_stage, boxes_in_use);
           boxes_in_use = Sm90HandedStores<P>::kUsed;
-        } else if constexpr (Sm90HandedStores<P>::kUsed) {
-          Sm90WriteBoxes<P, TOut>(acc, p.epilogue.alpha, wg, reinterpret_cast<unsigned char*>(scratch), boxes_in_use);
+        } else if constexpr (Handed::kUsed) {
+          Sm90Scale<P>(acc, p.epilogue.alpha);
+#pragma unroll
+          for (int c = 0; c < Handed::kBoxes; ++c) {
+            if (c < 2) {
+              uint32_t box_words[16];
+              Sm90PackBox<P, TOut>(acc, c, box_words);
+              Sm90WriteBoxWords<P>(box_words, c, wg, reinterpret_cast<unsigned char*>(scratch), boxes_in_use);
+            } else if constexpr (kLateBoxes > 0) {
+              Sm90PackBox<P, TOut>(acc, c, late_words[c - 2]);
+            }
+          }
           boxes_in_use = true;
+          pending = kLateBoxes > 0;
         } else {
           Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
                                  reinterpret_cast<unsigned char*>(scratch));
@@ -646,6 +678,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     }
     note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
   }
+  write_pending();
   // The block's shared memory must outlive the TMA stores that read it. Their writes need
   // no wait: the grid's completion makes them visible to later work, and waiting for them
   // here would add their latency to the last tile's exposed epilogue.

@@ -2,7 +2,7 @@
 // no residual: each consumer writes its tile's 64 x 64 blocks of D (and of Aux) to shared
 // memory in the 128-byte-swizzled layout of a tensor map, and one thread (of the consumer,
 // or of its store warp: Sm90HandedStores) stores each block with TMA. Sm90StoreTile and
-// Sm90WriteBoxes (D = alpha * acc) and Sm90StoreTileFused (bias, activation, Aux), called by
+// Sm90PackBox + Sm90WriteBoxWords (D = alpha * acc) and Sm90StoreTileFused (bias, activation, Aux), called by
 // Sm90Consume (sm90_kernel.cuh); MakeSm90Store decides on the host whether a problem can
 // take them and encodes the maps.
 #pragma once
@@ -98,7 +98,7 @@ __device__ __forceinline__ void Sm90Scale(float (&acc)[P::kMmaM][P::kBN / 2], fl
 // The TMA-store epilogue of one consumer's tile, all in the consumer: each 64 x 64 block
 // goes to one of two 8 KB boxes, then thread 0 stores the box. The two boxes alternate, so
 // writing one overlaps the other's store. For the schedules that do not hand their stores
-// to a producer warp (Sm90WriteBoxes): pingpong, whose consumers' epilogues overlap the
+// to a producer warp (Sm90WriteBoxWords): pingpong, whose consumers' epilogues overlap the
 // other's mainloop, and 64 x 64 tiles (one block per tile).
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
@@ -144,25 +144,38 @@ struct Sm90HandedStores {
   __device__ __forceinline__ static int Free(int wg, int box) { return 5 + 4 * wg + box; }
 };
 
-// The consumer's side of Sm90HandedStores for one tile. `boxes_in_use`: an earlier tile's
-// stores may still read the boxes.
+// The consumer's side of Sm90HandedStores, box by box: box c (64 x 64 block c of the
+// consumer's tile, in row-major block order) rounded into 16 registers (Sm90PackBox:
+// word 2 u + h holds this thread's two values of unit u in row half h, see Sm90WriteBox),
+// then written into box slot c % 2 once the store warp has freed it (Sm90WriteBoxWords).
+// Rounded words free the accumulators at once: Sm90Consume writes a tile's boxes 2 and 3,
+// which wait for the stores of boxes 0 and 1, while the next tile's wgmmas run.
 template <class P, class TOut>
-__device__ __forceinline__ void Sm90WriteBoxes(float (&acc)[P::kMmaM][P::kBN / 2], float alpha, int wg,
-                                               unsigned char* boxes, bool boxes_in_use) {
-  using H = Sm90HandedStores<P>;
+__device__ __forceinline__ void Sm90PackBox(const float (&acc)[P::kMmaM][P::kBN / 2], int c, uint32_t (&words)[16]) {
   constexpr int kColBlocks = P::kBN / 64;
-  Sm90Scale<P>(acc, alpha);
+  const int mi = c / kColBlocks, nb = c % kColBlocks;
+#pragma unroll
+  for (int u = 0; u < 8; ++u)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int j = 8 * nb + u;
+      words[2 * u + h] = PackPair<TOut>(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+    }
+}
+
+// `wait_free`: an earlier box's store may still read slot c % 2.
+template <class P>
+__device__ __forceinline__ void Sm90WriteBoxWords(const uint32_t (&words)[16], int c, int wg, unsigned char* boxes,
+                                                  bool wait_free) {
+  using H = Sm90HandedStores<P>;
+  const int slot = c % 2;
   uint32_t row_offset, unit_xor;
   Sm90BoxLane(threadIdx.x, &row_offset, &unit_xor);
-#pragma unroll
-  for (int c = 0; c < H::kBoxes; ++c) {
-    const int box = c % 2;
-    if (c >= 2 || boxes_in_use) NamedBarrierSync(H::Free(wg, box), H::kThreads);
-    Sm90WriteAccBox<P, TOut>(acc, c / kColBlocks, c % kColBlocks,
-                             SharedAddress(boxes + box * P::kOutBoxBytes) + row_offset, unit_xor);
-    FenceProxyAsyncShared();
-    NamedBarrierArrive(H::Written(wg, box), H::kThreads);
-  }
+  if (wait_free) NamedBarrierSync(H::Free(wg, slot), H::kThreads);
+  Sm90WriteBox(SharedAddress(boxes + slot * P::kOutBoxBytes) + row_offset, unit_xor,
+               [&](int h, int u) { return words[2 * u + h]; });
+  FenceProxyAsyncShared();
+  NamedBarrierArrive(H::Written(wg, slot), H::kThreads);
 }
 
 // Bias of columns col and col + 1 (0 where >= n, as in GemmEpilogue): one 32-bit load when
