@@ -595,10 +595,10 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     if constexpr (sizeof(TOut) == 2) {
       if (store.enabled) {
         if (store.fused) {
-          Sm90StoreTileFused<P, TOut, Sm90HandedStores<P>::kUsed>(store, acc, w.m0 + first_row, w.n0, slab, wg,
-                                                                   reinterpret_cast<unsigned char*>(scratch),
-                                                                   bias_word, bias_stage, boxes_in_use);
-          boxes_in_use = Sm90HandedStores<P>::kUsed;
+          Sm90StoreTileFused<P, TOut, Handed::kUsed>(store, acc, w.m0 + first_row, w.n0, slab, wg,
+                                                      reinterpret_cast<unsigned char*>(scratch), bias_word, bias_stage,
+                                                      boxes_in_use);
+          boxes_in_use = Handed::kUsed;
         } else if constexpr (Handed::kUsed) {
           Sm90Scale<P>(acc, p.epilogue.alpha);
 #pragma unroll
@@ -684,10 +684,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   // here would add their latency to the last tile's exposed epilogue.
   if (store.enabled && tid == 0) BulkWaitGroupRead<0>();
   if (boxes_in_use) {  // the store warp's last stores have read the boxes (with Aux: one pair)
-    NamedBarrierSync(Sm90HandedStores<P>::Free(wg, 0), Sm90HandedStores<P>::kThreads);
-    if (!(store.fused && store.with_aux)) {
-      NamedBarrierSync(Sm90HandedStores<P>::Free(wg, 1), Sm90HandedStores<P>::kThreads);
-    }
+    NamedBarrierSync(Handed::Free(wg, 0), Handed::kThreads);
+    if (!(store.fused && store.with_aux)) NamedBarrierSync(Handed::Free(wg, 1), Handed::kThreads);
   }
   if (tid == 0) timeline.Record(wg == 0 ? kTimelineConsumer0Exit : kTimelineConsumer1Exit);
 }

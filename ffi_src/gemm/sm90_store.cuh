@@ -1,10 +1,10 @@
 // The sm90 kernel's TMA-store epilogues, for 16-bit outputs whose epilogue reads no C and
 // no residual: each consumer writes its tile's 64 x 64 blocks of D (and of Aux) to shared
 // memory in the 128-byte-swizzled layout of a tensor map, and one thread (of the consumer,
-// or of its store warp: Sm90HandedStores) stores each block with TMA. Sm90StoreTile and
-// Sm90PackBox + Sm90WriteBoxWords (D = alpha * acc) and Sm90StoreTileFused (bias, activation, Aux), called by
-// Sm90Consume (sm90_kernel.cuh); MakeSm90Store decides on the host whether a problem can
-// take them and encodes the maps.
+// or of its store warp: Sm90HandedStores) stores each block with TMA. D = alpha * acc:
+// Sm90StoreTile, or Sm90PackBox + Sm90WriteBoxWords (handed stores); bias, activation, Aux:
+// Sm90StoreTileFused. Called by Sm90Consume (sm90_kernel.cuh); MakeSm90Store decides on the
+// host whether a problem can take them and encodes the maps.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -56,15 +56,20 @@ __device__ __forceinline__ void Sm90WriteBox(uint32_t row_address, uint32_t unit
   }
 }
 
-// Sm90WriteBox's words of block (mi, nb) straight from the accumulators: unit u is
-// fragment column group 8 nb + u.
+// Sm90WriteBox's word(h, u) of block (mi, nb) from the accumulators: unit u is fragment
+// column group 8 nb + u.
+template <class P, class TOut>
+__device__ __forceinline__ uint32_t Sm90AccWord(const float (&acc)[P::kMmaM][P::kBN / 2], int mi, int nb, int h,
+                                                int u) {
+  const int j = nb * 8 + u;
+  return PackPair<TOut>(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+}
+
+// Block (mi, nb) straight from the accumulators into a box.
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90WriteAccBox(const float (&acc)[P::kMmaM][P::kBN / 2], int mi, int nb,
                                                 uint32_t row_address, uint32_t unit_xor) {
-  Sm90WriteBox(row_address, unit_xor, [&](int h, int u) {
-    const int j = nb * 8 + u;
-    return PackPair<TOut>(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
-  });
+  Sm90WriteBox(row_address, unit_xor, [&](int h, int u) { return Sm90AccWord<P, TOut>(acc, mi, nb, h, u); });
 }
 
 // A TMA store of a 64 x 64 box at (col, row) of `map`, in slab `slab` when the maps are 3-D.
@@ -153,14 +158,10 @@ struct Sm90HandedStores {
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90PackBox(const float (&acc)[P::kMmaM][P::kBN / 2], int c, uint32_t (&words)[16]) {
   constexpr int kColBlocks = P::kBN / 64;
-  const int mi = c / kColBlocks, nb = c % kColBlocks;
 #pragma unroll
   for (int u = 0; u < 8; ++u)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int j = 8 * nb + u;
-      words[2 * u + h] = PackPair<TOut>(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
-    }
+    for (int h = 0; h < 2; ++h) words[2 * u + h] = Sm90AccWord<P, TOut>(acc, c / kColBlocks, c % kColBlocks, h, u);
 }
 
 // `wait_free`: an earlier box's store may still read slot c % 2.
