@@ -23,7 +23,7 @@ from jaxgemm.gemm import (
     GemmConfig,
     _broadcast_batch,
     _gemm_dims,
-    _k_major_for_tf32,
+    _tf32_operands,
     _kernel_out_dtype,
     _mn_major_for_simt,
     call_gemm_ffi,
@@ -100,12 +100,12 @@ def _forward(config, epi, a, b, c, bias, residual, want_aux):
         )
 
     def run_on_gpu(a, b):
-        # As in the plain GEMM's lowering: on a Hopper GPU the tf32 kernel takes both operands
-        # K-major, the SIMT float32 kernels large ones M- / N-major, and stream-K gets its
-        # workspace.
+        # As in the plain GEMM's lowering: on a Hopper GPU the tf32 kernel takes its operands
+        # as _tf32_operands stores them, the SIMT float32 kernels large ones M- / N-major, and
+        # stream-K gets its workspace.
         call_config = config
         if runs_as_tf32(a.dtype, config, "cuda"):
-            a, b, call_config = _k_major_for_tf32(a, b, config)
+            a, b, call_config = _tf32_operands(a, b, config)
         elif runs_on_simt_f32(a.dtype, config, "cuda"):
             a, b, call_config = _mn_major_for_simt(a, b, config)
         return run(a, b, call_config, gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, "cuda"))

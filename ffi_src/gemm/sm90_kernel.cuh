@@ -97,6 +97,10 @@ struct Sm90Policy {
   // Bytes between 64-element blocks of an MN-major operand (one TMA box of 64 x 64; 16-bit
   // only). For K-major A it is also the offset between the tile's 64-row blocks.
   static constexpr int kMnBlockBytes = 64 * kRowBytes;
+  // An MN-major A tile is loaded in blocks of kMnBlock (m) x kBK (k): one 128 B swizzle row
+  // per k (64 x 64 for 16-bit types, the blocks above; 32 x 32 for tf32).
+  static constexpr int kMnBlock = kRowBytes / kElementBytes;
+  static constexpr int kMnBlockTileBytes = kBK * kRowBytes;
 };
 
 // What a consumer does with a work item's sums (stream-K, see Sm90Schedule).
@@ -270,9 +274,11 @@ struct Sm90MatrixLoads {
     Sm90Work w;
     for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
       const int batch = static_cast<int>(w.batch);
-      // MN-major A: only the 64-wide blocks that hold rows < M.
-      const int a_blocks = static_cast<int>(std::clamp<int64_t>((p.m - w.m0 + 63) / 64, 0, P::kBM / 64));
-      const uint32_t a_bytes = kTransA ? a_blocks * P::kMnBlockBytes : a_rows * P::kRowBytes;
+      // MN-major A: only the kMnBlock-wide blocks that hold rows < M.
+      constexpr int kBlockM = P::kMnBlock;
+      const int a_blocks =
+          static_cast<int>(std::clamp<int64_t>((p.m - w.m0 + kBlockM - 1) / kBlockM, 0, P::kBM / kBlockM));
+      const uint32_t a_bytes = kTransA ? a_blocks * P::kMnBlockTileBytes : a_rows * P::kRowBytes;
       for (int kt = 0; kt < w.k_tiles; ++kt) {
         uint64_t* const bar = ring.Acquire(a_bytes + P::kTileBBytes);
         const int k0 = static_cast<int>(w.k_begin) + kt * P::kBK;
@@ -297,10 +303,12 @@ struct Sm90MatrixLoads {
         };
         if (!kTransA) {  // [m][k] rows: one box of kBM rows
           load(sa, &a, batched.a, k0, static_cast<int>(w.m0));
-        } else {  // [k][m]: 64-wide m blocks
+        } else {  // [k][m]: kMnBlock-wide m blocks
 #pragma unroll
-          for (int j = 0; j < P::kBM / 64; ++j) {
-            if (j < a_blocks) load(sa + j * P::kMnBlockBytes, &a, batched.a, static_cast<int>(w.m0) + 64 * j, k0);
+          for (int j = 0; j < P::kBM / kBlockM; ++j) {
+            if (j < a_blocks) {
+              load(sa + j * P::kMnBlockTileBytes, &a, batched.a, static_cast<int>(w.m0) + kBlockM * j, k0);
+            }
           }
         }
         // B: this block's share (all of it without a cluster).
@@ -342,6 +350,101 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
     if constexpr (kN == 256) WgmmaM64N256K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 64) WgmmaM64N64K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  }
+}
+
+template <int kN>
+__device__ __forceinline__ void WgmmaTf32RegisterA(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int scale_d) {
+  static_assert(kN == 64 || kN == 128 || kN == 256, "no wgmma wrapper generated for this N");
+  if constexpr (kN == 256) WgmmaM64N256K8Tf32RegisterA(d, a, desc_b, scale_d);
+  if constexpr (kN == 128) WgmmaM64N128K8Tf32RegisterA(d, a, desc_b, scale_d);
+  if constexpr (kN == 64) WgmmaM64N64K8Tf32RegisterA(d, a, desc_b, scale_d);
+}
+
+// A tf32 A tile stored MN-major (Sm90RegisterA), which wgmma cannot read from shared memory:
+// each consumer thread loads its part with 32-bit shared loads, in the order of wgmma's
+// register A (per warp and k8 step, the m16n8k8 tf32 fragment: rows g and g + 8 with
+// g = 16 warp + lane / 4, k t and t + 4 with t = lane % 4). The stage holds the tile in
+// kMnBlock (32) wide m blocks of kBK k rows of 128 B, 128 B-swizzled by TMA: the 16-byte
+// chunk c of row k sits at chunk c ^ (k % 8).
+template <class P>
+struct Sm90RegisterAFragments {
+  // Bytes into a stage's A tile of this thread's first register (row g, k t) for k8 step 0.
+  // The others follow by XOR and add on bit fields the base leaves free: row g + 8 is two
+  // chunks further (chunk bit 1: ^ 32), k t + 4 four rows further (+ 512) with swizzle bit
+  // 2 flipped (^ 64).
+  uint32_t base;
+
+  __device__ __forceinline__ explicit Sm90RegisterAFragments(int first_row) {
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+    const int g = first_row + 16 * warp + lane / 4, t = lane % 4;
+    base = (g / 32) * P::kMnBlockTileBytes + t * P::kRowBytes + ((g % 32 / 4) ^ t) * 16 + (g % 4) * 4;
+  }
+
+  // Step kk reads k rows 8 kk + (t, t + 4): the same swizzle, 8 rows (1 KB) further. The
+  // stage starts on a 1 KB boundary, so the XORs stay inside the base's fields.
+  __device__ __forceinline__ void Load(uint32_t stage_a, uint32_t (&frag)[P::kKSteps][4]) const {
+    static_assert(P::kMnBlock == 32 && P::kRowBytes == 128, "32 x 32 tf32 blocks");
+#pragma unroll
+    for (int kk = 0; kk < P::kKSteps; ++kk) {
+      const uint32_t x = stage_a + base + kk * 8 * P::kRowBytes;
+      frag[kk][0] = LoadShared32(x);
+      frag[kk][1] = LoadShared32(x ^ 32);
+      frag[kk][2] = LoadShared32((x ^ 64) + 4 * P::kRowBytes);
+      frag[kk][3] = LoadShared32((x ^ 96) + 4 * P::kRowBytes);
+    }
+  }
+};
+
+// The general epilogue of a product computed transposed (GemmProblem::swapped_ab): the
+// consumer's 64 x kBN block of the kernel's D^T, kEpilogueCols columns at a time, goes
+// through `scratch` transposed (kEpilogueCols rows of D, 64 columns; the fragment writes hit
+// distinct banks with a pitch of 68 floats), then each thread stores 4-column pieces of D's
+// rows, as the plain general epilogue does.
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90StoreTransposed(const GemmProblem& p, const float (&acc)[P::kBN / 2],
+                                                    const Sm90Work& w, int first_row, int wg, float* scratch,
+                                                    bool vector_store) {
+  static_assert(P::kMmaM == 1, "one m64 block per consumer");
+  constexpr int kCols = P::kEpilogueCols, kPitch = 64 + 4;
+  static_assert(kCols * kPitch * 4 <= P::kEpilogueRegionBytes, "over the consumer's scratch");
+  static_assert(64 * kCols / 4 / 128 == 4, "four 4-column pieces per thread");
+  const int64_t d_rows = p.n, d_cols = p.m;  // D's own shape
+  typename GemmEpilogue<TOut>::Offsets off = GemmEpilogue<TOut>::ForBatch(p, w.batch);  // (symmetric in m, n)
+  off.out = w.slab * p.m * p.n;
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, tid = threadIdx.x % 128;
+  const int64_t col = w.m0 + first_row + tid % 16 * 4;  // D's column of this thread's pieces
+#pragma unroll 1
+  for (int c = 0; c < P::kBN / kCols; ++c) {
+    NamedBarrierSync(1 + wg, 128);  // the previous chunk's (or tile's) reads are done
+#pragma unroll
+    for (int cc = 0; cc < P::kBN / kCols; ++cc) {
+      if (cc != c) continue;
+#pragma unroll
+      for (int jj = 0; jj < kCols / 8; ++jj)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int row = warp * 16 + lane / 4 + 8 * h, column = 8 * jj + 2 * (lane % 4) + e;
+            scratch[column * kPitch + row] = acc[4 * (cc * kCols / 8 + jj) + 2 * h + e];
+          }
+    }
+    NamedBarrierSync(1 + wg, 128);
+    if (col >= d_cols) continue;
+    int64_t rows[4];
+    bool live[4];
+    float v[4][4];
+#pragma unroll
+    for (int piece = 0; piece < 4; ++piece) {
+      const int r = piece * 8 + tid / 16;
+      rows[piece] = w.n0 + c * kCols + r;
+      live[piece] = rows[piece] < d_rows;
+      const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * kPitch + tid % 16 * 4]);
+      v[piece][0] = v4.x, v[piece][1] = v4.y, v[piece][2] = v4.z, v[piece][3] = v4.w;
+    }
+    GemmEpilogue<TOut>::StoreRowsOfWidth(p, d_cols, off, rows, live, col, v, vector_store);
   }
 }
 
@@ -461,6 +564,11 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   const int first_row = P::kPingpong ? 0 : 64 * wg;
   const uint32_t smem_a = SharedAddress(tiles_a) + first_row * P::kRowBytes;
   const uint32_t smem_b = SharedAddress(tiles_b);
+  // tf32 with an MN-major A: A from registers (Sm90RegisterAFragments).
+  constexpr bool kRegisterA = std::is_same_v<TIn, float> && kTransA;
+  static_assert(!kRegisterA || P::kMmaM == 1, "register A: one m64 block per consumer");
+  const uint32_t tiles_a_address = SharedAddress(tiles_a);
+  const Sm90RegisterAFragments<P> register_a(first_row);
   // A consumed stage is free once every cluster block's consumers are done with it (the
   // producers of all of them write into it).
   auto Release = [](uint64_t* empty_barrier) {
@@ -539,20 +647,37 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
         }
       }
       int previous = -1;
-      for (int kt = 0; kt < w.k_tiles; ++kt) {
+      // Register A: two fragment sets, so that a k-tile's loads do not overwrite the set the
+      // previous k-tile's wgmmas (still in flight) read. Each set needs fixed registers, so
+      // the k-loop runs k-tile pairs, then an odd last k-tile after it: ptxas serializes
+      // every wgmma (C7513) if any path could load a set while its group is in flight.
+      uint32_t a_frags[kRegisterA ? 2 : 1][P::kKSteps][4];
+      auto k_tile = [&](int kt, auto set) {
         MbarrierWait(&full[stage], phase);
         if (kt == 0) note(kTimelineFirstData);
         if constexpr (kBlocks > 0) {
-          const uint32_t a = smem_a + stage * P::kTileABytes, b = smem_b + stage * P::kTileBBytes;
-          WgmmaFence();
+          const uint32_t b = smem_b + stage * P::kTileBBytes;
+          if constexpr (kRegisterA) {
+            constexpr int kSet = decltype(set)::value;
+            register_a.Load(tiles_a_address + stage * P::kTileABytes, a_frags[kSet]);
+            WgmmaFence();
 #pragma unroll
-          for (int kk = 0; kk < P::kKSteps; ++kk) {
-            const uint64_t desc_b = SmemDescriptorSw128(b + kk * kStepB, kLeadB, 1024);
+            for (int kk = 0; kk < P::kKSteps; ++kk) {
+              WgmmaTf32RegisterA<P::kBN>(acc[0], a_frags[kSet][kk],
+                                         SmemDescriptorSw128(b + kk * kStepB, kLeadB, 1024), (kt | kk) != 0);
+            }
+          } else {
+            const uint32_t a = smem_a + stage * P::kTileABytes;
+            WgmmaFence();
 #pragma unroll
-            for (int mi = 0; mi < kBlocks; ++mi) {
-              // 64 rows of A further on: 64 x 128 B rows (K-major) or the next 64-wide block.
-              const uint64_t desc_a = SmemDescriptorSw128(a + mi * P::kMnBlockBytes + kk * kStepA, kLeadA, 1024);
-              Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[mi], desc_a, desc_b, (kt | kk) != 0);
+            for (int kk = 0; kk < P::kKSteps; ++kk) {
+              const uint64_t desc_b = SmemDescriptorSw128(b + kk * kStepB, kLeadB, 1024);
+#pragma unroll
+              for (int mi = 0; mi < kBlocks; ++mi) {
+                // 64 rows of A further on: 64 x 128 B rows (K-major) or the next 64-wide block.
+                const uint64_t desc_a = SmemDescriptorSw128(a + mi * P::kMnBlockBytes + kk * kStepA, kLeadA, 1024);
+                Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[mi], desc_a, desc_b, (kt | kk) != 0);
+              }
             }
           }
           WgmmaCommitGroup();
@@ -568,6 +693,17 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           stage = 0;
           phase ^= 1;
         }
+      };
+      using First = std::integral_constant<int, 0>;
+      if constexpr (kRegisterA) {
+        int kt = 0;
+        for (; kt + 1 < w.k_tiles; kt += 2) {
+          k_tile(kt, First{});
+          k_tile(kt + 1, std::integral_constant<int, 1>{});
+        }
+        if (kt < w.k_tiles) k_tile(kt, First{});
+      } else {
+        for (int kt = 0; kt < w.k_tiles; ++kt) k_tile(kt, First{});
       }
       write_pending();  // items of fewer than two k-tiles, or no wgmmas
       if (P::kPingpong && threadIdx.x % 128 == 0) MbarrierArrive(&order[1 - wg]);
@@ -622,6 +758,13 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       }
     }
 
+    if constexpr (kRegisterA) {  // (a swapped product is tf32 with both operands transposed)
+      if (p.swapped_ab) {
+        Sm90StoreTransposed<P, TOut>(p, acc[0], w, first_row, wg, scratch, vector_store);
+        note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
+        continue;
+      }
+    }
     // Epilogue through shared memory, kEpilogueCols columns of one 64-row block at a time:
     // the fragments go to this warpgroup's scratch, then each thread applies the epilogue
     // to 4-column row pieces, so stores are coalesced vectors and the long epilogue code is
@@ -848,7 +991,7 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
 
   constexpr int kBytes = sizeof(TIn);
   constexpr bool kTf32 = kBytes == 4;
-  if (kTf32 && (p.trans_a || !p.trans_b)) return cudaErrorInvalidValue;  // not K-major
+  if (kTf32 && !p.trans_b) return cudaErrorInvalidValue;  // B not K-major: see Sm90Oriented
 
   cudaError_t status = cudaSuccess;
   auto launch = [&](auto policy, auto trans_a, auto trans_b) {
@@ -857,9 +1000,9 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
     Sm90MatrixLoads loads;
     loads.batched = batched;
     loads.a_rows = static_cast<int>(std::min<int64_t>(P::kBM, (p.m + 7) / 8 * 8));
-    // A box: kBM rows of kBK k (one 128 B row each), or 64 m x 64 k blocks; B likewise
-    // with kBN.
-    status = EncodeTmaMap(&loads.a, a, kTransA ? 64 : P::kBK, kTransA ? P::kBK : loads.a_rows);
+    // A box: kBM rows of kBK k (one 128 B row each), or kMnBlock m x kBK k blocks; B
+    // likewise with kBN (16-bit MN-major: 64 x 64 blocks).
+    status = EncodeTmaMap(&loads.a, a, kTransA ? P::kMnBlock : P::kBK, kTransA ? P::kBK : loads.a_rows);
     if (status == cudaSuccess) {
       status = EncodeTmaMap(&loads.b, b, kTransB ? P::kBK : 64, kTransB ? P::kBN / P::kClusterM : P::kBK);
     }
@@ -871,7 +1014,14 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
     using T = std::true_type;
     using F = std::false_type;
     if constexpr (kTf32) {
-      launch(policy, F{}, T{});
+      // An MN-major tf32 A comes from registers: one m64 block per consumer only.
+      if (!p.trans_a) {
+        launch(policy, F{}, T{});
+      } else if constexpr (decltype(policy)::kMmaM == 1) {
+        launch(policy, T{}, T{});
+      } else {
+        status = cudaErrorInvalidValue;
+      }
     } else if (p.trans_a) {
       p.trans_b ? launch(policy, T{}, T{}) : launch(policy, T{}, F{});
     } else {
