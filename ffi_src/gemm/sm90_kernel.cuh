@@ -364,22 +364,32 @@ __device__ __forceinline__ void WgmmaTf32RegisterA(float (&d)[kN / 2], const uin
 
 // A tf32 A tile stored MN-major (Sm90RegisterA), which wgmma cannot read from shared memory:
 // each consumer thread loads its part with 32-bit shared loads, in the order of wgmma's
-// register A (per warp and k8 step, the m16n8k8 tf32 fragment: rows g and g + 8 with
-// g = 16 warp + lane / 4, k t and t + 4 with t = lane % 4). The stage holds the tile in
-// kMnBlock (32) wide m blocks of kBK k rows of 128 B, 128 B-swizzled by TMA: the 16-byte
-// chunk c of row k sits at chunk c ^ (k % 8).
+// register A (per warp and k8 step, the m16n8k8 tf32 fragment: fragment rows g and g + 8
+// with g = 16 warp + lane / 4, k t and t + 4 with t = lane % 4). The stage holds the tile
+// in kMnBlock (32) wide m blocks of kBK k rows of 128 B, 128 B-swizzled by TMA: the 16-byte
+// chunk c of row k sits at chunk c ^ (k % 8). Read in order, the four k rows t of a load
+// would meet in pairs on the same banks (c ^ 0 and c ^ 1 are the same two chunks); so
+// fragment row r holds tile row Row(r) instead, which gives each warp's load 32 distinct
+// banks. The epilogues write accumulator row r to Row(r).
 template <class P>
 struct Sm90RegisterAFragments {
+  // Tile row (of the consumer's 64) of fragment row r = 16 w + 8 h + i: the bits of
+  // 32 (w / 2) + 16 (i / 4) + 8 h + 4 (w % 2) + i % 4, so that a warp's rows g (i < 8) sit
+  // in chunks c and c + 4 of the same 32-wide block.
+  __host__ __device__ static constexpr int Row(int r) {
+    return 32 * (r / 32) + 16 * (r / 4 % 2) + 8 * (r / 8 % 2) + 4 * (r / 16 % 2) + r % 4;
+  }
+
   // Bytes into a stage's A tile of this thread's first register (row g, k t) for k8 step 0.
-  // The others follow by XOR and add on bit fields the base leaves free: row g + 8 is two
-  // chunks further (chunk bit 1: ^ 32), k t + 4 four rows further (+ 512) with swizzle bit
-  // 2 flipped (^ 64).
+  // The others follow by XOR and add on bit fields the base leaves free: fragment row g + 8
+  // is two chunks further (chunk bit 1: ^ 32), k t + 4 four rows further (+ 512) with
+  // swizzle bit 2 flipped (^ 64).
   uint32_t base;
 
   __device__ __forceinline__ explicit Sm90RegisterAFragments(int first_row) {
     const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-    const int g = first_row + 16 * warp + lane / 4, t = lane % 4;
-    base = (g / 32) * P::kMnBlockTileBytes + t * P::kRowBytes + ((g % 32 / 4) ^ t) * 16 + (g % 4) * 4;
+    const int m = first_row + Row(16 * warp + lane / 4), t = lane % 4;
+    base = (m / 32) * P::kMnBlockTileBytes + t * P::kRowBytes + ((m % 32 / 4) ^ t) * 16 + (m % 4) * 4;
   }
 
   // Step kk reads k rows 8 kk + (t, t + 4): the same swizzle, 8 rows (1 KB) further. The
@@ -397,11 +407,11 @@ struct Sm90RegisterAFragments {
   }
 };
 
-// The general epilogue of a product computed transposed (GemmProblem::swapped_ab): the
-// consumer's 64 x kBN block of the kernel's D^T, kEpilogueCols columns at a time, goes
-// through `scratch` transposed (kEpilogueCols rows of D, 64 columns; the fragment writes hit
-// distinct banks with a pitch of 68 floats), then each thread stores 4-column pieces of D's
-// rows, as the plain general epilogue does.
+// The general epilogue of a product computed transposed (GemmProblem::swapped_ab; register
+// A, so fragment rows are tile rows Sm90RegisterAFragments::Row): the consumer's 64 x kBN
+// block of the kernel's D^T, kEpilogueCols columns at a time, goes through `scratch`
+// transposed (kEpilogueCols rows of D, 64 columns, a pitch of 68 floats), then each thread
+// stores 4-column pieces of D's rows, as the plain general epilogue does.
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90StoreTransposed(const GemmProblem& p, const float (&acc)[P::kBN / 2],
                                                     const Sm90Work& w, int first_row, int wg, float* scratch,
@@ -427,7 +437,8 @@ __device__ __forceinline__ void Sm90StoreTransposed(const GemmProblem& p, const 
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int row = warp * 16 + lane / 4 + 8 * h, column = 8 * jj + 2 * (lane % 4) + e;
+            const int row = Sm90RegisterAFragments<P>::Row(warp * 16 + lane / 4 + 8 * h);
+            const int column = 8 * jj + 2 * (lane % 4) + e;
             scratch[column * kPitch + row] = acc[4 * (cc * kCols / 8 + jj) + 2 * h + e];
           }
     }
@@ -791,7 +802,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
             const int j = cc * P::kEpilogueCols / 8 + jj;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const int r = warp * 16 + lane / 4 + 8 * h;
+              const int fragment_row = warp * 16 + lane / 4 + 8 * h;
+              const int r = kRegisterA ? Sm90RegisterAFragments<P>::Row(fragment_row) : fragment_row;
               *reinterpret_cast<float2*>(&scratch[r * P::kEpiloguePitch + 8 * jj + 2 * (lane % 4)]) =
                   make_float2(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
             }
