@@ -86,7 +86,10 @@ def _tensor_core_suite() -> list[Case]:
     # tf32: float32 with precision="tensorfloat32", against XLA's default f32 precision.
     for name, (m, n, k) in (("8192^3", (8192,) * 3), ("4096^3", (4096,) * 3)):
         cases.append(Case(f"tf32 {name}", m, n, k, precision="tensorfloat32"))
-    cases.append(Case("tf32 8192^3 NT", 8192, 8192, 8192, precision="tensorfloat32", transpose_b=True))
+    for ta, tb in ((False, True), (True, True), (True, False)):
+        tag = ("T" if ta else "N") + ("T" if tb else "N")
+        cases.append(Case(f"tf32 8192^3 {tag}", 8192, 8192, 8192, precision="tensorfloat32", transpose_a=ta,
+                          transpose_b=tb))
     cases += [Case(f"bf16 M={m} N=K=8192", m, 8192, 8192, "bfloat16") for m in (16, 128)]
     cases.append(Case("f16 8192^3", 8192, 8192, 8192, "float16", kind="pallas"))
     return cases

@@ -100,7 +100,6 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     if os.environ.get("JAXGEMM_STREAM_K", "1") == "0":  # off (measurements): whole tiles only
         return 0
     m, k, n, _ = _gemm_dims(a_shape, b_shape, config)
-    m, n = _sm90_kernel_mn(m, n, dtype, config, platform)
     batch = math.prod(_broadcast_batch(a_shape[:-2], b_shape[:-2]))
     tile = config.tile or (0, 0)
     return int(_ffi.gemm_workspace_bytes(m, n, k, batch, _ffi.cuda_sm_count(), split_k,
@@ -169,23 +168,16 @@ def _pad_axis(x, axis, amount):
 _SM90_PINGPONG_TILES = {(128, 128), (128, 64)}
 
 
-def _tf32_transposes(m: int, n: int, config: GemmConfig) -> tuple[bool, bool]:
+def _tf32_transposes(m: int, config: GemmConfig) -> tuple[bool, bool]:
     """Which stored operands the lowering transposes (XLA, one pass each) for the sm90 tf32
     kernel. wgmma reads a 32-bit B only K-major (b stored (n, k)), and a 32-bit A K-major
-    (a stored (m, k)) or, stored (k, m), from registers; a product with a stored (m, k) and
-    b stored (k, n) the kernel runs transposed (D^T = B^T A^T: B^T is an A stored (k, m)).
-    Register A needs rows of a multiple of 4 elements (16-byte pitches) and a cooperative
-    tile; a product of at most 64 rows is not run transposed (it would have few columns,
-    which the tiles are not made for)."""
+    (a stored (m, k)) or, stored (k, m), from registers, which needs rows of a multiple of 4
+    elements (16-byte pitches) and a cooperative tile. (Run transposed in the kernel,
+    D^T = B^T A^T, a product with b stored (k, n) measured slower than after b's transpose:
+    NOTES.md, session 19.)"""
     ta, tb = config.transpose_a, config.transpose_b
-    register_a = tuple(config.tile or ()) not in _SM90_PINGPONG_TILES
-    if not ta and tb:
-        return False, False
-    if ta and tb:
-        return (False, False) if register_a and m % _F32_ROW_ALIGNMENT == 0 else (True, False)
-    if not ta:  # a stored (m, k), b stored (k, n): transposed in the kernel
-        return (False, False) if register_a and n % _F32_ROW_ALIGNMENT == 0 and m > 64 else (False, True)
-    return (False, True) if register_a and m % _F32_ROW_ALIGNMENT == 0 else (True, True)
+    register_a = tuple(config.tile or ()) not in _SM90_PINGPONG_TILES and m % _F32_ROW_ALIGNMENT == 0
+    return ta and not register_a, not tb
 
 
 def _tf32_operands(a, b, config: GemmConfig):
@@ -193,7 +185,7 @@ def _tf32_operands(a, b, config: GemmConfig):
     multiple of 4 (exact; K-major rows need 16-byte pitches), and the config that says how
     they are stored."""
     m, k, n, _ = _gemm_dims(a.shape, b.shape, config)
-    swap_a, swap_b = _tf32_transposes(m, n, config)
+    swap_a, swap_b = _tf32_transposes(m, config)
     if swap_a:
         a = jnp.swapaxes(a, -1, -2)
     if swap_b:
@@ -202,15 +194,6 @@ def _tf32_operands(a, b, config: GemmConfig):
     k_pad = -k % _F32_ROW_ALIGNMENT
     a, b = _pad_axis(a, -2 if ta else -1, k_pad), _pad_axis(b, -1 if tb else -2, k_pad)
     return a, b, dataclasses.replace(config, transpose_a=ta, transpose_b=tb)
-
-
-def _sm90_kernel_mn(m: int, n: int, dtype, config: GemmConfig, platform: str) -> tuple[int, int]:
-    """(m, n) of the product the sm90 kernel runs for a call stored as `config` says: n and
-    m for tf32 with both operands stored N-major (run transposed, see _tf32_transposes)."""
-    if runs_as_tf32(dtype, config, platform) and _tf32_transposes(m, n, config) == (False, False):
-        if not config.transpose_a and not config.transpose_b:
-            return n, m
-    return m, n
 
 
 # SIMT float32: the kernel copies M- or N-contiguous operand tiles with 16-byte cp.async and
@@ -271,7 +254,6 @@ def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
     batch = math.prod(_broadcast_batch(a_aval.shape[:-2], b_aval.shape[:-2]))
     tensor_cores = a_aval.dtype != jnp.float32 or runs_as_tf32(a_aval.dtype, config, platform)
     if tensor_cores and config.kernel != "simt":
-        m, n = _sm90_kernel_mn(m, n, a_aval.dtype, config, platform)
         return _ffi.tensor_core_split_k(m, n, k, batch, sm_count)
     return int(_ffi.simt_config(m, n, k, batch, sm_count)[2])
 

@@ -86,9 +86,8 @@ def matmul(
         read in place (no transposed copy is made, except for tf32: see `precision`).
       precision: for float32 inputs, None or "highest" computes in exact fp32;
         "tensorfloat32" (or an explicit `lax.Precision.DEFAULT`/`HIGH`) allows tf32, which
-        runs on Hopper's tensor cores (operands not stored K-major, i.e. `b` without
-        `transpose_b` or `a` with `transpose_a`, are transposed by XLA first) and in
-        exact fp32 elsewhere.
+        runs on Hopper's tensor cores (`b` without `transpose_b` is transposed by XLA
+        first; `transpose_b=True` is the fastest layout) and in exact fp32 elsewhere.
       out_dtype: result dtype; defaults to the promoted input dtype.
       bias: per-column bias of shape (N,) (or broadcastable (..., N)).
       activation: None, "relu", "gelu" (tanh approximation, = `jax.nn.gelu`),

@@ -113,33 +113,32 @@ def test_tf32_precision(precision):
 
 
 @pytest.mark.parametrize(
-    "ta,tb,m,n,tile,expected",
+    "ta,tb,m,tile,expected",
     [
-        (False, True, 300, 200, None, (False, False)),  # K-major A and B: as stored
-        (False, False, 300, 200, None, (False, False)),  # run transposed: B^T is a register A
-        (False, False, 64, 200, None, (False, True)),  # few rows: B transposed instead
-        (False, False, 300, 201, None, (False, True)),  # B's rows not 16-byte multiples
-        (False, False, 300, 200, (128, 128), (False, True)),  # pingpong: no register A
-        (True, True, 300, 200, None, (False, False)),  # A from registers
-        (True, True, 301, 200, (128, 256), (True, False)),
-        (True, False, 300, 200, None, (False, True)),  # -> TT
-        (True, False, 301, 200, None, (True, True)),  # -> NT
+        (False, True, 300, None, (False, False)),  # K-major A and B: as stored
+        (False, False, 300, None, (False, True)),  # B transposed
+        (True, True, 300, None, (False, False)),  # A from registers
+        (True, True, 300, (128, 128), (True, False)),  # pingpong: no register A
+        (True, True, 301, (128, 256), (True, False)),  # A's rows not 16-byte multiples
+        (True, False, 300, None, (False, True)),  # -> TT
+        (True, False, 301, None, (True, True)),  # -> NT
     ],
 )
-def test_tf32_operand_layouts(ta, tb, m, n, tile, expected):
-    """Which stored operands the lowering transposes for the sm90 tf32 kernel (at most one
-    unless rows are misaligned), and what it hands the kernel: K padded to a multiple of 4."""
+def test_tf32_operand_layouts(ta, tb, m, tile, expected):
+    """Which stored operands the lowering transposes for the sm90 tf32 kernel (B unless it is
+    K-major; A only when it cannot come from registers), and what it hands the kernel: K
+    padded to a multiple of 4."""
     from jaxgemm.gemm import GemmConfig, _tf32_operands, _tf32_transposes
 
     config = GemmConfig(ta, tb, True, jnp.dtype(jnp.float32), tile=tile)
-    assert _tf32_transposes(m, n, config) == expected
-    k = 203
+    assert _tf32_transposes(m, config) == expected
+    n, k = 200, 203
     a = jnp.ones((k, m) if ta else (m, k), jnp.float32)
     b = jnp.ones((n, k) if tb else (k, n), jnp.float32)
     ka, kb, kconfig = _tf32_operands(a, b, config)
-    assert (kconfig.transpose_a, kconfig.transpose_b) == (ta != expected[0], tb != expected[1])
+    assert (kconfig.transpose_a, kconfig.transpose_b) == (ta != expected[0], True)
     assert ka.shape == ((204, m) if kconfig.transpose_a else (m, 204))
-    assert kb.shape == ((n, 204) if kconfig.transpose_b else (204, n))
+    assert kb.shape == (n, 204)
 
 
 def test_unknown_precision_is_a_value_error():
@@ -544,10 +543,9 @@ def test_gpu_few_rows_on_every_sm90_tile(tile, dtype):
 @pytest.mark.parametrize("tile", SM90_TILES)
 def test_gpu_tf32_on_every_sm90_tile(tile):
     """float32 with tf32 allowed, forced onto each sm90 tile: every layout (on the cooperative
-    tiles A stored (k, m) comes from registers, and a and b both stored N-major run
-    transposed; the pingpong tiles get K-major operands), K not a multiple of 4 (padded),
-    ragged tiles, batches (one operand broadcast), split-K. The error must be tf32's: above
-    exact fp32's, so the tensor cores ran."""
+    tiles A stored (k, m) comes from registers; the pingpong tiles get K-major operands), K
+    not a multiple of 4 (padded), ragged tiles, batches (one operand broadcast), split-K. The
+    error must be tf32's: above exact fp32's, so the tensor cores ran."""
     from jaxgemm.gemm import GemmConfig, _gemm
 
     _skip_unless_hopper("sm90")
@@ -587,9 +585,8 @@ def test_gpu_tf32_heuristic(m, n, k, ta, tb):
 @pytest.mark.parametrize("ta,tb", LAYOUTS)
 def test_gpu_tf32_fused_epilogue(ta, tb):
     """tf32 with a fused epilogue (bias, gelu, aux), every layout, K not a multiple of 4: on
-    Hopper the sm90 kernel runs it (NN transposed, with the epilogue in D's layout), so the
-    error is tf32's (the tensor cores ran); elsewhere the product is exact fp32. Under vmap
-    too."""
+    Hopper the sm90 kernel runs it, so the error is tf32's (the tensor cores ran); elsewhere
+    the product is exact fp32. Under vmap too."""
     rng = np.random.default_rng(23)
     a, b = _operands(rng, 300, 200, 523, jnp.float32, ta, tb)
     bias = random(rng, (200,), jnp.float32)
@@ -609,9 +606,9 @@ def test_gpu_tf32_fused_epilogue(ta, tb):
 @pytest.mark.gpu
 @pytest.mark.parametrize("ta,tb", LAYOUTS)
 def test_gpu_tf32_general_epilogue(ta, tb):
-    """tf32 with alpha, beta * C and a residual (the general epilogue), ragged M and N: with
-    a and b stored N-major the kernel computes D^T and writes it back through shared memory
-    as D, with the epilogue operands read in D's layout."""
+    """tf32 with alpha, beta * C and a residual (the general epilogue), ragged M and N, every
+    layout: with A from registers, accumulator rows are permuted tile rows
+    (Sm90RegisterAFragments::Row), which the epilogue must undo."""
     rng = np.random.default_rng(29)
     m, n, k = 333, 260, 200
     a, b = _operands(rng, m, n, k, jnp.float32, ta, tb)

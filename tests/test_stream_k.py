@@ -83,7 +83,7 @@ def test_gpu_stream_k_on_every_sm90_tile(tile, dtype, monkeypatch):
     """Every schedule, every layout, ragged M / N / K, batches; float32 as tf32. Outputs
     are poisoned (JAXGEMM_POISON_OUTPUTS in the GPU run): an unwritten tile shows. Runs
     twice: stream-K's fixed summation order gives the same bits."""
-    from jaxgemm.gemm import GemmConfig, _gemm, _sm90_kernel_mn, _tf32_operands, gemm_workspace_bytes
+    from jaxgemm.gemm import GemmConfig, _gemm, _tf32_operands, gemm_workspace_bytes
 
     _skip_unless_hopper()
     rng = np.random.default_rng(hash((tile, str(dtype))) % 2**32)
@@ -92,16 +92,13 @@ def test_gpu_stream_k_on_every_sm90_tile(tile, dtype, monkeypatch):
     case = 0
     for m, n, k in STREAM_K_SHAPES:
         batch = 2 if case % 3 == 0 else 1
-        for run in range(2):
+        for sms in _sm_counts_with_stream_k(m, n, k, tile, batch):
             ta, tb = LAYOUTS[case % 4]
             case += 1
             if ta and not tf32:
                 m = -(-m // 8) * 8  # 16-byte rows of stored A
-            config = GemmConfig(ta, tb, tf32, jnp.dtype(dtype), split_k=1, kernel="sm90", tile=tile)
-            # (tf32 with both operands N-major runs transposed: the plan is the n x m one's)
-            kernel_m, kernel_n = _sm90_kernel_mn(m, n, dtype, config, "cuda")
-            sms = _sm_counts_with_stream_k(kernel_m, kernel_n, k, tile, batch)[run]
             monkeypatch.setenv("JAXGEMM_SM_COUNT", str(sms))
+            config = GemmConfig(ta, tb, tf32, jnp.dtype(dtype), split_k=1, kernel="sm90", tile=tile)
             batch_dims = (batch,) if batch > 1 else ()
             a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_dims, batch_dims)
             ka, kb, kconfig = _tf32_operands(a, b, config) if tf32 else (a, b, config)

@@ -97,17 +97,8 @@ struct GemmEpilogue {
   __device__ __forceinline__ static void StoreRows(const GemmProblem& p, const Offsets& off, const int64_t (&row)[kRows],
                                                    const bool (&live)[kRows], int64_t col, float (&v)[kRows][kWidth],
                                                    bool vector_ok) {
-    StoreRowsOfWidth(p, p.n, off, row, live, col, v, vector_ok);
-  }
-
-  // The same, with D's width given: p.m (D's height) when the kernel computed the product
-  // transposed (GemmProblem::swapped_ab), which keeps p itself from being copied.
-  template <int kRows, int kWidth>
-  __device__ __forceinline__ static void StoreRowsOfWidth(const GemmProblem& p, int64_t n, const Offsets& off,
-                                                          const int64_t (&row)[kRows], const bool (&live)[kRows],
-                                                          int64_t col, float (&v)[kRows][kWidth], bool vector_ok) {
     const EpilogueParams& e = p.epilogue;
-    const int cols = n - col < kWidth ? static_cast<int>(n - col) : kWidth;
+    const int cols = p.n - col < kWidth ? static_cast<int>(p.n - col) : kWidth;
     int valid[kRows];
     int64_t idx[kRows];
 #pragma unroll

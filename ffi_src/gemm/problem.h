@@ -66,11 +66,6 @@ struct GemmProblem {
   void* d = nullptr;
   EpilogueParams epilogue;
   int64_t split_k = 1;
-  // The kernel computes D^T = op(B)^T op(A)^T (Sm90Oriented: tf32 with both operands
-  // stored N-major): m and n, A and B with their pitches, transposes and batch strides are
-  // those of the transposed product, while D and the epilogue operands keep the caller's
-  // layout, so the epilogue writes element (i, j) of the product at D's row j, column i.
-  bool swapped_ab = false;
 
   // K elements per split chunk: a multiple of 64, so every chunk starts vector-aligned and
   // whole k-tiles of every kernel (up to 64 deep) stay inside their chunk.

@@ -1,5 +1,6 @@
-// The sm90 (Hopper) GEMM kernel for 16-bit inputs, and for float32 inputs as tf32 (both
-// operands K-major: wgmma cannot transpose 32-bit types): a persistent, warp-specialized kernel.
+// The sm90 (Hopper) GEMM kernel for 16-bit inputs, and for float32 inputs as tf32 (wgmma
+// cannot transpose 32-bit types: B must be K-major, and an MN-major A is loaded into
+// registers, Sm90RegisterAFragments): a persistent, warp-specialized kernel.
 // Warpgroup 0 is the producer: one thread streams A and B k-tiles with TMA into a ring of
 // shared-memory stages (full/empty mbarriers). Warpgroups 1 and 2 are consumers: they
 // multiply with wgmma (operands straight from the 128-byte-swizzled stages, fp32
@@ -407,58 +408,6 @@ struct Sm90RegisterAFragments {
   }
 };
 
-// The general epilogue of a product computed transposed (GemmProblem::swapped_ab; register
-// A, so fragment rows are tile rows Sm90RegisterAFragments::Row): the consumer's 64 x kBN
-// block of the kernel's D^T, kEpilogueCols columns at a time, goes through `scratch`
-// transposed (kEpilogueCols rows of D, 64 columns, a pitch of 68 floats), then each thread
-// stores 4-column pieces of D's rows, as the plain general epilogue does.
-template <class P, class TOut>
-__device__ __forceinline__ void Sm90StoreTransposed(const GemmProblem& p, const float (&acc)[P::kBN / 2],
-                                                    const Sm90Work& w, int first_row, int wg, float* scratch,
-                                                    bool vector_store) {
-  static_assert(P::kMmaM == 1, "one m64 block per consumer");
-  constexpr int kCols = P::kEpilogueCols, kPitch = 64 + 4;
-  static_assert(kCols * kPitch * 4 <= P::kEpilogueRegionBytes, "over the consumer's scratch");
-  static_assert(64 * kCols / 4 / 128 == 4, "four 4-column pieces per thread");
-  const int64_t d_rows = p.n, d_cols = p.m;  // D's own shape
-  typename GemmEpilogue<TOut>::Offsets off = GemmEpilogue<TOut>::ForBatch(p, w.batch);  // (symmetric in m, n)
-  off.out = w.slab * p.m * p.n;
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, tid = threadIdx.x % 128;
-  const int64_t col = w.m0 + first_row + tid % 16 * 4;  // D's column of this thread's pieces
-#pragma unroll 1
-  for (int c = 0; c < P::kBN / kCols; ++c) {
-    NamedBarrierSync(1 + wg, 128);  // the previous chunk's (or tile's) reads are done
-#pragma unroll
-    for (int cc = 0; cc < P::kBN / kCols; ++cc) {
-      if (cc != c) continue;
-#pragma unroll
-      for (int jj = 0; jj < kCols / 8; ++jj)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int row = Sm90RegisterAFragments<P>::Row(warp * 16 + lane / 4 + 8 * h);
-            const int column = 8 * jj + 2 * (lane % 4) + e;
-            scratch[column * kPitch + row] = acc[4 * (cc * kCols / 8 + jj) + 2 * h + e];
-          }
-    }
-    NamedBarrierSync(1 + wg, 128);
-    if (col >= d_cols) continue;
-    int64_t rows[4];
-    bool live[4];
-    float v[4][4];
-#pragma unroll
-    for (int piece = 0; piece < 4; ++piece) {
-      const int r = piece * 8 + tid / 16;
-      rows[piece] = w.n0 + c * kCols + r;
-      live[piece] = rows[piece] < d_rows;
-      const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * kPitch + tid % 16 * 4]);
-      v[piece][0] = v4.x, v[piece][1] = v4.y, v[piece][2] = v4.z, v[piece][3] = v4.w;
-    }
-    GemmEpilogue<TOut>::StoreRowsOfWidth(p, d_cols, off, rows, live, col, v, vector_store);
-  }
-}
-
 // Stream-K's workspace slot of block `block`: the tile's fp32 sums in fragment order, so
 // that both sides move them with coalesced 16-byte accesses and no shuffles: float4 q of
 // m64 block `part` (0 or 1: tile rows 64 part ...) of thread tid is at
@@ -769,13 +718,6 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       }
     }
 
-    if constexpr (kRegisterA) {  // (a swapped product is tf32 with both operands transposed)
-      if (p.swapped_ab) {
-        Sm90StoreTransposed<P, TOut>(p, acc[0], w, first_row, wg, scratch, vector_store);
-        note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
-        continue;
-      }
-    }
     // Epilogue through shared memory, kEpilogueCols columns of one 64-row block at a time:
     // the fragments go to this warpgroup's scratch, then each thread applies the epilogue
     // to 4-column row pieces, so stores are coalesced vectors and the long epilogue code is
@@ -1003,7 +945,7 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
 
   constexpr int kBytes = sizeof(TIn);
   constexpr bool kTf32 = kBytes == 4;
-  if (kTf32 && !p.trans_b) return cudaErrorInvalidValue;  // B not K-major: see Sm90Oriented
+  if (kTf32 && !p.trans_b) return cudaErrorInvalidValue;  // B not K-major
 
   cudaError_t status = cudaSuccess;
   auto launch = [&](auto policy, auto trans_a, auto trans_b) {

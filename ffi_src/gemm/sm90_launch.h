@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <utility>
 
 #include "gemm/problem.h"
 
@@ -23,30 +22,13 @@ inline bool SingleBatchStride(const BatchLayout& batch, int operand, int64_t* st
   return true;
 }
 
-// The problem as the sm90 kernel runs it. wgmma reads a 32-bit (tf32) B only K-major, and
-// a 32-bit A K-major from shared memory or, when it is MN-major, from registers (the
-// consumers load it with ordinary shared-memory loads). So tf32 with A stored (m, k) and B
-// stored (k, n) runs as D^T = B^T A^T: B^T is an MN-major A, A^T a K-major B
-// (GemmProblem::swapped_ab). Everything else runs as it is.
-inline GemmProblem Sm90Oriented(const GemmProblem& p) {
-  if (p.in_type != ElementType::kF32 || !p.tf32 || p.trans_a || p.trans_b || p.swapped_ab) return p;
-  GemmProblem q = p;
-  std::swap(q.m, q.n);
-  std::swap(q.a, q.b);
-  std::swap(q.lda, q.ldb);
-  for (int d = 0; d < kMaxBatchDims; ++d) std::swap(q.batch.stride[kOperandA][d], q.batch.stride[kOperandB][d]);
-  q.trans_a = q.trans_b = true;
-  q.swapped_ab = true;
-  return q;
-}
-
 // Whether tf32 A comes from registers (MN-major A): the cooperative schedules only (one
 // m64 block per consumer; see LaunchSm90Gemm).
 inline bool Sm90RegisterA(const GemmProblem& p) { return p.in_type == ElementType::kF32 && p.trans_a; }
 
-// Whether the sm90 kernel takes the problem (as Sm90Oriented gives it): 16-bit inputs, or
-// float32 inputs allowed to run as tf32 with B K-major (transposed); TMA-addressable
-// operands: 16-byte row pitches, bases and batch strides, 32-bit coordinates.
+// Whether the sm90 kernel takes the problem: 16-bit inputs, or float32 inputs allowed to
+// run as tf32 with B K-major (transposed); TMA-addressable operands: 16-byte row pitches,
+// bases and batch strides, 32-bit coordinates.
 inline bool Sm90Supports(const GemmProblem& p) {
   const bool tf32 = p.in_type == ElementType::kF32;
   if (tf32 && (!p.tf32 || !p.trans_b)) return false;
