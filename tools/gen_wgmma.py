@@ -1,4 +1,16 @@
 # Emits ffi_src/gemm/sm90_wgmma.cuh: the wgmma.mma_async wrappers (long operand lists).
+def accumulator_lines(regs):
+    """The asm lines of the accumulator list {%0, ..., %regs-1} (chunks of 16 per line)."""
+    chunks = [", ".join(f"%{i}" for i in range(s, min(s + 16, regs))) for s in range(0, regs, 16)]
+    return ['      "{"'] + [f'      "{c}{", " if i < len(chunks) - 1 else ""}"' for i, c in enumerate(chunks)]
+
+
+def accumulator_constraints(regs):
+    """The "+f"(d[i]) output constraints, 8 per line."""
+    outs = [", ".join(f'"+f"(d[{i}])' for i in range(s, min(s + 8, regs))) for s in range(0, regs, 8)]
+    return "      : " + ",\n        ".join(outs)
+
+
 def wrapper(n, dtype):
     """m64nNk16 for 16-bit types (transpose bits as template parameters), m64nNk8 for tf32
     (PTX has no transpose for 32-bit types: both operands K-major)."""
@@ -11,18 +23,10 @@ def wrapper(n, dtype):
     lines.append('  asm volatile(')
     lines.append('      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"')
     lines.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{dtype}.{dtype} "')
-    # operand list in chunks of 16
-    chunks = [", ".join(f"%{i}" for i in range(s, min(s + 16, regs))) for s in range(0, regs, 16)]
-    lines.append('      "{"')
-    for idx, c in enumerate(chunks):
-        sep = ", " if idx < len(chunks) - 1 else ""
-        lines.append(f'      "{c}{sep}"')
+    lines += accumulator_lines(regs)
     trans = "" if tf32 else f", %{regs + 3}, %{regs + 4}"
     lines.append(f'      "}}, %{regs}, %{regs + 1}, p, 1, 1{trans};\\n}}\\n"')
-    outs = []
-    for s in range(0, regs, 8):
-        outs.append(", ".join(f'"+f"(d[{i}])' for i in range(s, min(s + 8, regs))))
-    lines.append("      : " + (",\n        ".join(outs)))
+    lines.append(accumulator_constraints(regs))
     trans_operands = "" if tf32 else ', "n"(kTransA), "n"(kTransB)'
     lines.append(f'      : "l"(desc_a), "l"(desc_b), "r"(scale_d){trans_operands});')
     lines.append("}")
@@ -38,16 +42,9 @@ def register_a_wrapper(n):
     lines.append('  asm volatile(')
     lines.append('      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 5) + ', 0;\\n"')
     lines.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 "')
-    chunks = [", ".join(f"%{i}" for i in range(s, min(s + 16, regs))) for s in range(0, regs, 16)]
-    lines.append('      "{"')
-    for idx, c in enumerate(chunks):
-        sep = ", " if idx < len(chunks) - 1 else ""
-        lines.append(f'      "{c}{sep}"')
+    lines += accumulator_lines(regs)
     lines.append(f'      "}}, {{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1;\\n}}\\n"')
-    outs = []
-    for s in range(0, regs, 8):
-        outs.append(", ".join(f'"+f"(d[{i}])' for i in range(s, min(s + 8, regs))))
-    lines.append("      : " + (",\n        ".join(outs)))
+    lines.append(accumulator_constraints(regs))
     lines.append('      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));')
     lines.append("}")
     return "\n".join(lines)

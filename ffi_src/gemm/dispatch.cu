@@ -130,7 +130,7 @@ constexpr int64_t kFewRows = 64;
 // most 64 rows they keep 128 x 256. GEMMs with at most 64 rows take FewRowsSm90 instead.
 bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narrow) {
   if ((c.tile.n == 64 || c.tile.m == 64) && !with_narrow) return false;
-  if (Sm90RegisterA(p) && c.tile.m == 128 && c.tile.n < 256) return false;  // pingpong
+  if (Sm90RegisterA(p) && Sm90PingpongTile(c.tile.m, c.tile.n)) return false;
   if (p.m <= kFewRows) return c.tile.m == 128 && c.tile.n == 256;
   return true;
 }
@@ -344,7 +344,7 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
     const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};
     if (p.in_type == E::kF32 && p.out_type == E::kF32) {
-      if (sm90 && tile.n != 0 && Sm90RegisterA(p) && tile.m == 128 && tile.n < 256) {
+      if (sm90 && tile.n != 0 && Sm90RegisterA(p) && Sm90PingpongTile(tile.m, tile.n)) {
         *unsupported = "tf32 with A stored (k, m) runs on the 128x256, 256x256, 64x128 and 64x64 tiles only";
         return cudaErrorInvalidValue;
       }

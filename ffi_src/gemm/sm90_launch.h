@@ -79,6 +79,10 @@ inline bool Sm90ShapeOf(int tile_m, int tile_n, Sm90Shape* shape) {
   return true;
 }
 
+// Whether a named schedule is a pingpong one (128 x 64, 128 x 128: two m64 blocks per
+// consumer), which has no tf32 register A (Sm90RegisterA).
+inline bool Sm90PingpongTile(int tile_m, int tile_n) { return tile_m == 128 && tile_n < 256; }
+
 // Stream-K for an sm90 schedule on `sm_count` SMs: the items shared out (0: none) and the
 // workspace they need, one fp32 block tile per block, then one flag per block and consumer.
 struct Sm90StreamKPlan {
