@@ -8,7 +8,7 @@
 
 #include "common/device_numeric.cuh"
 #include "conv/col2im.cuh"
-#include "conv/fast_divmod.h"
+#include "common/fast_divmod.h"
 
 namespace jaxgemm {
 namespace {

@@ -17,7 +17,7 @@
 #include <numeric>
 #include <vector>
 
-#include "conv/fast_divmod.h"
+#include "common/fast_divmod.h"
 #include "conv/problem.h"
 #include "gemm/problem.h"
 

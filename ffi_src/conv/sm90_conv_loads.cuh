@@ -21,7 +21,7 @@
 #include <cstdint>
 
 #include "common/ptx_sm90.cuh"
-#include "conv/fast_divmod.h"
+#include "common/fast_divmod.h"
 #include "gemm/problem.h"
 #include "gemm/sm90_kernel.cuh"
 

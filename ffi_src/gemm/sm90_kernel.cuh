@@ -130,8 +130,8 @@ struct Sm90StreamK {
 
 // A position in a block's walk (Sm90Schedule::Start / Next).
 struct Sm90Cursor {
-  int64_t item;  // the next whole item, while < the first stream-K item
-  int64_t iter;  // then: the next k-tile of the stream-K range, counted over those items
+  int32_t item;       // the next whole item, while < the first stream-K item
+  int32_t iter, end;  // then: the next and the end k-tile of the stream-K range, counted over those items
 };
 
 // Work items are cluster tiles: kClusterM vertically adjacent output tiles, one per block
@@ -143,32 +143,55 @@ struct Sm90Cursor {
 // (whose head the previous worker multiplies), maybe a whole item, and the head of another
 // (whose tail the next worker multiplies): the head's worker adds the tail's sums, which
 // the tail's worker left in its workspace slot early in its range, and stores the tile.
+// Built on the host (For), so that a work item's mapping is multiplies and shifts
+// (FastDivmod): with 64-bit divisions, every role spent ~1 us of the kernel's start on the
+// first item's (the producer's first TMA load came 1.7 us after the block's start).
 template <class P>
 struct Sm90Schedule {
-  int64_t tiles_m, tiles_n, groups_m, total;
-  int64_t sk_first;  // the first stream-K item (total: none)
-  int64_t item_k_tiles;  // k-tiles of every item (stream-K needs split_k == 1)
+  int32_t total;         // work items (< 2^31: Items() is checked before launch)
+  int32_t sk_first;      // the first stream-K item (total: none)
+  int32_t item_k_tiles;  // k-tiles of a whole item (stream-K needs split_k == 1)
+  int64_t sk_k_tiles;    // k-tiles of the stream-K items together (< 2^31)
+  int64_t k_chunk;       // split-K: K of each chunk (p.KChunk()); unused unsplit
+  FastDivmod per_slab;   // cluster tiles per slab: item -> (slab, cluster tile)
+  FastDivmod split_k;    // slab -> (batch, split)
+  FastDivmod item_k;     // stream-K: k-tile -> (item, k-tile in it)
+  FastGroupedRaster raster;
 
-  __host__ __device__ static Sm90Schedule For(const GemmProblem& p, int64_t stream_k_items = 0) {
+  __host__ __device__ static int64_t Items(const GemmProblem& p) {
+    const int64_t tiles_m = (p.m + P::kBM - 1) / P::kBM, tiles_n = (p.n + P::kBN - 1) / P::kBN;
+    return (tiles_m + P::kClusterM - 1) / P::kClusterM * tiles_n * p.batch.count * p.split_k;
+  }
+
+  // For a problem with Items(p) < 2^31 and, with stream-K, stream_k_items * item_k_tiles < 2^31.
+  static Sm90Schedule For(const GemmProblem& p, int64_t stream_k_items) {
     Sm90Schedule s;
-    s.tiles_m = (p.m + P::kBM - 1) / P::kBM;
-    s.tiles_n = (p.n + P::kBN - 1) / P::kBN;
-    s.groups_m = (s.tiles_m + P::kClusterM - 1) / P::kClusterM;
-    s.total = s.groups_m * s.tiles_n * p.batch.count * p.split_k;
-    s.sk_first = s.total - stream_k_items;
-    s.item_k_tiles = (p.k + P::kBK - 1) / P::kBK;
+    const int64_t tiles_m = (p.m + P::kBM - 1) / P::kBM, tiles_n = (p.n + P::kBN - 1) / P::kBN;
+    const int64_t groups_m = (tiles_m + P::kClusterM - 1) / P::kClusterM;
+    s.total = static_cast<int32_t>(Items(p));
+    s.sk_first = static_cast<int32_t>(s.total - stream_k_items);
+    s.item_k_tiles = static_cast<int32_t>((p.k + P::kBK - 1) / P::kBK);
+    s.sk_k_tiles = stream_k_items * s.item_k_tiles;
+    s.k_chunk = p.split_k > 1 ? p.KChunk() : p.k;
+    s.per_slab = FastDivmod(static_cast<int32_t>(groups_m * tiles_n));
+    s.split_k = FastDivmod(static_cast<int32_t>(p.split_k));
+    s.item_k = FastDivmod(s.item_k_tiles);
+    s.raster = FastGroupedRaster(static_cast<int32_t>(groups_m), static_cast<int32_t>(tiles_n));
     return s;
   }
 
-  __device__ __forceinline__ static int64_t First() { return blockIdx.x / P::kClusterM; }
-  __device__ __forceinline__ static int64_t Step() { return gridDim.x / P::kClusterM; }
+  __device__ __forceinline__ static int32_t First() { return blockIdx.x / P::kClusterM; }
+  __device__ __forceinline__ static int32_t Step() { return gridDim.x / P::kClusterM; }
 
-  // Where worker w's stream-K range starts, in k-tiles counted over the stream-K items.
-  __device__ __forceinline__ int64_t StreamKBegin(int64_t w) const {
-    return (total - sk_first) * item_k_tiles * w / Step();
+  // Worker First()'s walk: its stream-K range is worked out once, here.
+  __device__ __forceinline__ Sm90Cursor Start() const {
+    Sm90Cursor c{First(), 0, 0};
+    if (sk_first < total) {
+      c.iter = static_cast<int32_t>(sk_k_tiles * First() / Step());
+      c.end = static_cast<int32_t>(sk_k_tiles * (First() + 1) / Step());
+    }
+    return c;
   }
-
-  __device__ __forceinline__ Sm90Cursor Start() const { return {First(), StreamKBegin(First())}; }
 
   // The next work item of this block into *w; false when the walk is over.
   __device__ __forceinline__ bool Next(const GemmProblem& p, Sm90Cursor& c, Sm90Work* w) const {
@@ -177,14 +200,15 @@ struct Sm90Schedule {
       c.item += Step();
       return true;
     }
-    const int64_t end = StreamKBegin(First() + 1);
-    if (c.iter >= end) return false;
-    const int64_t item = c.iter / item_k_tiles, head = item * item_k_tiles;
-    const int64_t stop = end < head + item_k_tiles ? end : head + item_k_tiles;
+    if (c.iter >= c.end) return false;
+    int32_t item, in_item;
+    item_k.DivMod(c.iter, &item, &in_item);
+    const int32_t head = c.iter - in_item;
+    const int32_t stop = c.end < head + item_k_tiles ? c.end : head + item_k_tiles;
     *w = Get(p, sk_first + item);
-    w->k_begin = (c.iter - head) * P::kBK;
-    w->k_tiles = static_cast<int>(stop - c.iter);
-    w->fixup = c.iter != head ? kSm90StorePartial : (stop - head < item_k_tiles ? kSm90AddPartial : kSm90Whole);
+    w->k_begin = int64_t{in_item} * P::kBK;
+    w->k_tiles = stop - c.iter;
+    w->fixup = in_item != 0 ? kSm90StorePartial : (stop - head < item_k_tiles ? kSm90AddPartial : kSm90Whole);
     c.iter = stop;
     return true;
   }
@@ -192,17 +216,20 @@ struct Sm90Schedule {
   // Item t: slab z = batch * split_k + split, then the cluster tile in grouped raster
   // order, then this block's tile in it. With an odd tile count the last cluster's second
   // tile lies below M: it reads zeros and stores nothing, but still loads its half of B.
-  __device__ __forceinline__ Sm90Work Get(const GemmProblem& p, int64_t t) const {
-    const int64_t per_slab = groups_m * tiles_n;
-    const int64_t z = t / per_slab;
-    int64_t tm, tn;
-    GroupedRaster{groups_m, tiles_n}.Tile(t - z * per_slab, &tm, &tn);
+  __device__ __forceinline__ Sm90Work Get(const GemmProblem& p, int32_t t) const {
+    int32_t z, tile, tm, tn, batch, split;
+    per_slab.DivMod(t, &z, &tile);
+    raster.Tile(tile, &tm, &tn);
 #if defined(JG_SM90_ENABLED)
-    if constexpr (P::kClusterM > 1) tm = tm * P::kClusterM + ClusterRank();
+    if constexpr (P::kClusterM > 1) tm = tm * P::kClusterM + static_cast<int32_t>(ClusterRank());
 #endif
-    const int64_t split = z % p.split_k;
-    const int64_t k_size = p.split_k > 1 ? p.ChunkK(split) : p.k;
-    return {tm * P::kBM, tn * P::kBN, z / p.split_k, p.split_k > 1 ? split * p.KChunk() : 0, z,
+    split_k.DivMod(z, &batch, &split);
+    int64_t k_begin = 0, k_size = p.k;
+    if (split_k.divisor > 1) {  // p.ChunkK(split)
+      k_begin = split * k_chunk;
+      k_size = p.k - k_begin < 0 ? 0 : (p.k - k_begin < k_chunk ? p.k - k_begin : k_chunk);
+    }
+    return {int64_t{tm} * P::kBM, int64_t{tn} * P::kBN, batch, k_begin, z,
             static_cast<int>((k_size + P::kBK - 1) / P::kBK), kSm90Whole};
   }
 };
@@ -265,15 +292,18 @@ struct Sm90MatrixLoads {
 #endif
   }
 
-  // Called by one thread: fills stage after stage, in the consumers' tile order.
+  // Called by one thread: fills stage after stage, in the consumers' tile order. `timeline`
+  // notes the first item's arrival and its first loads (Sm90Timeline).
   template <class P, bool kTransA, bool kTransB>
   __device__ __forceinline__ void Produce(const GemmProblem& p, const Sm90Schedule<P>& schedule,
                                           unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
-                                          uint64_t* empty) const {
+                                          uint64_t* empty, const Sm90Timeline& timeline = {}) const {
 #if defined(JG_SM90_ENABLED)
     Sm90ProducerRing<P> ring(full, empty);
     Sm90Work w;
+    bool first = true;
     for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
+      if (first) timeline.Record(kTimelineProducerItem);
       const int batch = static_cast<int>(w.batch);
       // MN-major A: only the kMnBlock-wide blocks that hold rows < M.
       constexpr int kBlockM = P::kMnBlock;
@@ -326,6 +356,8 @@ struct Sm90MatrixLoads {
           }
         }
         ring.Advance();
+        if (first) timeline.Record(kTimelineProducerLoads);
+        first = false;
       }
     }
 #endif
@@ -613,6 +645,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       // every wgmma (C7513) if any path could load a set while its group is in flight.
       uint32_t a_frags[kRegisterA ? 2 : 1][P::kKSteps][4];
       auto k_tile = [&](int kt, auto set) {
+        if (kt == 0) note(kTimelineConsumerWaits);
         MbarrierWait(&full[stage], phase);
         if (kt == 0) note(kTimelineFirstData);
         if constexpr (kBlocks > 0) {
@@ -792,10 +825,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 // The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 __global__ void __launch_bounds__(P::kThreads, 1)
-    Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p, const __grid_constant__ Sm90Store store,
-                   const Sm90StreamK stream_k, const Sm90Timeline timeline) {
+    Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p, const Sm90Schedule<P> schedule,
+                   const __grid_constant__ Sm90Store store, const Sm90StreamK stream_k, const Sm90Timeline timeline) {
 #if defined(JG_SM90_ENABLED)
-  const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items);
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
@@ -830,7 +862,13 @@ __global__ void __launch_bounds__(P::kThreads, 1)
 
   if (warpgroup == 0) {
     if constexpr (P::kMovesRegisters) SetMaxRegistersDecrease<P::kProducerRegisters>();
-    if (threadIdx.x == 0) loads.template Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty);
+    if (threadIdx.x == 0) {
+      if constexpr (std::is_same_v<Loads, Sm90MatrixLoads>) {
+        loads.template Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty, timeline);
+      } else {
+        loads.template Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty);
+      }
+    }
     // Warps 1 .. kConsumers: the consumers' store warps (Sm90HandedStores).
     if constexpr (sizeof(TOut) == 2 && Sm90HandedStores<P>::kUsed) {
       const int warp = threadIdx.x / 32;
@@ -861,7 +899,8 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   if constexpr (Loads::kMapsRows) {
     if (loads.MapsRows()) store = Sm90Store{};  // D's rows are not a TMA box: the general epilogue
   }
-  const int64_t items = Sm90Schedule<P>::For(p).total;
+  const int64_t items = Sm90Schedule<P>::Items(p);
+  if (items >= (int64_t{1} << 31)) return cudaErrorInvalidValue;  // the schedule's indices are 32-bit
   // Workers of the persistent grid: blocks, or clusters. A cluster's blocks must share a
   // GPC, so fewer clusters than SMs / kClusterM may fit at once (on the H200, 66 of 2
   // blocks, but only 30 of 4); the grid must not exceed that: its walk, and stream-K's
@@ -899,23 +938,25 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   // loads walk their filter taps from the first), and the grid the plan was made for.
   Sm90StreamK stream_k{};
   const Sm90StreamKPlan plan = PlanSm90StreamK(p, {P::kBM, P::kBN, P::kClusterM}, sm_count);
+  const int64_t k_tiles = (p.k + P::kBK - 1) / P::kBK;
   if (std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && plan.workers == workers && workspace.data &&
-      workspace.bytes >= plan.bytes) {
+      workspace.bytes >= plan.bytes && plan.items * k_tiles < (int64_t{1} << 31)) {
     stream_k.partials = static_cast<float*>(workspace.data);
     stream_k.flags = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(workspace.data) + plan.flags_offset);
     stream_k.items = plan.items;
     status = cudaMemsetAsync(stream_k.flags, 0, plan.bytes - plan.flags_offset, stream);
     if (status != cudaSuccess) return status;
   }
+  const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items);
   const int64_t blocks = workers * P::kClusterM;
   const Sm90Timeline timeline = BeginSm90Timeline(blocks, stream);
   if constexpr (P::kClusterM == 1) {
-    kernel<<<static_cast<unsigned>(blocks), P::kThreads, P::kSmemBytes, stream>>>(loads, p, store, stream_k,
-                                                                                 timeline);
+    kernel<<<static_cast<unsigned>(blocks), P::kThreads, P::kSmemBytes, stream>>>(loads, p, schedule, store,
+                                                                                 stream_k, timeline);
     status = cudaGetLastError();
   } else {
     config.gridDim = dim3(static_cast<unsigned>(blocks));
-    status = cudaLaunchKernelEx(&config, kernel, loads, p, store, stream_k, timeline);
+    status = cudaLaunchKernelEx(&config, kernel, loads, p, schedule, store, stream_k, timeline);
     if (status == cudaSuccess) status = cudaGetLastError();
   }
   if (status == cudaSuccess && timeline.stamps) {

@@ -4,6 +4,9 @@
 #pragma once
 #include <cstdint>
 
+#include "common/fast_divmod.h"
+#include "common/host_device.h"
+
 namespace jaxgemm {
 
 struct GroupedRaster {
@@ -18,6 +21,38 @@ struct GroupedRaster {
     const int64_t in_group = linear - group * per_group;
     *tile_m = first_m + in_group % rows;
     *tile_n = in_group / rows;
+  }
+};
+
+// GroupedRaster's order for the persistent kernels, which map an index per work item: its
+// divisions are FastDivmods built on the host (a 64-bit division is a ~80-instruction call;
+// a work item's mapping took several, on the path to a block's first TMA load).
+// Indices and tile counts below 2^31.
+struct FastGroupedRaster {
+  static constexpr int32_t kGroupM = static_cast<int32_t>(GroupedRaster::kGroupM);
+  static_assert((kGroupM & (kGroupM - 1)) == 0, "full groups divide by a shift");
+  FastDivmod per_group;  // tiles of a full group: kGroupM * tiles_n
+  FastDivmod last_rows;  // tile rows of the last group, when it is not full
+  int32_t full_groups = 0;
+
+  FastGroupedRaster() = default;
+  FastGroupedRaster(int32_t tiles_m, int32_t tiles_n)
+      : per_group(kGroupM * tiles_n),
+        last_rows(tiles_m % kGroupM != 0 ? tiles_m % kGroupM : kGroupM),
+        full_groups(tiles_m / kGroupM) {}
+
+  JG_HOST_DEVICE_INLINE void Tile(int32_t linear, int32_t* tile_m, int32_t* tile_n) const {
+    int32_t group, in_group;
+    per_group.DivMod(linear, &group, &in_group);
+    if (group < full_groups) {
+      *tile_m = group * kGroupM + (in_group & (kGroupM - 1));
+      *tile_n = in_group / kGroupM;
+    } else {
+      int32_t column, row;
+      last_rows.DivMod(in_group, &column, &row);
+      *tile_m = group * kGroupM + row;
+      *tile_n = column;
+    }
   }
 };
 
