@@ -100,6 +100,19 @@ __device__ __forceinline__ void Sm90Scale(float (&acc)[P::kMmaM][P::kBN / 2], fl
   }
 }
 
+// Thread 0 of a consumer, before it writes box slot c % 2 for block c of a tile of kBlocks
+// blocks: waits until the store that last read that slot is done with it. The slots
+// alternate within a tile; with an odd count, block 0 takes the slot the previous tile's
+// last block used, whose store is then the latest one (64 x 64 tiles: one block each).
+template <int kBlocks>
+__device__ __forceinline__ void Sm90WaitForSlot(int c) {
+  if (kBlocks % 2 == 1 && c == 0) {
+    BulkWaitGroupRead<0>();
+  } else {
+    BulkWaitGroupRead<1>();
+  }
+}
+
 // The TMA-store epilogue of one consumer's tile, all in the consumer: each 64 x 64 block
 // goes to one of two 8 KB boxes, then thread 0 stores the box. The two boxes alternate, so
 // writing one overlaps the other's store. For the schedules that do not hand their stores
@@ -118,7 +131,7 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&ac
   for (int c = 0; c < P::kMmaM * kColBlocks; ++c) {
     const int mi = c / kColBlocks, nb = c % kColBlocks;
     unsigned char* box = boxes + (c % 2) * P::kOutBoxBytes;
-    if (tid == 0) BulkWaitGroupRead<1>();  // the store that last read this box is done with it
+    if (tid == 0) Sm90WaitForSlot<P::kMmaM * kColBlocks>(c);
     NamedBarrierSync(1 + wg, 128);
     Sm90WriteAccBox<P, TOut>(acc, mi, nb, SharedAddress(box) + row_offset, unit_xor);
     FenceProxyAsyncShared();
@@ -319,7 +332,7 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
         if (with_aux) {
           BulkWaitGroupRead<0>();
         } else {
-          BulkWaitGroupRead<1>();
+          Sm90WaitForSlot<kBlocks>(c);
         }
       }
       NamedBarrierSync(1 + wg, 128);
