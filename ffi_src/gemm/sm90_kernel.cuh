@@ -622,6 +622,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       order_phase ^= 1;
     }
     ++own;
+    note(kTimelineConsumerItem);
     uint32_t bias_word = 0;
     if constexpr (sizeof(TOut) == 2) {
       if (store.fused && store.bias && tid < P::kBN / 2) bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);

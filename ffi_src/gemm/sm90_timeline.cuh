@@ -19,6 +19,7 @@ enum Sm90TimelineEvent : int {
   kTimelineStarted,          // thread 0 is past the barrier initialization and the block (cluster) sync
   kTimelineProducerItem,     // the producer has its first work item (the schedule's arithmetic)
   kTimelineProducerLoads,    // the producer has issued the first stage's TMA loads
+  kTimelineConsumerItem,     // consumer 0 has its first work item (past setmaxnreg and the schedule)
   kTimelineConsumerWaits,    // consumer 0 starts waiting for its first stage
   kTimelineFirstData,        // consumer 0 sees its first stage full
   kTimelineMainloopDone,     // consumer 0's first item: the last wgmma is complete
@@ -75,7 +76,7 @@ inline void ReportSm90Timeline(const Sm90Timeline& timeline, int64_t blocks, con
   unsigned long long origin = ~0ull;
   for (int64_t b = 0; b < blocks; ++b) origin = std::min(origin, stamps[b * kTimelineEvents + kTimelineEntry]);
   static const char* kNames[kTimelineEvents] = {
-      "entry",         "started",         "producer item",  "first loads",     "consumer waits",
+      "entry",         "started",         "producer item",  "first loads",     "consumer item",   "consumer waits",
       "first data",    "mainloop done",   "epilogue issued", "2nd mainloop done", "2nd epi issued",
       "consumer 0 exit", "consumer 1 exit"};
   std::fprintf(stderr, "jaxgemm timeline: %s, %lld blocks (us after the first entry: min / median / max)\n", what,
