@@ -158,6 +158,14 @@ struct Sm90Schedule {
   FastDivmod item_k;     // stream-K: k-tile -> (item, k-tile in it)
   FastGroupedRaster raster;
 
+  // Work-item rows per raster group: GroupedRaster's 8 for square items, more for wide
+  // ones, so that the items resident at once cover about as many rows of A as columns of B
+  // (128 x 256 blocks: 16 rows of 8 columns, 2048 x 2048 of the output).
+  static constexpr int32_t kRasterRows =
+      static_cast<int32_t>(GroupedRaster::kGroupM) * P::kBN / (P::kBM * P::kClusterM) > 0
+          ? static_cast<int32_t>(GroupedRaster::kGroupM) * P::kBN / (P::kBM * P::kClusterM)
+          : 1;
+
   __host__ __device__ static int64_t Items(const GemmProblem& p) {
     const int64_t tiles_m = (p.m + P::kBM - 1) / P::kBM, tiles_n = (p.n + P::kBN - 1) / P::kBN;
     return (tiles_m + P::kClusterM - 1) / P::kClusterM * tiles_n * p.batch.count * p.split_k;
@@ -176,7 +184,7 @@ struct Sm90Schedule {
     s.per_slab = FastDivmod(static_cast<int32_t>(groups_m * tiles_n));
     s.split_k = FastDivmod(static_cast<int32_t>(p.split_k));
     s.item_k = FastDivmod(s.item_k_tiles);
-    s.raster = FastGroupedRaster(static_cast<int32_t>(groups_m), static_cast<int32_t>(tiles_n));
+    s.raster = FastGroupedRaster(static_cast<int32_t>(groups_m), static_cast<int32_t>(tiles_n), kRasterRows);
     return s;
   }
 

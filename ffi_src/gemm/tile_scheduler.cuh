@@ -24,35 +24,30 @@ struct GroupedRaster {
   }
 };
 
-// GroupedRaster's order for the persistent kernels, which map an index per work item: its
+// GroupedRaster's order for the persistent kernels, which map an index per work item, with
+// `group_rows` tile rows per group (the caller picks it from the tile's shape): its
 // divisions are FastDivmods built on the host (a 64-bit division is a ~80-instruction call;
 // a work item's mapping took several, on the path to a block's first TMA load).
 // Indices and tile counts below 2^31.
 struct FastGroupedRaster {
-  static constexpr int32_t kGroupM = static_cast<int32_t>(GroupedRaster::kGroupM);
-  static_assert((kGroupM & (kGroupM - 1)) == 0, "full groups divide by a shift");
-  FastDivmod per_group;  // tiles of a full group: kGroupM * tiles_n
+  FastDivmod per_group;  // tiles of a full group: group_rows * tiles_n
+  FastDivmod rows;       // tile rows of a full group
   FastDivmod last_rows;  // tile rows of the last group, when it is not full
   int32_t full_groups = 0;
 
   FastGroupedRaster() = default;
-  FastGroupedRaster(int32_t tiles_m, int32_t tiles_n)
-      : per_group(kGroupM * tiles_n),
-        last_rows(tiles_m % kGroupM != 0 ? tiles_m % kGroupM : kGroupM),
-        full_groups(tiles_m / kGroupM) {}
+  FastGroupedRaster(int32_t tiles_m, int32_t tiles_n, int32_t group_rows)
+      : per_group(group_rows * tiles_n),
+        rows(group_rows),
+        last_rows(tiles_m % group_rows != 0 ? tiles_m % group_rows : group_rows),
+        full_groups(tiles_m / group_rows) {}
 
   JG_HOST_DEVICE_INLINE void Tile(int32_t linear, int32_t* tile_m, int32_t* tile_n) const {
-    int32_t group, in_group;
+    int32_t group, in_group, column, row;
     per_group.DivMod(linear, &group, &in_group);
-    if (group < full_groups) {
-      *tile_m = group * kGroupM + (in_group & (kGroupM - 1));
-      *tile_n = in_group / kGroupM;
-    } else {
-      int32_t column, row;
-      last_rows.DivMod(in_group, &column, &row);
-      *tile_m = group * kGroupM + row;
-      *tile_n = column;
-    }
+    (group < full_groups ? rows : last_rows).DivMod(in_group, &column, &row);
+    *tile_m = group * rows.divisor + row;
+    *tile_n = column;
   }
 };
 
