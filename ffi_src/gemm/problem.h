@@ -76,9 +76,11 @@ struct GemmProblem {
   // Element offsets of the start of chunk s in A and B.
   JG_HOST_DEVICE int64_t ChunkOffsetA(int64_t s) const { return s * KChunk() * (trans_a ? lda : 1); }
   JG_HOST_DEVICE int64_t ChunkOffsetB(int64_t s) const { return s * KChunk() * (trans_b ? 1 : ldb); }
-  JG_HOST_DEVICE int64_t ChunkK(int64_t s) const {
-    const int64_t left = k - s * KChunk();
-    return left < 0 ? 0 : (left < KChunk() ? left : KChunk());
+  JG_HOST_DEVICE int64_t ChunkK(int64_t s) const { return ChunkK(s, KChunk()); }
+  // The same with KChunk() given (computed once, on the host).
+  JG_HOST_DEVICE int64_t ChunkK(int64_t s, int64_t chunk) const {
+    const int64_t left = k - s * chunk;
+    return left < 0 ? 0 : (left < chunk ? left : chunk);
   }
 };
 

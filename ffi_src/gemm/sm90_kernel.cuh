@@ -152,7 +152,7 @@ struct Sm90Schedule {
   int32_t sk_first;      // the first stream-K item (total: none)
   int32_t item_k_tiles;  // k-tiles of a whole item (stream-K needs split_k == 1)
   int64_t sk_k_tiles;    // k-tiles of the stream-K items together (< 2^31)
-  int64_t k_chunk;       // split-K: K of each chunk (p.KChunk()); unused unsplit
+  int64_t k_chunk;       // split-K: K of each chunk (p.KChunk())
   FastDivmod per_slab;   // cluster tiles per slab: item -> (slab, cluster tile)
   FastDivmod split_k;    // slab -> (batch, split)
   FastDivmod item_k;     // stream-K: k-tile -> (item, k-tile in it)
@@ -162,25 +162,27 @@ struct Sm90Schedule {
   // ones, so that the items resident at once cover about as many rows of A as columns of B
   // (128 x 256 blocks: 16 rows of 8 columns, 2048 x 2048 of the output).
   static constexpr int32_t kRasterRows =
-      static_cast<int32_t>(GroupedRaster::kGroupM) * P::kBN / (P::kBM * P::kClusterM) > 0
-          ? static_cast<int32_t>(GroupedRaster::kGroupM) * P::kBN / (P::kBM * P::kClusterM)
-          : 1;
+      std::max<int32_t>(1, static_cast<int32_t>(GroupedRaster::kGroupM) * P::kBN / (P::kBM * P::kClusterM));
+
+  // Work-item rows (cluster tiles) and columns of one slab.
+  __host__ __device__ static int64_t GroupsM(const GemmProblem& p) {
+    return ((p.m + P::kBM - 1) / P::kBM + P::kClusterM - 1) / P::kClusterM;
+  }
+  __host__ __device__ static int64_t TilesN(const GemmProblem& p) { return (p.n + P::kBN - 1) / P::kBN; }
 
   __host__ __device__ static int64_t Items(const GemmProblem& p) {
-    const int64_t tiles_m = (p.m + P::kBM - 1) / P::kBM, tiles_n = (p.n + P::kBN - 1) / P::kBN;
-    return (tiles_m + P::kClusterM - 1) / P::kClusterM * tiles_n * p.batch.count * p.split_k;
+    return GroupsM(p) * TilesN(p) * p.batch.count * p.split_k;
   }
 
   // For a problem with Items(p) < 2^31 and, with stream-K, stream_k_items * item_k_tiles < 2^31.
   static Sm90Schedule For(const GemmProblem& p, int64_t stream_k_items) {
     Sm90Schedule s;
-    const int64_t tiles_m = (p.m + P::kBM - 1) / P::kBM, tiles_n = (p.n + P::kBN - 1) / P::kBN;
-    const int64_t groups_m = (tiles_m + P::kClusterM - 1) / P::kClusterM;
+    const int64_t groups_m = GroupsM(p), tiles_n = TilesN(p);
     s.total = static_cast<int32_t>(Items(p));
     s.sk_first = static_cast<int32_t>(s.total - stream_k_items);
     s.item_k_tiles = static_cast<int32_t>((p.k + P::kBK - 1) / P::kBK);
     s.sk_k_tiles = stream_k_items * s.item_k_tiles;
-    s.k_chunk = p.split_k > 1 ? p.KChunk() : p.k;
+    s.k_chunk = p.KChunk();
     s.per_slab = FastDivmod(static_cast<int32_t>(groups_m * tiles_n));
     s.split_k = FastDivmod(static_cast<int32_t>(p.split_k));
     s.item_k = FastDivmod(s.item_k_tiles);
@@ -232,12 +234,9 @@ struct Sm90Schedule {
     if constexpr (P::kClusterM > 1) tm = tm * P::kClusterM + static_cast<int32_t>(ClusterRank());
 #endif
     split_k.DivMod(z, &batch, &split);
-    int64_t k_begin = 0, k_size = p.k;
-    if (split_k.divisor > 1) {  // p.ChunkK(split)
-      k_begin = split * k_chunk;
-      k_size = p.k - k_begin < 0 ? 0 : (p.k - k_begin < k_chunk ? p.k - k_begin : k_chunk);
-    }
-    return {int64_t{tm} * P::kBM, int64_t{tn} * P::kBN, batch, k_begin, z,
+    const bool split_up = split_k.divisor > 1;
+    const int64_t k_size = split_up ? p.ChunkK(split, k_chunk) : p.k;
+    return {int64_t{tm} * P::kBM, int64_t{tn} * P::kBN, batch, split_up ? split * k_chunk : 0, z,
             static_cast<int>((k_size + P::kBK - 1) / P::kBK), kSm90Whole};
   }
 };
