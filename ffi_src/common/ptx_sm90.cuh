@@ -160,6 +160,11 @@ __device__ __forceinline__ void StoreShared32(uint32_t addr, uint32_t value) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value) : "memory");
 }
 
+// Two 32-bit words to an 8-byte aligned shared-memory address.
+__device__ __forceinline__ void StoreShared64(uint32_t addr, uint32_t lo, uint32_t hi) {
+  asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(lo), "r"(hi) : "memory");
+}
+
 // Four 8 x 8 matrices of 16-bit values to shared memory (stmatrix): lane t gives the address
 // of row t % 8 of matrix t / 8, and holds, in word i, two adjacent columns of matrix i
 // (row lane / 4, columns 2 (lane % 4) and + 1): the layout of an mma / wgmma accumulator.

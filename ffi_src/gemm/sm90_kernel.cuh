@@ -75,7 +75,8 @@ struct Sm90Policy {
   // Epilogue scratch per consumer, used one of two ways:
   // - the general epilogue: 64 rows x kEpilogueCols fp32, rows padded to 40 floats so the
   //   fragment writes (8 rows x 4 column pairs per warp) hit distinct banks;
-  // - the TMA-store epilogue: two 64 x 64 16-bit output boxes (8 KB each, 128 B swizzled).
+  // - the TMA-store epilogue: two output boxes of 64 rows x 128 B (8 KB each, 128 B swizzled:
+  //   64 x 64 16-bit or 64 x 32 float values).
   static constexpr int kEpilogueCols = 32, kEpiloguePitch = 40;
   static constexpr int kOutBoxBytes = 64 * 64 * 2;
   static constexpr int kEpilogueRegionBytes = std::max(64 * kEpiloguePitch * 4, 2 * kOutBoxBytes);
@@ -509,11 +510,11 @@ __device__ __forceinline__ void Sm90AddPartial(const Sm90StreamK& sk, float (&ac
 // The store warp of consumer `wg` (Sm90HandedStores): walks the block's items as the
 // consumers do and, for each box the consumer has written, issues its TMA store and frees
 // the box once the store has read it.
-template <class P>
+template <class P, class TOut>
 __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Schedule<P>& schedule,
                                               const Sm90Store& store, int wg, unsigned char* boxes) {
-  using H = Sm90HandedStores<P>;
-  constexpr int kColBlocks = P::kBN / 64;
+  using H = Sm90HandedStores<P, TOut>;
+  constexpr int kColBlocks = P::kBN / kSm90BoxCols<TOut>;
   const bool leader = threadIdx.x % 32 == 0;
   const bool with_aux = store.fused && store.with_aux;  // Aux in box 0, D in box 1, one barrier pair
   Sm90Work w;
@@ -524,7 +525,7 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
       const int slot = with_aux ? 0 : c % 2;
       NamedBarrierSync(H::Written(wg, slot), H::kThreads);
       if (leader) {
-        const int col = col0 + 64 * (c % kColBlocks), row = row0 + 64 * (c / kColBlocks);
+        const int col = col0 + kSm90BoxCols<TOut> * (c % kColBlocks), row = row0 + 64 * (c / kColBlocks);
         auto tma_store = [&](const CUtensorMap* map, unsigned char* smem) {
           Sm90TmaStoreBox(store, map, smem, col, row, static_cast<int>(w.slab));
         };
@@ -588,16 +589,30 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   // 2 and 3 (kBN = 256), which must wait for their slots' stores, wait in registers as
   // rounded words and are written while the next tile's first wgmmas run (or at the exit),
   // so that the tensor cores do not idle through those waits.
-  using Handed = Sm90HandedStores<P>;
+  // (A float tile's 8 boxes are all written at once: their words would not fit registers.)
+  using Handed = Sm90HandedStores<P, TOut>;
   constexpr int kLateBoxes = sizeof(TOut) == 2 && Handed::kUsed && Handed::kBoxes > 2 ? Handed::kBoxes - 2 : 0;
   uint32_t late_words[kLateBoxes > 0 ? kLateBoxes : 1][16];
   bool pending = false;  // `late_words` hold boxes not yet written
+  // Where this thread's values go in an output box (made where used, so that it holds no
+  // registers through the mainloop): register A permutes the accumulator rows.
+  auto box_writer = [&] {
+    if constexpr (kRegisterA) {
+      static_assert(sizeof(TOut) == 4, "tf32 products have float outputs");
+      using F = Sm90RegisterAFragments<P>;
+      using W = Sm90BoxWriter<TOut>;
+      return W(F::Row(W::FragmentRow(0)), F::Row(W::FragmentRow(1)));
+    } else {
+      return Sm90BoxWriter<TOut>();
+    }
+  };
   auto write_pending = [&] {
     if constexpr (kLateBoxes > 0) {
       if (pending) {
+        const Sm90BoxWriter<TOut> writer = box_writer();
 #pragma unroll
         for (int c = 0; c < kLateBoxes; ++c) {
-          Sm90WriteBoxWords<P>(late_words[c], 2 + c, wg, reinterpret_cast<unsigned char*>(scratch), true);
+          Sm90WriteBoxWords<P, TOut>(writer, late_words[c], 2 + c, wg, reinterpret_cast<unsigned char*>(scratch), true);
         }
         pending = false;
       }
@@ -729,34 +744,36 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     }
     if (w.fixup == kSm90AddPartial) Sm90AddPartial<P>(stream_k, acc, first_row / 64, wg);
 
-    if constexpr (sizeof(TOut) == 2) {
-      if (store.enabled) {
-        if (store.fused) {
+    if (store.enabled) {
+      if (store.fused) {  // 16-bit outputs only (MakeSm90Store)
+        if constexpr (sizeof(TOut) == 2) {
           Sm90StoreTileFused<P, TOut, Handed::kUsed>(store, acc, w.m0 + first_row, w.n0, slab, wg,
                                                       reinterpret_cast<unsigned char*>(scratch), bias_word, bias_stage,
                                                       boxes_in_use);
           boxes_in_use = Handed::kUsed;
-        } else if constexpr (Handed::kUsed) {
-          Sm90Scale<P>(acc, p.epilogue.alpha);
-#pragma unroll
-          for (int c = 0; c < Handed::kBoxes; ++c) {
-            if (c < 2) {
-              uint32_t box_words[16];
-              Sm90PackBox<P, TOut>(acc, c, box_words);
-              Sm90WriteBoxWords<P>(box_words, c, wg, reinterpret_cast<unsigned char*>(scratch), boxes_in_use);
-            } else if constexpr (kLateBoxes > 0) {
-              Sm90PackBox<P, TOut>(acc, c, late_words[c - 2]);
-            }
-          }
-          boxes_in_use = true;
-          pending = kLateBoxes > 0;
-        } else {
-          Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
-                                 reinterpret_cast<unsigned char*>(scratch));
         }
-        note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
-        continue;
+      } else if constexpr (Handed::kUsed) {
+        Sm90Scale<P>(acc, p.epilogue.alpha);
+        const Sm90BoxWriter<TOut> writer = box_writer();
+#pragma unroll
+        for (int c = 0; c < Handed::kBoxes; ++c) {
+          if (c < Handed::kBoxes - kLateBoxes) {
+            uint32_t box_words[16];
+            Sm90PackBox<P, TOut>(acc, c, box_words);
+            Sm90WriteBoxWords<P, TOut>(writer, box_words, c, wg, reinterpret_cast<unsigned char*>(scratch),
+                                       boxes_in_use || c >= 2);
+          } else if constexpr (kLateBoxes > 0) {
+            Sm90PackBox<P, TOut>(acc, c, late_words[c - 2]);
+          }
+        }
+        boxes_in_use = true;
+        pending = kLateBoxes > 0;
+      } else {
+        Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
+                               reinterpret_cast<unsigned char*>(scratch), box_writer());
       }
+      note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
+      continue;
     }
 
     // Epilogue through shared memory, kEpilogueCols columns of one 64-row block at a time:
@@ -878,10 +895,10 @@ __global__ void __launch_bounds__(P::kThreads, 1)
       }
     }
     // Warps 1 .. kConsumers: the consumers' store warps (Sm90HandedStores).
-    if constexpr (sizeof(TOut) == 2 && Sm90HandedStores<P>::kUsed) {
+    if constexpr (Sm90HandedStores<P, TOut>::kUsed) {
       const int warp = threadIdx.x / 32;
       if (warp >= 1 && warp <= P::kConsumers && store.enabled) {
-        Sm90StoreWarp<P>(p, schedule, store, warp - 1,
+        Sm90StoreWarp<P, TOut>(p, schedule, store, warp - 1,
                          reinterpret_cast<unsigned char*>(scratch) + (warp - 1) * P::kEpilogueRegionBytes);
       }
     }
@@ -994,6 +1011,7 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
 
   constexpr int kBytes = sizeof(TIn);
   constexpr bool kTf32 = kBytes == 4;
+  a.tf32 = b.tf32 = kTf32;
   if (kTf32 && !p.trans_b) return cudaErrorInvalidValue;  // B not K-major
 
   cudaError_t status = cudaSuccess;

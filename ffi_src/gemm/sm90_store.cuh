@@ -1,8 +1,9 @@
-// The sm90 kernel's TMA-store epilogues, for 16-bit outputs whose epilogue reads no C and
-// no residual: each consumer writes its tile's 64 x 64 blocks of D (and of Aux) to shared
-// memory in the 128-byte-swizzled layout of a tensor map, and one thread (of the consumer,
-// or of its store warp: Sm90HandedStores) stores each block with TMA. D = alpha * acc:
-// Sm90StoreTile, or Sm90PackBox + Sm90WriteBoxWords (handed stores); bias, activation, Aux:
+// The sm90 kernel's TMA-store epilogues, for epilogues that read no C and no residual: each
+// consumer writes its tile's blocks of D (and of Aux) to shared memory in the 128-byte-
+// swizzled layout of a tensor map, and one thread (of the consumer, or of its store warp:
+// Sm90HandedStores) stores each block with TMA. A block (a box) is 64 rows of 128 bytes:
+// 64 x 64 16-bit or 64 x 32 float values. D = alpha * acc, any output type: Sm90StoreTile, or
+// Sm90PackBox + Sm90WriteBoxWords (handed stores); bias, activation, Aux (16-bit outputs):
 // Sm90StoreTileFused. Called by Sm90Consume (sm90_kernel.cuh); MakeSm90Store decides on the
 // host whether a problem can take them and encodes the maps.
 #pragma once
@@ -21,6 +22,10 @@
 #include "gemm/sm90_tensor_map.h"
 
 namespace jaxgemm {
+
+// Columns of an output box: 128 bytes of TOut.
+template <class TOut>
+inline constexpr int kSm90BoxCols = 128 / static_cast<int>(sizeof(TOut));
 
 // A launch's TMA-store parameters (MakeSm90Store). `enabled`: the problem takes a TMA-store
 // epilogue instead of the general one; `fused`: alpha, bias, activation and Aux are applied
@@ -65,14 +70,7 @@ __device__ __forceinline__ uint32_t Sm90AccWord(const float (&acc)[P::kMmaM][P::
   return PackPair<TOut>(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
 }
 
-// Block (mi, nb) straight from the accumulators into a box.
-template <class P, class TOut>
-__device__ __forceinline__ void Sm90WriteAccBox(const float (&acc)[P::kMmaM][P::kBN / 2], int mi, int nb,
-                                                uint32_t row_address, uint32_t unit_xor) {
-  Sm90WriteBox(row_address, unit_xor, [&](int h, int u) { return Sm90AccWord<P, TOut>(acc, mi, nb, h, u); });
-}
-
-// A TMA store of a 64 x 64 box at (col, row) of `map`, in slab `slab` when the maps are 3-D.
+// A TMA store of a box at (col, row) of `map`, in slab `slab` when the maps are 3-D.
 __device__ __forceinline__ void Sm90TmaStoreBox(const Sm90Store& store, const CUtensorMap* map, const void* box,
                                                 int col, int row, int slab) {
   if (store.slabs > 1) {
@@ -88,6 +86,65 @@ __device__ __forceinline__ void Sm90BoxLane(unsigned thread, uint32_t* row_offse
   *row_offset = (warp * 16 + 8 * (q % 2) + lane % 8) * 128;
   *unit_xor = ((q / 2) ^ (lane % 8)) * 16;
 }
+
+// Box c of a consumer's tile (row block c / (kBN / kSm90BoxCols), column block the rest) as
+// this thread's 16 words. 16-bit: word 2 u + h holds the two rounded values of unit u (see
+// Sm90WriteBox). float: word 4 u + 2 h + x is column 8 u + 2 (lane % 4) + x of row
+// 16 warp + lane / 4 + 8 h, i.e. accumulator 16 nb + (4 u + 2 h + x) of the fragments.
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90PackBox(const float (&acc)[P::kMmaM][P::kBN / 2], int c, uint32_t (&words)[16]) {
+  constexpr int kColBlocks = P::kBN / kSm90BoxCols<TOut>;
+  const int mi = c / kColBlocks, nb = c % kColBlocks;
+  if constexpr (sizeof(TOut) == 2) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) words[2 * u + h] = Sm90AccWord<P, TOut>(acc, mi, nb, h, u);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) words[i] = __float_as_uint(acc[mi][16 * nb + i]);
+  }
+}
+
+// Where this thread writes Sm90PackBox's words in a box. 16-bit: stmatrix (Sm90WriteBox).
+// float: the two adjacent columns of each word pair are 8 bytes of unit 2 u + (lane % 4) / 2;
+// a warp's 8 rows then take 2 units each, every bank twice, the two wavefronts that 256
+// bytes need. `row0` / `row1`: the tile rows of the h = 0 / h = 1 words (float only: tf32
+// with register A permutes them, Sm90RegisterAFragments); by default the fragment rows.
+template <class TOut>
+struct Sm90BoxWriter {
+  uint32_t base[2], unit_xor[2];  // 16-bit: Sm90BoxLane's, in [0]; float: per row
+
+  __device__ __forceinline__ static int FragmentRow(int h) {
+    return (threadIdx.x % 128) / 32 * 16 + threadIdx.x % 32 / 4 + 8 * h;
+  }
+  __device__ __forceinline__ Sm90BoxWriter() : Sm90BoxWriter(FragmentRow(0), FragmentRow(1)) {}
+  __device__ __forceinline__ Sm90BoxWriter(int row0, int row1) {
+    if constexpr (sizeof(TOut) == 2) {
+      Sm90BoxLane(threadIdx.x, &base[0], &unit_xor[0]);
+    } else {
+      const int lane = threadIdx.x % 32, rows[2] = {row0, row1};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        base[h] = rows[h] * 128 + 8 * (lane % 2);
+        unit_xor[h] = ((lane % 4 / 2) ^ (rows[h] % 8)) * 16;  // unit 2 u + b at (32 u) ^ (16 (b ^ row % 8))
+      }
+    }
+  }
+
+  __device__ __forceinline__ void Write(uint32_t box, const uint32_t (&words)[16]) const {
+    if constexpr (sizeof(TOut) == 2) {
+      Sm90WriteBox(box + base[0], unit_xor[0], [&](int h, int u) { return words[2 * u + h]; });
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          StoreShared64(box + base[h] + ((32 * u) ^ unit_xor[h]), words[4 * u + 2 * h], words[4 * u + 2 * h + 1]);
+        }
+    }
+  }
+};
 
 // The plain TMA-store epilogue's scaling: D = alpha * acc, skipped when alpha is 1.
 template <class P>
@@ -113,32 +170,31 @@ __device__ __forceinline__ void Sm90WaitForSlot(int c) {
   }
 }
 
-// The TMA-store epilogue of one consumer's tile, all in the consumer: each 64 x 64 block
-// goes to one of two 8 KB boxes, then thread 0 stores the box. The two boxes alternate, so
-// writing one overlaps the other's store. For the schedules that do not hand their stores
-// to a producer warp (Sm90WriteBoxWords): pingpong, whose consumers' epilogues overlap the
-// other's mainloop, and 64 x 64 tiles (one block per tile).
+// The TMA-store epilogue of one consumer's tile, all in the consumer: each block goes to
+// one of two 8 KB boxes, then thread 0 stores the box. The two boxes alternate, so writing
+// one overlaps the other's store. For the schedules that do not hand their stores to a
+// producer warp (Sm90WriteBoxWords): pingpong, whose consumers' epilogues overlap the
+// other's mainloop, and 64 x 64 tiles (one 16-bit block per tile).
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
                                               int64_t row0, int64_t col0, int64_t slab, float alpha, int wg,
-                                              unsigned char* boxes) {
+                                              unsigned char* boxes, const Sm90BoxWriter<TOut>& writer) {
   const int tid = threadIdx.x % 128;
-  constexpr int kColBlocks = P::kBN / 64;
+  constexpr int kColBlocks = P::kBN / kSm90BoxCols<TOut>, kBlocks = P::kMmaM * kColBlocks;
   Sm90Scale<P>(acc, alpha);
-  uint32_t row_offset, unit_xor;
-  Sm90BoxLane(threadIdx.x, &row_offset, &unit_xor);
 #pragma unroll
-  for (int c = 0; c < P::kMmaM * kColBlocks; ++c) {
-    const int mi = c / kColBlocks, nb = c % kColBlocks;
+  for (int c = 0; c < kBlocks; ++c) {
     unsigned char* box = boxes + (c % 2) * P::kOutBoxBytes;
-    if (tid == 0) Sm90WaitForSlot<P::kMmaM * kColBlocks>(c);
+    uint32_t words[16];
+    Sm90PackBox<P, TOut>(acc, c, words);
+    if (tid == 0) Sm90WaitForSlot<kBlocks>(c);
     NamedBarrierSync(1 + wg, 128);
-    Sm90WriteAccBox<P, TOut>(acc, mi, nb, SharedAddress(box) + row_offset, unit_xor);
+    writer.Write(SharedAddress(box), words);
     FenceProxyAsyncShared();
     NamedBarrierSync(1 + wg, 128);
     if (tid == 0) {
-      Sm90TmaStoreBox(store, &store.d, box, static_cast<int>(col0) + 64 * nb, static_cast<int>(row0) + 64 * mi,
-                      static_cast<int>(slab));
+      Sm90TmaStoreBox(store, &store.d, box, static_cast<int>(col0) + kSm90BoxCols<TOut> * (c % kColBlocks),
+                      static_cast<int>(row0) + 64 * (c / kColBlocks), static_cast<int>(slab));
       BulkCommitGroup();
     }
   }
@@ -153,41 +209,28 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&ac
 // once the box's store has read it; the consumer waits before writing the box again). One
 // barrier per box and direction, so an arrival never runs a phase ahead of the matching
 // wait. Needs an even number of blocks per tile (the boxes' roles repeat every tile).
-template <class P>
+template <class P, class TOut>
 struct Sm90HandedStores {
-  static constexpr int kBoxes = P::kMmaM * (P::kBN / 64);  // per consumer and tile
+  static constexpr int kBoxes = P::kMmaM * (P::kBN / kSm90BoxCols<TOut>);  // per consumer and tile
   static constexpr bool kUsed = !P::kPingpong && kBoxes % 2 == 0;
   static constexpr int kThreads = 128 + 32;
   __device__ __forceinline__ static int Written(int wg, int box) { return 3 + 4 * wg + box; }
   __device__ __forceinline__ static int Free(int wg, int box) { return 5 + 4 * wg + box; }
 };
 
-// The consumer's side of Sm90HandedStores, box by box: box c (64 x 64 block c of the
-// consumer's tile, in row-major block order) rounded into 16 registers (Sm90PackBox:
-// word 2 u + h holds this thread's two values of unit u in row half h, see Sm90WriteBox),
-// then written into box slot c % 2 once the store warp has freed it (Sm90WriteBoxWords).
-// Rounded words free the accumulators at once: Sm90Consume writes a tile's boxes 2 and 3,
-// which wait for the stores of boxes 0 and 1, while the next tile's wgmmas run.
+// The consumer's side of Sm90HandedStores, box by box: box c (block c of the consumer's
+// tile, in row-major block order) packed into 16 registers (Sm90PackBox), then written into
+// box slot c % 2 once the store warp has freed it. Packed words free the accumulators at
+// once: Sm90Consume writes a 16-bit tile's boxes 2 and 3, which wait for the stores of
+// boxes 0 and 1, while the next tile's wgmmas run. `wait_free`: an earlier box's store may
+// still read slot c % 2.
 template <class P, class TOut>
-__device__ __forceinline__ void Sm90PackBox(const float (&acc)[P::kMmaM][P::kBN / 2], int c, uint32_t (&words)[16]) {
-  constexpr int kColBlocks = P::kBN / 64;
-#pragma unroll
-  for (int u = 0; u < 8; ++u)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) words[2 * u + h] = Sm90AccWord<P, TOut>(acc, c / kColBlocks, c % kColBlocks, h, u);
-}
-
-// `wait_free`: an earlier box's store may still read slot c % 2.
-template <class P>
-__device__ __forceinline__ void Sm90WriteBoxWords(const uint32_t (&words)[16], int c, int wg, unsigned char* boxes,
-                                                  bool wait_free) {
-  using H = Sm90HandedStores<P>;
+__device__ __forceinline__ void Sm90WriteBoxWords(const Sm90BoxWriter<TOut>& writer, const uint32_t (&words)[16],
+                                                  int c, int wg, unsigned char* boxes, bool wait_free) {
+  using H = Sm90HandedStores<P, TOut>;
   const int slot = c % 2;
-  uint32_t row_offset, unit_xor;
-  Sm90BoxLane(threadIdx.x, &row_offset, &unit_xor);
   if (wait_free) NamedBarrierSync(H::Free(wg, slot), H::kThreads);
-  Sm90WriteBox(SharedAddress(boxes + slot * P::kOutBoxBytes) + row_offset, unit_xor,
-               [&](int h, int u) { return words[2 * u + h]; });
+  writer.Write(SharedAddress(boxes + slot * P::kOutBoxBytes), words);
   FenceProxyAsyncShared();
   NamedBarrierArrive(H::Written(wg, slot), H::kThreads);
 }
@@ -272,7 +315,7 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
                                                    int64_t row0, int64_t col0, int64_t slab, int wg,
                                                    unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage,
                                                    bool boxes_in_use) {
-  using H = Sm90HandedStores<P>;
+  using H = Sm90HandedStores<P, TOut>;
   // The parameters and the thread index are read through values the compiler cannot see
   // through, so they are loaded on each tile: hoisted out of the tile loop they would hold
   // a dozen registers through the mainloop and the general epilogue (which then spilled).
@@ -362,31 +405,35 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
 
 #endif  // JG_SM90_ENABLED
 
-// Whether D (and Aux) can take the TMA-store epilogue, and the tensor maps: a 16-bit output,
-// an epilogue without C or residual (those stay on the general epilogue), TMA-addressable
-// D and Aux (Aux is laid out like D: pitch ldd, slabs m * n apart).
+// Whether D (and Aux) can take the TMA-store epilogue, and the tensor maps: an epilogue
+// without C or residual (those stay on the general epilogue), and for a float output without
+// bias, activation or Aux (the fused path packs 16-bit pairs); TMA-addressable D and Aux
+// (16-byte aligned rows; Aux is laid out like D: pitch ldd, slabs m * n apart).
 template <class TOut>
 Sm90Store MakeSm90Store(const GemmProblem& p) {
+  static_assert(sizeof(TOut) == 2 || sizeof(TOut) == 4, "16-bit or float outputs");
+  constexpr int64_t kRowUnit = 16 / sizeof(TOut);  // elements per 16 bytes
   Sm90Store store{};
   const EpilogueParams& e = p.epilogue;
   const int64_t slabs = p.batch.count * p.split_k;
+  const bool fused = e.bias || e.aux || e.activation != Activation::kNone;
   // A bias's batch offsets must be one stride times the batch index (no divisions per tile).
-  if (sizeof(TOut) != 2 || e.c || e.residual ||
-      (e.bias && !SingleBatchStride(p.batch, kOperandBias, &store.bias_stride)) || p.ldd % 8 != 0 ||
+  if (e.c || e.residual || (sizeof(TOut) == 4 && fused) ||
+      (e.bias && !SingleBatchStride(p.batch, kOperandBias, &store.bias_stride)) || p.ldd % kRowUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.d) % 16 != 0 || reinterpret_cast<uintptr_t>(e.aux) % 16 != 0 ||
-      (slabs > 1 && (p.m * p.n) % 8 != 0) || p.m >= INT32_MAX || p.n >= INT32_MAX || slabs >= INT32_MAX) {
+      (slabs > 1 && (p.m * p.n) % kRowUnit != 0) || p.m >= INT32_MAX || p.n >= INT32_MAX || slabs >= INT32_MAX) {
     return store;
   }
   TmaMatrix d{p.d, p.out_type, p.n, p.m, p.ldd};
   if (slabs > 1) d.batch = slabs, d.batch_stride = p.m * p.n;
-  if (EncodeTmaMap(&store.d, d, 64, 64) != cudaSuccess) return store;  // the general epilogue then
+  if (EncodeTmaMap(&store.d, d, kSm90BoxCols<TOut>, 64) != cudaSuccess) return store;  // the general epilogue then
   if (e.aux) {
     TmaMatrix aux = d;
     aux.base = e.aux;
-    if (EncodeTmaMap(&store.aux, aux, 64, 64) != cudaSuccess) return store;
+    if (EncodeTmaMap(&store.aux, aux, kSm90BoxCols<TOut>, 64) != cudaSuccess) return store;
     store.with_aux = 1;
   }
-  store.fused = e.bias || e.aux || e.activation != Activation::kNone;
+  store.fused = fused;
   store.bias = e.bias;
   store.n = p.n;
   store.alpha = e.alpha;

@@ -28,16 +28,16 @@ PFN_cuTensorMapEncodeIm2col_v12000 Im2colMapEncoder() {
   return encoder;
 }
 
-CUtensorMapDataType TmaDataType(ElementType t) {
+CUtensorMapDataType TmaDataType(ElementType t, bool tf32) {
   switch (t) {
     case ElementType::kBF16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     case ElementType::kF16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     case ElementType::kF32: break;
   }
-  // float32 is only ever loaded as a tf32 operand: the TFLOAT32 type rounds each element
-  // to tf32 on the way to shared memory (measured: the same error as cuBLAS's tf32, 2.9e-4
-  // on random data); as FLOAT32 the tensor cores would truncate (7.8e-4).
-  return CU_TENSOR_MAP_DATA_TYPE_TFLOAT32;
+  // A tf32 operand: the TFLOAT32 type rounds each element to tf32 on the way to shared
+  // memory (measured: the same error as cuBLAS's tf32, 2.9e-4 on random data); loaded as
+  // FLOAT32 the tensor cores would truncate (7.8e-4).
+  return tf32 ? CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
 }
 
 }  // namespace
@@ -45,7 +45,7 @@ CUtensorMapDataType TmaDataType(ElementType t) {
 cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
   if (!encode) return cudaErrorNotSupported;
-  const CUtensorMapDataType type = TmaDataType(m.type);
+  const CUtensorMapDataType type = TmaDataType(m.type, m.tf32);
   const cuuint32_t rank = m.batch > 1 ? 3 : 2;
   const cuuint64_t dims[3] = {cuuint64_t(m.cols), cuuint64_t(m.rows), cuuint64_t(m.batch)};
   // Strides of dims 1.. in bytes (dim 0 is contiguous).
@@ -67,7 +67,7 @@ cudaError_t EncodeIm2colTmaMap(CUtensorMap* map, const TmaIm2col& t) {
   const cuuint64_t strides[3] = {cuuint64_t(t.c) * 2, cuuint64_t(t.c * t.w) * 2, cuuint64_t(t.c * t.w * t.h) * 2};
   const int lower[2] = {t.lower_w, t.lower_h}, upper[2] = {t.upper_w, t.upper_h};
   const cuuint32_t element_strides[4] = {1, cuuint32_t(t.stride_w), cuuint32_t(t.stride_h), 1};
-  const CUresult r = encode(map, TmaDataType(t.type), 4, const_cast<void*>(t.base), dims, strides, lower, upper,
+  const CUresult r = encode(map, TmaDataType(t.type, false), 4, const_cast<void*>(t.base), dims, strides, lower, upper,
                             cuuint32_t(t.channels), cuuint32_t(t.pixels), element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -18,6 +18,9 @@ struct TmaMatrix {
   int64_t cols, rows, ld;   // elements; ld is the row pitch
   int64_t batch = 1;        // > 1: a third dim with `batch_stride` elements between matrices
   int64_t batch_stride = 0;
+  // float32 operands of tf32 wgmmas: TMA rounds each element to tf32 on the way to shared
+  // memory. Otherwise float32 moves unchanged (e.g. a float32 output stored with TMA).
+  bool tf32 = false;
 };
 
 // A map whose box is box_cols x box_rows (x 1 batch), 128-byte swizzled in shared memory
