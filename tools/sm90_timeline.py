@@ -26,6 +26,8 @@ CASES = [
     (1536, 1408, 1024, "sm90", (128, 128), ""),
     (8192, 8192, 8192, None, None, ""),
     (8192, 8192, 8192, None, None, "fused"),
+    (4096, 4096, 4096, None, None, ""),
+    (4096, 4096, 4096, None, None, "f32"),
 ]
 
 picked = [CASES[int(i)] for i in sys.argv[1:]] or CASES
