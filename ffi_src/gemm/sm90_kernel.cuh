@@ -569,6 +569,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   static_assert(!kRegisterA || P::kMmaM == 1, "register A: one m64 block per consumer");
   const uint32_t tiles_a_address = SharedAddress(tiles_a);
   const Sm90RegisterAFragments<P> register_a(first_row);
+  // The tile row (of the consumer's 64) that accumulator row r holds: r, or with register A
+  // its permutation, which every epilogue undoes.
+  auto tile_row = [](int r) { return kRegisterA ? Sm90RegisterAFragments<P>::Row(r) : r; };
   // A consumed stage is free once every cluster block's consumers are done with it (the
   // producers of all of them write into it).
   auto Release = [](uint64_t* empty_barrier) {
@@ -595,16 +598,11 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   uint32_t late_words[kLateBoxes > 0 ? kLateBoxes : 1][16];
   bool pending = false;  // `late_words` hold boxes not yet written
   // Where this thread's values go in an output box (made where used, so that it holds no
-  // registers through the mainloop): register A permutes the accumulator rows.
+  // registers through the mainloop).
+  static_assert(!kRegisterA || sizeof(TOut) == 4, "tf32 products have float outputs (16-bit boxes: fragment rows)");
   auto box_writer = [&] {
-    if constexpr (kRegisterA) {
-      static_assert(sizeof(TOut) == 4, "tf32 products have float outputs");
-      using F = Sm90RegisterAFragments<P>;
-      using W = Sm90BoxWriter<TOut>;
-      return W(F::Row(W::FragmentRow(0)), F::Row(W::FragmentRow(1)));
-    } else {
-      return Sm90BoxWriter<TOut>();
-    }
+    using W = Sm90BoxWriter<TOut>;
+    return W(tile_row(W::FragmentRow(0)), tile_row(W::FragmentRow(1)));
   };
   auto write_pending = [&] {
     if constexpr (kLateBoxes > 0) {
@@ -666,7 +664,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       // previous k-tile's wgmmas (still in flight) read. Each set needs fixed registers, so
       // the k-loop runs k-tile pairs, then an odd last k-tile after it: ptxas serializes
       // every wgmma (C7513) if any path could load a set while its group is in flight.
-      uint32_t a_frags[kRegisterA ? 2 : 1][P::kKSteps][4];
+      [[maybe_unused]] uint32_t a_frags[kRegisterA ? 2 : 1][P::kKSteps][4];
       auto k_tile = [&](int kt, auto set) {
         if (kt == 0) note(kTimelineConsumerWaits);
         MbarrierWait(&full[stage], phase);
@@ -802,8 +800,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
             const int j = cc * P::kEpilogueCols / 8 + jj;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const int fragment_row = warp * 16 + lane / 4 + 8 * h;
-              const int r = kRegisterA ? Sm90RegisterAFragments<P>::Row(fragment_row) : fragment_row;
+              const int r = tile_row(warp * 16 + lane / 4 + 8 * h);
               *reinterpret_cast<float2*>(&scratch[r * P::kEpiloguePitch + 8 * jj + 2 * (lane % 4)]) =
                   make_float2(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
             }

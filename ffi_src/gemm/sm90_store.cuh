@@ -109,8 +109,9 @@ __device__ __forceinline__ void Sm90PackBox(const float (&acc)[P::kMmaM][P::kBN 
 // Where this thread writes Sm90PackBox's words in a box. 16-bit: stmatrix (Sm90WriteBox).
 // float: the two adjacent columns of each word pair are 8 bytes of unit 2 u + (lane % 4) / 2;
 // a warp's 8 rows then take 2 units each, every bank twice, the two wavefronts that 256
-// bytes need. `row0` / `row1`: the tile rows of the h = 0 / h = 1 words (float only: tf32
-// with register A permutes them, Sm90RegisterAFragments); by default the fragment rows.
+// bytes need. `row0` / `row1`: the tile rows of the h = 0 / h = 1 words, FragmentRow(h) or,
+// for tf32 with register A, its permutation (Sm90RegisterAFragments); 16-bit boxes take the
+// fragment rows (stmatrix's lanes) and ignore them.
 template <class TOut>
 struct Sm90BoxWriter {
   uint32_t base[2], unit_xor[2];  // 16-bit: Sm90BoxLane's, in [0]; float: per row
@@ -118,7 +119,6 @@ struct Sm90BoxWriter {
   __device__ __forceinline__ static int FragmentRow(int h) {
     return (threadIdx.x % 128) / 32 * 16 + threadIdx.x % 32 / 4 + 8 * h;
   }
-  __device__ __forceinline__ Sm90BoxWriter() : Sm90BoxWriter(FragmentRow(0), FragmentRow(1)) {}
   __device__ __forceinline__ Sm90BoxWriter(int row0, int row1) {
     if constexpr (sizeof(TOut) == 2) {
       Sm90BoxLane(threadIdx.x, &base[0], &unit_xor[0]);
