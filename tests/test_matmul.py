@@ -622,6 +622,29 @@ def test_gpu_tf32_general_epilogue(ta, tb):
         assert err > 1e-6, err
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", SM90_TILES)
+def test_gpu_sm90_tma_stores_scale_by_alpha(tile):
+    """alpha != 1 with no other epilogue: the plain TMA-store epilogue scales the values as it
+    packs them, for 16-bit and float outputs (tf32 with A from shared memory and from
+    registers too), with several tiles per block and ragged edges."""
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    _skip_unless_hopper("sm90")
+    rng = np.random.default_rng(hash(("alpha", tile)) % 2**32)
+    cases = [(jnp.bfloat16, jnp.bfloat16, False), (jnp.bfloat16, jnp.float32, True), (jnp.float16, jnp.float32, False),
+             (jnp.float32, jnp.float32, False), (jnp.float32, jnp.float32, True)]
+    for (m, n, k), (dtype, out_dtype, ta) in itertools.product([(296, 520, 200), (4104, 1032, 264)], cases):
+        tf32 = dtype == jnp.float32
+        a, b = _operands(rng, m, n, k, dtype, ta, False)
+        config = GemmConfig(ta, False, tf32, jnp.dtype(out_dtype), kernel="sm90", tile=tile, alpha=-0.75)
+        out = jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
+        assert out.dtype == jnp.dtype(out_dtype)
+        err = rel_error(out, -0.75 * _reference(a, b, ta, False))
+        tolerance = TF32_TOLERANCE if tf32 else TOLERANCE[jnp.dtype(dtype)]
+        assert err <= tolerance, (m, n, k, dtype, out_dtype, ta, err)
+
+
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
 def test_sm90_heuristic_for_few_rows():
     """Products of at most 64 rows stream B: the widest tile (64 x 128 or 128 x 256) whose

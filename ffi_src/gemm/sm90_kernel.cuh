@@ -751,17 +751,16 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           boxes_in_use = Handed::kUsed;
         }
       } else if constexpr (Handed::kUsed) {
-        Sm90Scale<P>(acc, p.epilogue.alpha);
         const Sm90BoxWriter<TOut> writer = box_writer();
 #pragma unroll
         for (int c = 0; c < Handed::kBoxes; ++c) {
           if (c < Handed::kBoxes - kLateBoxes) {
             uint32_t box_words[16];
-            Sm90PackBox<P, TOut>(acc, c, box_words);
+            Sm90PackBox<P, TOut>(acc, c, p.epilogue.alpha, box_words);
             Sm90WriteBoxWords<P, TOut>(writer, box_words, c, wg, reinterpret_cast<unsigned char*>(scratch),
                                        boxes_in_use || c >= 2);
           } else if constexpr (kLateBoxes > 0) {
-            Sm90PackBox<P, TOut>(acc, c, late_words[c - 2]);
+            Sm90PackBox<P, TOut>(acc, c, p.epilogue.alpha, late_words[c - 2]);
           }
         }
         boxes_in_use = true;

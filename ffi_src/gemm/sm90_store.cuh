@@ -61,15 +61,6 @@ __device__ __forceinline__ void Sm90WriteBox(uint32_t row_address, uint32_t unit
   }
 }
 
-// Sm90WriteBox's word(h, u) of block (mi, nb) from the accumulators: unit u is fragment
-// column group 8 nb + u.
-template <class P, class TOut>
-__device__ __forceinline__ uint32_t Sm90AccWord(const float (&acc)[P::kMmaM][P::kBN / 2], int mi, int nb, int h,
-                                                int u) {
-  const int j = nb * 8 + u;
-  return PackPair<TOut>(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
-}
-
 // A TMA store of a box at (col, row) of `map`, in slab `slab` when the maps are 3-D.
 __device__ __forceinline__ void Sm90TmaStoreBox(const Sm90Store& store, const CUtensorMap* map, const void* box,
                                                 int col, int row, int slab) {
@@ -87,22 +78,29 @@ __device__ __forceinline__ void Sm90BoxLane(unsigned thread, uint32_t* row_offse
   *unit_xor = ((q / 2) ^ (lane % 8)) * 16;
 }
 
-// Box c of a consumer's tile (row block c / (kBN / kSm90BoxCols), column block the rest) as
-// this thread's 16 words. 16-bit: word 2 u + h holds the two rounded values of unit u (see
-// Sm90WriteBox). float: word 4 u + 2 h + x is column 8 u + 2 (lane % 4) + x of row
-// 16 warp + lane / 4 + 8 h, i.e. accumulator 16 nb + (4 u + 2 h + x) of the fragments.
+// Box c of a consumer's tile (row block c / (kBN / kSm90BoxCols), column block the rest),
+// scaled by alpha, as this thread's 16 words. 16-bit: word 2 u + h holds the two rounded
+// values of unit u (fragment column group 8 nb + u; see Sm90WriteBox). float: word 4 u + 2 h + x is column
+// 8 u + 2 (lane % 4) + x of row 16 warp + lane / 4 + 8 h, i.e. accumulator 16 nb + (4 u + 2 h + x)
+// of the fragments. The accumulators themselves stay unwritten: scaling them in place under
+// a condition (alpha != 1) made ptxas serialize every wgmma of the float-output kernels
+// (C7520, a compiler-inserted warpgroup arrive on a divergent path).
 template <class P, class TOut>
-__device__ __forceinline__ void Sm90PackBox(const float (&acc)[P::kMmaM][P::kBN / 2], int c, uint32_t (&words)[16]) {
+__device__ __forceinline__ void Sm90PackBox(const float (&acc)[P::kMmaM][P::kBN / 2], int c, float alpha,
+                                            uint32_t (&words)[16]) {
   constexpr int kColBlocks = P::kBN / kSm90BoxCols<TOut>;
   const int mi = c / kColBlocks, nb = c % kColBlocks;
   if constexpr (sizeof(TOut) == 2) {
 #pragma unroll
     for (int u = 0; u < 8; ++u)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) words[2 * u + h] = Sm90AccWord<P, TOut>(acc, mi, nb, h, u);
+      for (int h = 0; h < 2; ++h) {
+        const int j = 4 * (8 * nb + u) + 2 * h;
+        words[2 * u + h] = PackPair<TOut>(alpha * acc[mi][j], alpha * acc[mi][j + 1]);
+      }
   } else {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) words[i] = __float_as_uint(acc[mi][16 * nb + i]);
+    for (int i = 0; i < 16; ++i) words[i] = __float_as_uint(alpha * acc[mi][16 * nb + i]);
   }
 }
 
@@ -146,17 +144,6 @@ struct Sm90BoxWriter {
   }
 };
 
-// The plain TMA-store epilogue's scaling: D = alpha * acc, skipped when alpha is 1.
-template <class P>
-__device__ __forceinline__ void Sm90Scale(float (&acc)[P::kMmaM][P::kBN / 2], float alpha) {
-  if (alpha != 1.f) {
-#pragma unroll
-    for (int mi = 0; mi < P::kMmaM; ++mi)
-#pragma unroll
-      for (int j = 0; j < P::kBN / 2; ++j) acc[mi][j] *= alpha;
-  }
-}
-
 // Thread 0 of a consumer, before it writes box slot c % 2 for block c of a tile of kBlocks
 // blocks: waits until the store that last read that slot is done with it. The slots
 // alternate within a tile; with an odd count, block 0 takes the slot the previous tile's
@@ -176,17 +163,16 @@ __device__ __forceinline__ void Sm90WaitForSlot(int c) {
 // producer warp (Sm90WriteBoxWords): pingpong, whose consumers' epilogues overlap the
 // other's mainloop, and 64 x 64 tiles (one 16-bit block per tile).
 template <class P, class TOut>
-__device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
+__device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
                                               int64_t row0, int64_t col0, int64_t slab, float alpha, int wg,
                                               unsigned char* boxes, const Sm90BoxWriter<TOut>& writer) {
   const int tid = threadIdx.x % 128;
   constexpr int kColBlocks = P::kBN / kSm90BoxCols<TOut>, kBlocks = P::kMmaM * kColBlocks;
-  Sm90Scale<P>(acc, alpha);
 #pragma unroll
   for (int c = 0; c < kBlocks; ++c) {
     unsigned char* box = boxes + (c % 2) * P::kOutBoxBytes;
     uint32_t words[16];
-    Sm90PackBox<P, TOut>(acc, c, words);
+    Sm90PackBox<P, TOut>(acc, c, alpha, words);
     if (tid == 0) Sm90WaitForSlot<kBlocks>(c);
     NamedBarrierSync(1 + wg, 128);
     writer.Write(SharedAddress(box), words);
