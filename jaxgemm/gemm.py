@@ -100,6 +100,8 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     if os.environ.get("JAXGEMM_STREAM_K", "1") == "0":  # off (measurements): whole tiles only
         return 0
     m, k, n, _ = _gemm_dims(a_shape, b_shape, config)
+    if runs_as_tf32(dtype, config, platform) and not config.transpose_a and not config.transpose_b:
+        m, n = n, m  # the kernel computes D^T (_tf32_transposes): its tiles cover n x m
     batch = math.prod(_broadcast_batch(a_shape[:-2], b_shape[:-2]))
     tile = config.tile or (0, 0)
     return int(_ffi.gemm_workspace_bytes(m, n, k, batch, _ffi.cuda_sm_count(), split_k,
@@ -168,24 +170,29 @@ def _pad_axis(x, axis, amount):
 _SM90_PINGPONG_TILES = {(128, 128), (128, 64)}
 
 
-def _tf32_transposes(m: int, config: GemmConfig) -> tuple[bool, bool]:
+def _tf32_transposes(m: int, n: int, config: GemmConfig, plain: bool) -> tuple[bool, bool]:
     """Which stored operands the lowering transposes (XLA, one pass each) for the sm90 tf32
     kernel. wgmma reads a 32-bit B only K-major (b stored (n, k)), and a 32-bit A K-major
     (a stored (m, k)) or, stored (k, m), from registers, which needs rows of a multiple of 4
-    elements (16-byte pitches) and a cooperative tile. (Run transposed in the kernel,
-    D^T = B^T A^T, a product with b stored (k, n) measured slower than after b's transpose:
-    NOTES.md, session 19.)"""
+    elements (16-byte pitches) and a cooperative tile. A plain product (`plain`: alpha only,
+    unsplit) with a stored (m, k) and b stored (k, n) needs neither: the kernel computes
+    D^T = B^T A^T (B^T is an A stored (k, m)) and writes its tiles transposed into D
+    (gemm/sm90_launch.h, Sm90Transposed); not with at most 64 rows (the transposed product
+    would have that few columns, which its tiles are not made for)."""
     ta, tb = config.transpose_a, config.transpose_b
-    register_a = tuple(config.tile or ()) not in _SM90_PINGPONG_TILES and m % _F32_ROW_ALIGNMENT == 0
+    cooperative = tuple(config.tile or ()) not in _SM90_PINGPONG_TILES
+    if not ta and not tb and plain and cooperative and n % _F32_ROW_ALIGNMENT == 0 and m > 64:
+        return False, False
+    register_a = cooperative and m % _F32_ROW_ALIGNMENT == 0
     return ta and not register_a, not tb
 
 
-def _tf32_operands(a, b, config: GemmConfig):
+def _tf32_operands(a, b, config: GemmConfig, plain: bool = False):
     """Operands as the sm90 tf32 kernel takes them (_tf32_transposes), K zero-padded to a
     multiple of 4 (exact; K-major rows need 16-byte pitches), and the config that says how
     they are stored."""
     m, k, n, _ = _gemm_dims(a.shape, b.shape, config)
-    swap_a, swap_b = _tf32_transposes(m, config)
+    swap_a, swap_b = _tf32_transposes(m, n, config, plain)
     if swap_a:
         a = jnp.swapaxes(a, -1, -2)
     if swap_b:
@@ -294,7 +301,7 @@ def _gemm_lowering(ctx, a, b, *, config: GemmConfig, platform: str):
         if pad_for_tensor_cores:
             a, b, m_pad, n_pad = pad_rows_for_tensor_cores(a, b, config)
         if tf32:
-            a, b, call_config = _tf32_operands(a, b, config)
+            a, b, call_config = _tf32_operands(a, b, config, plain=split_k == 1)
         if simt_f32:
             a, b, call_config = _mn_major_for_simt(a, b, config)
             a, b, m_pad, n_pad = _aligned_rows_for_simt(a, b, call_config)

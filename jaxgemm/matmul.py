@@ -86,8 +86,10 @@ def matmul(
         read in place (no transposed copy is made, except for tf32: see `precision`).
       precision: for float32 inputs, None or "highest" computes in exact fp32;
         "tensorfloat32" (or an explicit `lax.Precision.DEFAULT`/`HIGH`) allows tf32, which
-        runs on Hopper's tensor cores (`b` without `transpose_b` is transposed by XLA
-        first; `transpose_b=True` is the fastest layout) and in exact fp32 elsewhere.
+        runs on Hopper's tensor cores and in exact fp32 elsewhere. On Hopper, `b` without
+        `transpose_b` is transposed by XLA first unless the product is plain (no epilogue
+        beyond `alpha`) with `a` stored (M, K), which the kernel computes as D^T and
+        writes transposed (see the README).
       out_dtype: result dtype; defaults to the promoted input dtype.
       bias: per-column bias of shape (N,) (or broadcastable (..., N)).
       activation: None, "relu", "gelu" (tanh approximation, = `jax.nn.gelu`),

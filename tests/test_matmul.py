@@ -113,32 +113,36 @@ def test_tf32_precision(precision):
 
 
 @pytest.mark.parametrize(
-    "ta,tb,m,tile,expected",
+    "ta,tb,m,n,tile,plain,expected",
     [
-        (False, True, 300, None, (False, False)),  # K-major A and B: as stored
-        (False, False, 300, None, (False, True)),  # B transposed
-        (True, True, 300, None, (False, False)),  # A from registers
-        (True, True, 300, (128, 128), (True, False)),  # pingpong: no register A
-        (True, True, 301, (128, 256), (True, False)),  # A's rows not 16-byte multiples
-        (True, False, 300, None, (False, True)),  # -> TT
-        (True, False, 301, None, (True, True)),  # -> NT
+        (False, True, 300, 200, None, True, (False, False)),  # K-major A and B: as stored
+        (False, False, 300, 200, None, True, (False, False)),  # run transposed (D^T = B^T A^T)
+        (False, False, 300, 200, None, False, (False, True)),  # an epilogue: B transposed
+        (False, False, 300, 201, None, True, (False, True)),  # B's rows not 16-byte multiples
+        (False, False, 64, 200, None, True, (False, True)),  # few rows
+        (False, False, 300, 200, (128, 128), True, (False, True)),  # pingpong: no register A
+        (True, True, 300, 200, None, True, (False, False)),  # A from registers
+        (True, True, 300, 200, (128, 128), True, (True, False)),  # pingpong: no register A
+        (True, True, 301, 200, (128, 256), True, (True, False)),  # A's rows not 16-byte multiples
+        (True, False, 300, 200, None, True, (False, True)),  # -> TT
+        (True, False, 301, 200, None, True, (True, True)),  # -> NT
     ],
 )
-def test_tf32_operand_layouts(ta, tb, m, tile, expected):
+def test_tf32_operand_layouts(ta, tb, m, n, tile, plain, expected):
     """Which stored operands the lowering transposes for the sm90 tf32 kernel (B unless it is
-    K-major; A only when it cannot come from registers), and what it hands the kernel: K
-    padded to a multiple of 4."""
+    K-major or the product runs transposed; A only when it cannot come from registers), and
+    what it hands the kernel: K padded to a multiple of 4."""
     from jaxgemm.gemm import GemmConfig, _tf32_operands, _tf32_transposes
 
     config = GemmConfig(ta, tb, True, jnp.dtype(jnp.float32), tile=tile)
-    assert _tf32_transposes(m, config) == expected
-    n, k = 200, 203
+    assert _tf32_transposes(m, n, config, plain) == expected
+    k = 203
     a = jnp.ones((k, m) if ta else (m, k), jnp.float32)
     b = jnp.ones((n, k) if tb else (k, n), jnp.float32)
-    ka, kb, kconfig = _tf32_operands(a, b, config)
-    assert (kconfig.transpose_a, kconfig.transpose_b) == (ta != expected[0], True)
+    ka, kb, kconfig = _tf32_operands(a, b, config, plain)
+    assert (kconfig.transpose_a, kconfig.transpose_b) == (ta != expected[0], tb != expected[1])
     assert ka.shape == ((204, m) if kconfig.transpose_a else (m, 204))
-    assert kb.shape == (n, 204)
+    assert kb.shape == ((n, 204) if kconfig.transpose_b else (204, n))
 
 
 def test_unknown_precision_is_a_value_error():
@@ -620,6 +624,25 @@ def test_gpu_tf32_general_epilogue(ta, tb):
     assert err <= TF32_TOLERANCE, err
     if _ffi.cuda_compute_capability() == 90:
         assert err > 1e-6, err
+
+
+@pytest.mark.gpu
+def test_gpu_tf32_nn_runs_transposed_without_copies():
+    """tf32 with a stored (m, k) and b stored (k, n), no epilogue: the kernel computes
+    D^T = B^T A^T and writes its tiles transposed into D, so the lowering makes no copy of b;
+    ragged M and K, a batch with b broadcast, alpha. With a bias, b is transposed first."""
+    _skip_unless_hopper("sm90")
+    rng = np.random.default_rng(31)
+    for batch, (m, n, k) in [((), (333, 260, 203)), ((3,), (1000, 1032, 520)), ((), (4104, 264, 4104))]:
+        a = random(rng, batch + (m, k), jnp.float32)
+        b = random(rng, (k, n), jnp.float32)
+        fn = jax.jit(lambda a, b: jaxgemm.matmul(a, b, precision="tensorfloat32", alpha=1.5))
+        assert "stablehlo.transpose" not in fn.lower(a, b).as_text(), (batch, m, n, k)
+        err = rel_error(fn(a, b), 1.5 * _reference(a, b, False, False))
+        assert 1e-6 < err <= TF32_TOLERANCE, (batch, m, n, k, err)
+    bias = random(rng, (n,), jnp.float32)
+    with_bias = jax.jit(lambda a, b: jaxgemm.matmul(a, b, bias=bias, precision="tensorfloat32"))
+    assert "stablehlo.transpose" in with_bias.lower(a, b).as_text()
 
 
 @pytest.mark.gpu

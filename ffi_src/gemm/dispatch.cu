@@ -319,9 +319,11 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
 
   // 16-bit inputs with 16-byte row starts run on tensor cores: sm90 (TMA + wgmma) on Hopper
   // when TMA can address them, sm80 (mma.sync) otherwise. float32 allowed to be tf32 runs
-  // on sm90 when B is stored K-major (the caller arranges it), exact SIMT otherwise.
+  // on sm90 when B is stored K-major, or both operands N-major with a plain float32 output
+  // (run transposed: Sm90Transposed; the caller arranges either), exact SIMT otherwise.
   const bool half = p.in_type != E::kF32;
-  const bool sm90_ok = hopper && Sm90Supports(p);
+  const GemmProblem oriented = Sm90Transposed(p);
+  const bool sm90_ok = hopper && Sm90Supports(oriented);
   const bool sm80_ok = half && Sm80Supports(p);
   bool sm90 = false;
   switch (request.family) {
@@ -344,11 +346,12 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
     const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};
     if (p.in_type == E::kF32 && p.out_type == E::kF32) {
-      if (sm90 && tile.n != 0 && Sm90RegisterA(p) && Sm90PingpongTile(tile.m, tile.n)) {
-        *unsupported = "tf32 with A stored (k, m) runs on the 128x256, 256x256, 64x128 and 64x64 tiles only";
+      if (sm90 && tile.n != 0 && Sm90RegisterA(oriented) && Sm90PingpongTile(tile.m, tile.n)) {
+        *unsupported = "tf32 with A stored (k, m), or A and B stored N-major, runs on the 128x256, 256x256, 64x128 "
+                       "and 64x64 tiles only";
         return cudaErrorInvalidValue;
       }
-      return RunTensorCore<float, float>(p, stream, sm90, tile, sm_count, workspace);
+      return RunTensorCore<float, float>(sm90 ? oriented : p, stream, sm90, tile, sm_count, workspace);
     }
     if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunTensorCore<__half, __half>(p, stream, sm90, tile, sm_count, workspace);
     if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunTensorCore<__half, float>(p, stream, sm90, tile, sm_count, workspace);

@@ -66,6 +66,10 @@ struct GemmProblem {
   void* d = nullptr;
   EpilogueParams epilogue;
   int64_t split_k = 1;
+  // D holds the product transposed: element (i, j) of op(A) op(B) at D's row j, column i
+  // (ldd is D's pitch, >= m). Set by Sm90Transposed only, for the sm90 kernel's plain
+  // TMA-store epilogue; the decoded call always has it false.
+  bool transposed_d = false;
 
   // K elements per split chunk: a multiple of 64, so every chunk starts vector-aligned and
   // whole k-tiles of every kernel (up to 64 deep) stay inside their chunk.

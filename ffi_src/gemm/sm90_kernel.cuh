@@ -448,6 +448,53 @@ struct Sm90RegisterAFragments {
   }
 };
 
+// The handed TMA-store epilogue of a product computed transposed (Sm90Transposed: tf32,
+// register A, float32 D): the consumer's 64 x kBN block of D^T goes to D in boxes of 64 of
+// D's rows (the block's columns) by 32 of its columns (the block's rows), 128 B-swizzled.
+// Box c holds block rows 32 (c % 2) ... and columns 64 (c / 2) ...; with register A, warps
+// 0 and 1 hold block rows 0-31 (Sm90RegisterAFragments::Row) and warps 2 and 3 rows 32-63,
+// so box c is written by warps 2 (c % 2) and + 1 alone, one 4-byte store per value (a
+// thread's two adjacent columns are two rows of D). Box c goes to slot c % 2 as in
+// Sm90WriteBoxWords; the store warp places it (Sm90StoreWarp).
+template <class P>
+__device__ __forceinline__ void Sm90WriteTransposedBoxes(const float (&acc)[P::kBN / 2], float alpha, int wg,
+                                                         unsigned char* boxes, bool boxes_in_use) {
+  using H = Sm90HandedStores<P, float>;
+  static_assert(H::kBoxes == P::kBN / 32, "two boxes per 64 columns");
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, q = lane % 4;
+  // Byte of this thread's value (h, e) in a box, for column group 0: D row 2 q + e of the
+  // box (block column 8 j + 2 q + e adds 8 j rows, 1 KB), D column `m` (its block row).
+  uint32_t offset[2][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = Sm90RegisterAFragments<P>::Row(16 * warp + lane / 4 + 8 * h) % 32;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int row = 2 * q + e;
+      offset[h][e] = row * 128 + ((m / 4) ^ row) * 16 + (m % 4) * 4;
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < H::kBoxes; ++c) {
+    const int slot = c % 2;
+    if (boxes_in_use || c >= 2) NamedBarrierSync(H::Free(wg, slot), H::kThreads);
+    if (warp / 2 == slot) {
+      const uint32_t box = SharedAddress(boxes + slot * P::kOutBoxBytes);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float v = alpha * acc[4 * (8 * (c / 2) + j) + 2 * h + e];
+            StoreShared32(box + j * 1024 + offset[h][e], __float_as_uint(v));
+          }
+    }
+    FenceProxyAsyncShared();
+    NamedBarrierArrive(H::Written(wg, slot), H::kThreads);
+  }
+}
+
 // Stream-K's workspace slot of block `block`: the tile's fp32 sums in fragment order, so
 // that both sides move them with coalesced 16-byte accesses and no shuffles: float4 q of
 // m64 block `part` (0 or 1: tile rows 64 part ...) of thread tid is at
@@ -525,7 +572,10 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
       const int slot = with_aux ? 0 : c % 2;
       NamedBarrierSync(H::Written(wg, slot), H::kThreads);
       if (leader) {
-        const int col = col0 + kSm90BoxCols<TOut> * (c % kColBlocks), row = row0 + 64 * (c / kColBlocks);
+        // A transposed D's box c: the tile's rows 32 (c % 2) ..., columns 64 (c / 2) ...
+        // (Sm90WriteTransposedBoxes), at D's (column, row) = (tile row, tile column).
+        const int col = store.transposed ? row0 + 32 * (c % 2) : col0 + kSm90BoxCols<TOut> * (c % kColBlocks);
+        const int row = store.transposed ? col0 + 64 * (c / 2) : row0 + 64 * (c / kColBlocks);
         auto tma_store = [&](const CUtensorMap* map, unsigned char* smem) {
           Sm90TmaStoreBox(store, map, smem, col, row, static_cast<int>(w.slab));
         };
@@ -751,6 +801,15 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           boxes_in_use = Handed::kUsed;
         }
       } else if constexpr (Handed::kUsed) {
+        if constexpr (kRegisterA) {
+          if (store.transposed) {
+            Sm90WriteTransposedBoxes<P>(acc[0], p.epilogue.alpha, wg, reinterpret_cast<unsigned char*>(scratch),
+                                        boxes_in_use);
+            boxes_in_use = true;
+            note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
+            continue;
+          }
+        }
         const Sm90BoxWriter<TOut> writer = box_writer();
 #pragma unroll
         for (int c = 0; c < Handed::kBoxes; ++c) {
@@ -919,6 +978,11 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   Sm90Store store = MakeSm90Store<TOut>(p);
   if constexpr (Loads::kMapsRows) {
     if (loads.MapsRows()) store = Sm90Store{};  // D's rows are not a TMA box: the general epilogue
+  }
+  // Only the handed TMA stores (the cooperative schedules) of register A write a transposed
+  // D (Sm90WriteTransposedBoxes).
+  if (p.transposed_d && !(store.enabled && !P::kPingpong && std::is_same_v<TIn, float> && kTransA)) {
+    return cudaErrorInvalidValue;
   }
   const int64_t items = Sm90Schedule<P>::Items(p);
   if (items >= (int64_t{1} << 31)) return cudaErrorInvalidValue;  // the schedule's indices are 32-bit

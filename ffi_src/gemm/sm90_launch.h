@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "gemm/problem.h"
 
@@ -20,6 +21,27 @@ inline bool SingleBatchStride(const BatchLayout& batch, int operand, int64_t* st
   }
   *stride = batch.stride[operand][batch.rank - 1];
   return true;
+}
+
+// tf32 with A stored (m, k) and B stored (k, n) as the sm90 kernel runs it: wgmma reads a
+// 32-bit B only K-major, so the kernel computes D^T = B^T A^T, where B^T is an A stored
+// (k, m) (from registers, Sm90RegisterA) and A^T a K-major B, and its TMA-store epilogue
+// writes each tile of D^T transposed into D (GemmProblem::transposed_d). Only for the plain
+// epilogue (alpha * product) into a float32 D with 16-byte rows, unsplit; other problems
+// come back unchanged (the lowering transposes B for those, NOTES.md session 22).
+inline GemmProblem Sm90Transposed(const GemmProblem& p) {
+  const bool takes = p.in_type == ElementType::kF32 && p.out_type == ElementType::kF32 && p.tf32 && !p.trans_a &&
+                     !p.trans_b && !p.transposed_d && p.split_k == 1 && p.epilogue.IsIdentity() &&
+                     p.ldd % 4 == 0 && reinterpret_cast<uintptr_t>(p.d) % 16 == 0;
+  if (!takes) return p;
+  GemmProblem q = p;
+  std::swap(q.m, q.n);
+  std::swap(q.a, q.b);
+  std::swap(q.lda, q.ldb);
+  for (int d = 0; d < kMaxBatchDims; ++d) std::swap(q.batch.stride[kOperandA][d], q.batch.stride[kOperandB][d]);
+  q.trans_a = q.trans_b = true;
+  q.transposed_d = true;
+  return q;
 }
 
 // Whether tf32 A comes from registers (MN-major A): the cooperative schedules only (one

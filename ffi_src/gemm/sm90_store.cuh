@@ -35,6 +35,7 @@ struct Sm90Store {
   CUtensorMap d, aux;  // aux: used when with_aux
   int enabled, slabs;
   int fused, with_aux;
+  int transposed;  // D holds the product transposed (GemmProblem::transposed_d; plain only)
   // The fused path's parameters (copies of GemmProblem's: see Sm90StoreTileFused).
   const void* bias;
   int64_t bias_stride;  // elements between the bias vectors of consecutive batch indices
@@ -404,13 +405,15 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   const int64_t slabs = p.batch.count * p.split_k;
   const bool fused = e.bias || e.aux || e.activation != Activation::kNone;
   // A bias's batch offsets must be one stride times the batch index (no divisions per tile).
-  if (e.c || e.residual || (sizeof(TOut) == 4 && fused) ||
+  if (e.c || e.residual || (sizeof(TOut) == 4 && fused) || (p.transposed_d && (fused || sizeof(TOut) != 4)) ||
       (e.bias && !SingleBatchStride(p.batch, kOperandBias, &store.bias_stride)) || p.ldd % kRowUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.d) % 16 != 0 || reinterpret_cast<uintptr_t>(e.aux) % 16 != 0 ||
       (slabs > 1 && (p.m * p.n) % kRowUnit != 0) || p.m >= INT32_MAX || p.n >= INT32_MAX || slabs >= INT32_MAX) {
     return store;
   }
-  TmaMatrix d{p.d, p.out_type, p.n, p.m, p.ldd};
+  // A transposed D's columns are the kernel's rows: a box is 32 of those by 64 columns of
+  // the product (Sm90WriteTransposedBoxes).
+  TmaMatrix d = p.transposed_d ? TmaMatrix{p.d, p.out_type, p.m, p.n, p.ldd} : TmaMatrix{p.d, p.out_type, p.n, p.m, p.ldd};
   if (slabs > 1) d.batch = slabs, d.batch_stride = p.m * p.n;
   if (EncodeTmaMap(&store.d, d, kSm90BoxCols<TOut>, 64) != cudaSuccess) return store;  // the general epilogue then
   if (e.aux) {
@@ -420,6 +423,7 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
     store.with_aux = 1;
   }
   store.fused = fused;
+  store.transposed = p.transposed_d;
   store.bias = e.bias;
   store.n = p.n;
   store.alpha = e.alpha;
