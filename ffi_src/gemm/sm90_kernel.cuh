@@ -421,30 +421,30 @@ struct Sm90RegisterAFragments {
     return 32 * (r / 32) + 16 * (r / 4 % 2) + 8 * (r / 8 % 2) + 4 * (r / 16 % 2) + r % 4;
   }
 
-  // Bytes into a stage's A tile of this thread's first register (row g, k t) for k8 step 0.
-  // The others follow by XOR and add on bit fields the base leaves free: fragment row g + 8
-  // is two chunks further (chunk bit 1: ^ 32), k t + 4 four rows further (+ 512) with
-  // swizzle bit 2 flipped (^ 64).
-  uint32_t base;
+  // Bytes into a stage's A tile of this thread's four registers for k8 step 0: register 0
+  // (row g, k t) at `base`; fragment row g + 8 is two chunks further (chunk bit 1: ^ 32),
+  // k t + 4 four rows further (+ 512) with swizzle bit 2 flipped (^ 64). The XORs touch bits
+  // 5 and 6 only, which a stage (1 KB aligned) and a k8 step (1 KB) leave zero, so the four
+  // offsets are fixed and a load's address is one add: stage + step + offset.
+  uint32_t offset[4];
 
   __device__ __forceinline__ explicit Sm90RegisterAFragments(int first_row) {
     const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
     const int m = first_row + Row(16 * warp + lane / 4), t = lane % 4;
-    base = (m / 32) * P::kMnBlockTileBytes + t * P::kRowBytes + ((m % 32 / 4) ^ t) * 16 + (m % 4) * 4;
+    const uint32_t base = (m / 32) * P::kMnBlockTileBytes + t * P::kRowBytes + ((m % 32 / 4) ^ t) * 16 + (m % 4) * 4;
+    offset[0] = base;
+    offset[1] = base ^ 32;
+    offset[2] = (base ^ 64) + 4 * P::kRowBytes;
+    offset[3] = (base ^ 96) + 4 * P::kRowBytes;
   }
 
-  // Step kk reads k rows 8 kk + (t, t + 4): the same swizzle, 8 rows (1 KB) further. The
-  // stage starts on a 1 KB boundary, so the XORs stay inside the base's fields.
+  // Step kk reads k rows 8 kk + (t, t + 4): the same swizzle, 8 rows (1 KB) further.
   __device__ __forceinline__ void Load(uint32_t stage_a, uint32_t (&frag)[P::kKSteps][4]) const {
     static_assert(P::kMnBlock == 32 && P::kRowBytes == 128, "32 x 32 tf32 blocks");
 #pragma unroll
-    for (int kk = 0; kk < P::kKSteps; ++kk) {
-      const uint32_t x = stage_a + base + kk * 8 * P::kRowBytes;
-      frag[kk][0] = LoadShared32(x);
-      frag[kk][1] = LoadShared32(x ^ 32);
-      frag[kk][2] = LoadShared32((x ^ 64) + 4 * P::kRowBytes);
-      frag[kk][3] = LoadShared32((x ^ 96) + 4 * P::kRowBytes);
-    }
+    for (int kk = 0; kk < P::kKSteps; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) frag[kk][i] = LoadShared32(stage_a + offset[i] + kk * 8 * P::kRowBytes);
   }
 };
 
