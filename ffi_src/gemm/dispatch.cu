@@ -351,7 +351,7 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
                        "and 64x64 tiles only";
         return cudaErrorInvalidValue;
       }
-      return RunTensorCore<float, float>(sm90 ? oriented : p, stream, sm90, tile, sm_count, workspace);
+      return RunTensorCore<float, float>(oriented, stream, sm90, tile, sm_count, workspace);  // (float: sm90 only)
     }
     if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunTensorCore<__half, __half>(p, stream, sm90, tile, sm_count, workspace);
     if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunTensorCore<__half, float>(p, stream, sm90, tile, sm_count, workspace);

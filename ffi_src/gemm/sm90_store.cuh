@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "common/activation.h"
 #include "common/device_numeric.cuh"
@@ -81,11 +82,12 @@ __device__ __forceinline__ void Sm90BoxLane(unsigned thread, uint32_t* row_offse
 
 // Box c of a consumer's tile (row block c / (kBN / kSm90BoxCols), column block the rest),
 // scaled by alpha, as this thread's 16 words. 16-bit: word 2 u + h holds the two rounded
-// values of unit u (fragment column group 8 nb + u; see Sm90WriteBox). float: word 4 u + 2 h + x is column
-// 8 u + 2 (lane % 4) + x of row 16 warp + lane / 4 + 8 h, i.e. accumulator 16 nb + (4 u + 2 h + x)
-// of the fragments. The accumulators themselves stay unwritten: scaling them in place under
-// a condition (alpha != 1) made ptxas serialize every wgmma of the float-output kernels
-// (C7520, a compiler-inserted warpgroup arrive on a divergent path).
+// values of unit u (fragment column group 8 nb + u; see Sm90WriteBox). float: word
+// 4 u + 2 h + x is column 8 u + 2 (lane % 4) + x of row 16 warp + lane / 4 + 8 h, i.e.
+// accumulator 16 nb + (4 u + 2 h + x) of the fragments. The accumulators themselves stay
+// unwritten: scaling them in place under a condition (alpha != 1) made ptxas serialize
+// every wgmma of the float-output kernels (C7520, a compiler-inserted warpgroup arrive on a
+// divergent path; tests/test_sm90_codegen.py).
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90PackBox(const float (&acc)[P::kMmaM][P::kBN / 2], int c, float alpha,
                                             uint32_t (&words)[16]) {
@@ -413,7 +415,8 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   }
   // A transposed D's columns are the kernel's rows: a box is 32 of those by 64 columns of
   // the product (Sm90WriteTransposedBoxes).
-  TmaMatrix d = p.transposed_d ? TmaMatrix{p.d, p.out_type, p.m, p.n, p.ldd} : TmaMatrix{p.d, p.out_type, p.n, p.m, p.ldd};
+  TmaMatrix d{p.d, p.out_type, p.n, p.m, p.ldd};
+  if (p.transposed_d) std::swap(d.cols, d.rows);
   if (slabs > 1) d.batch = slabs, d.batch_stride = p.m * p.n;
   if (EncodeTmaMap(&store.d, d, kSm90BoxCols<TOut>, 64) != cudaSuccess) return store;  // the general epilogue then
   if (e.aux) {
