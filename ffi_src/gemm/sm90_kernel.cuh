@@ -454,8 +454,8 @@ struct Sm90RegisterAFragments {
 // Box c holds block rows 32 (c % 2) ... and columns 64 (c / 2) ...; with register A, warps
 // 0 and 1 hold block rows 0-31 (Sm90RegisterAFragments::Row) and warps 2 and 3 rows 32-63,
 // so box c is written by warps 2 (c % 2) and + 1 alone, one 4-byte store per value (a
-// thread's two adjacent columns are two rows of D). Box c goes to slot c % 2 as in
-// Sm90WriteBoxWords; the store warp places it (Sm90StoreWarp).
+// thread's two adjacent columns are two rows of D). Box c is handed over in slot c % 2
+// (Sm90HandBox); the store warp places it (Sm90StoreWarp).
 template <class P>
 __device__ __forceinline__ void Sm90WriteTransposedBoxes(const float (&acc)[P::kBN / 2], float alpha, int wg,
                                                          unsigned char* boxes, bool boxes_in_use) {
@@ -476,22 +476,19 @@ __device__ __forceinline__ void Sm90WriteTransposedBoxes(const float (&acc)[P::k
   }
 #pragma unroll
   for (int c = 0; c < H::kBoxes; ++c) {
-    const int slot = c % 2;
-    if (boxes_in_use || c >= 2) NamedBarrierSync(H::Free(wg, slot), H::kThreads);
-    if (warp / 2 == slot) {
-      const uint32_t box = SharedAddress(boxes + slot * P::kOutBoxBytes);
+    Sm90HandBox<P, float>(c, wg, boxes, boxes_in_use || c >= 2, [&](uint32_t box) {
+      if (warp / 2 == c % 2) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+          for (int h = 0; h < 2; ++h)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float v = alpha * acc[4 * (8 * (c / 2) + j) + 2 * h + e];
-            StoreShared32(box + j * 1024 + offset[h][e], __float_as_uint(v));
-          }
-    }
-    FenceProxyAsyncShared();
-    NamedBarrierArrive(H::Written(wg, slot), H::kThreads);
+            for (int e = 0; e < 2; ++e) {
+              const float v = alpha * acc[4 * (8 * (c / 2) + j) + 2 * h + e];
+              StoreShared32(box + j * 1024 + offset[h][e], __float_as_uint(v));
+            }
+      }
+    });
   }
 }
 

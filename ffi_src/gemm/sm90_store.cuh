@@ -207,21 +207,27 @@ struct Sm90HandedStores {
   __device__ __forceinline__ static int Free(int wg, int box) { return 5 + 4 * wg + box; }
 };
 
-// The consumer's side of Sm90HandedStores, box by box: box c (block c of the consumer's
-// tile, in row-major block order) packed into 16 registers (Sm90PackBox), then written into
-// box slot c % 2 once the store warp has freed it. Packed words free the accumulators at
-// once: Sm90Consume writes a 16-bit tile's boxes 2 and 3, which wait for the stores of
-// boxes 0 and 1, while the next tile's wgmmas run. `wait_free`: an earlier box's store may
-// still read slot c % 2.
-template <class P, class TOut>
-__device__ __forceinline__ void Sm90WriteBoxWords(const Sm90BoxWriter<TOut>& writer, const uint32_t (&words)[16],
-                                                  int c, int wg, unsigned char* boxes, bool wait_free) {
+// The consumer's side of Sm90HandedStores for box c: once the store warp has freed slot
+// c % 2 (`wait_free`: an earlier box's store may still read it), `write(slot address)` fills
+// it, and the box is handed to the store warp.
+template <class P, class TOut, class Write>
+__device__ __forceinline__ void Sm90HandBox(int c, int wg, unsigned char* boxes, bool wait_free, Write write) {
   using H = Sm90HandedStores<P, TOut>;
   const int slot = c % 2;
   if (wait_free) NamedBarrierSync(H::Free(wg, slot), H::kThreads);
-  writer.Write(SharedAddress(boxes + slot * P::kOutBoxBytes), words);
+  write(SharedAddress(boxes + slot * P::kOutBoxBytes));
   FenceProxyAsyncShared();
   NamedBarrierArrive(H::Written(wg, slot), H::kThreads);
+}
+
+// Sm90HandBox for box c (block c of the consumer's tile, in row-major block order) packed
+// into 16 registers (Sm90PackBox). Packed words free the accumulators at once: Sm90Consume
+// writes a 16-bit tile's boxes 2 and 3, which wait for the stores of boxes 0 and 1, while
+// the next tile's wgmmas run.
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90WriteBoxWords(const Sm90BoxWriter<TOut>& writer, const uint32_t (&words)[16],
+                                                  int c, int wg, unsigned char* boxes, bool wait_free) {
+  Sm90HandBox<P, TOut>(c, wg, boxes, wait_free, [&](uint32_t box) { writer.Write(box, words); });
 }
 
 // Bias of columns col and col + 1 (0 where >= n, as in GemmEpilogue): one 32-bit load when
@@ -407,7 +413,7 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   const int64_t slabs = p.batch.count * p.split_k;
   const bool fused = e.bias || e.aux || e.activation != Activation::kNone;
   // A bias's batch offsets must be one stride times the batch index (no divisions per tile).
-  if (e.c || e.residual || (sizeof(TOut) == 4 && fused) || (p.transposed_d && (fused || sizeof(TOut) != 4)) ||
+  if (e.c || e.residual || (sizeof(TOut) == 4 && fused) || (p.transposed_d && sizeof(TOut) != 4) ||
       (e.bias && !SingleBatchStride(p.batch, kOperandBias, &store.bias_stride)) || p.ldd % kRowUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.d) % 16 != 0 || reinterpret_cast<uintptr_t>(e.aux) % 16 != 0 ||
       (slabs > 1 && (p.m * p.n) % kRowUnit != 0) || p.m >= INT32_MAX || p.n >= INT32_MAX || slabs >= INT32_MAX) {
