@@ -19,22 +19,29 @@ def simt_config(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int,
     return tuple(_jaxgemm.simt_config(m, n, k, batch, sm_count))
 
 
-def tensor_core_split_k(m: int, n: int, k: int, batch: int, sm_count: int) -> int:
+# The tensor-core heuristics below take `tf32` (float32 inputs as tf32; otherwise 16-bit
+# inputs) and `transpose_a` (A stored (k, m) as the kernel gets it), which they weigh.
+
+
+def tensor_core_split_k(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = False,
+                        transpose_a: bool = False) -> int:
     """split_k the CUDA heuristic picks for a tensor-core problem (16-bit, or tf32 on Hopper)."""
-    return int(_jaxgemm.tensor_core_split_k(m, n, k, batch, sm_count))
+    return int(_jaxgemm.tensor_core_split_k(m, n, k, batch, sm_count, tf32, transpose_a))
 
 
-def sm90_choice(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int, int, int]:
+def sm90_choice(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = False,
+                transpose_a: bool = False) -> tuple[int, int, int]:
     """(tile_m, tile_n, split_k) the Hopper heuristic picks for a tensor-core problem
     (computed on the host: no device needed)."""
-    return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count))
+    return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count, tf32, transpose_a))
 
 
 def gemm_workspace_bytes(m: int, n: int, k: int, batch: int, sm_count: int, split_k: int, kernel: int,
-                         tile_m: int, tile_n: int) -> int:
+                         tile_m: int, tile_n: int, tf32: bool = False, transpose_a: bool = False) -> int:
     """Scratch bytes a jaxgemm_gemm call can use (stream-K on Hopper; computed on the host):
     the problem's shape and split, a kernel family id and tile (0: the heuristic's)."""
-    return int(_jaxgemm.gemm_workspace_bytes(m, n, k, batch, sm_count, split_k, kernel, tile_m, tile_n))
+    return int(_jaxgemm.gemm_workspace_bytes(m, n, k, batch, sm_count, split_k, kernel, tile_m, tile_n, tf32,
+                                             transpose_a))
 
 
 def cuda_compute_capability() -> int:

@@ -100,12 +100,15 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     if os.environ.get("JAXGEMM_STREAM_K", "1") == "0":  # off (measurements): whole tiles only
         return 0
     m, k, n, _ = _gemm_dims(a_shape, b_shape, config)
-    if runs_as_tf32(dtype, config, platform) and not config.transpose_a and not config.transpose_b:
+    tf32 = runs_as_tf32(dtype, config, platform)
+    transpose_a = config.transpose_a
+    if tf32 and not config.transpose_a and not config.transpose_b:
         m, n = n, m  # the kernel computes D^T (_tf32_transposes): its tiles cover n x m
+        transpose_a = True  # B^T, its A, is stored (k, n)
     batch = math.prod(_broadcast_batch(a_shape[:-2], b_shape[:-2]))
     tile = config.tile or (0, 0)
     return int(_ffi.gemm_workspace_bytes(m, n, k, batch, _ffi.cuda_sm_count(), split_k,
-                                         KERNEL_FAMILIES[config.kernel], *tile))
+                                         KERNEL_FAMILIES[config.kernel], *tile, tf32, transpose_a))
 
 
 def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig, out_shape, split_k: int = 1,
@@ -259,9 +262,9 @@ def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
         return 1
     m, k, n, _ = _gemm_dims(a_aval.shape, b_aval.shape, config)
     batch = math.prod(_broadcast_batch(a_aval.shape[:-2], b_aval.shape[:-2]))
-    tensor_cores = a_aval.dtype != jnp.float32 or runs_as_tf32(a_aval.dtype, config, platform)
-    if tensor_cores and config.kernel != "simt":
-        return _ffi.tensor_core_split_k(m, n, k, batch, sm_count)
+    tf32 = runs_as_tf32(a_aval.dtype, config, platform)
+    if (a_aval.dtype != jnp.float32 or tf32) and config.kernel != "simt":
+        return _ffi.tensor_core_split_k(m, n, k, batch, sm_count, tf32, config.transpose_a)
     return int(_ffi.simt_config(m, n, k, batch, sm_count)[2])
 
 

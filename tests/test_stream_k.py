@@ -19,8 +19,8 @@ SLOT_BYTES = 128 * 256 * 4  # one fp32 128 x 256 tile per block
 FLAG_BYTES = 2 * 4  # one flag per consumer warpgroup
 
 
-def _workspace(m, n, k, sms, tile=(128, 256), batch=1, split_k=1, kernel=SM90):
-    return _ffi.gemm_workspace_bytes(m, n, k, batch, sms, split_k, kernel, *tile)
+def _workspace(m, n, k, sms, tile=(128, 256), batch=1, split_k=1, kernel=SM90, tf32=False, transpose_a=False):
+    return _ffi.gemm_workspace_bytes(m, n, k, batch, sms, split_k, kernel, *tile, tf32, transpose_a)
 
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the plan is built with the CUDA kernels")
@@ -57,6 +57,27 @@ def test_stream_k_plan():
     assert _workspace(5120, 5120, 5120, 132, (64, 256)) == 0
 
 
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the plan is built with the CUDA kernels")
+@pytest.mark.parametrize("transpose_a", [False, True])
+def test_stream_k_plan_for_tf32(transpose_a):
+    """tf32 shares a last wave out only on 2-block clusters and only where it is at most ~a
+    third full (a shared item ran ~1.45x a whole one's time there, and ~2.1x on single
+    blocks); the heuristic then takes the clusters, and otherwise single 128 x 256 blocks."""
+    tf32 = dict(tf32=True, transpose_a=transpose_a)
+    # 5120^3: 400 cluster items on 66 clusters, the last wave 6% full.
+    assert _workspace(5120, 5120, 5120, 132, (256, 256), **tf32) == 132 * (SLOT_BYTES + FLAG_BYTES)
+    assert _workspace(5120, 5120, 5120, 132, (0, 0), kernel=0, **tf32) == 132 * (SLOT_BYTES + FLAG_BYTES)
+    assert _ffi.sm90_choice(5120, 5120, 5120, 1, 132, True, transpose_a)[:2] == (256, 256)
+    # 8192^3: the last wave 52% full, whole waves (16-bit inputs share it out).
+    assert _workspace(8192, 8192, 8192, 132, (256, 256), **tf32) == 0
+    assert _workspace(8192, 8192, 8192, 132, (256, 256)) > 0
+    assert _ffi.sm90_choice(8192, 8192, 8192, 1, 132, True, transpose_a)[:2] == (128, 256)
+    assert _ffi.sm90_choice(4096, 4096, 4096, 1, 132, True, transpose_a)[:2] == (128, 256)
+    # Single blocks never.
+    for tile in ((128, 256), (64, 64), (64, 128), (128, 128)):
+        assert _workspace(5120, 5120, 5120, 132, tile, **tf32) == 0
+
+
 def _skip_unless_hopper():
     if _ffi.cuda_compute_capability() != 90:
         pytest.skip("the sm90 kernel needs compute capability 9.0")
@@ -82,15 +103,18 @@ STREAM_K_SHAPES = [(500, 696, 1000), (1000, 536, 520), (300, 1096, 4104), (776, 
 LAYOUTS = [(False, False), (True, True), (False, True), (True, False)]
 
 
+SM90_TILES = [(128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "tile", [(128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128)]
+    "tile, dtype", [(t, jnp.bfloat16) for t in SM90_TILES] + [((256, 256), jnp.float32)]
 )
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_gpu_stream_k_on_every_sm90_tile(tile, dtype, monkeypatch):
-    """Every schedule, every layout, ragged M / N / K, batches; float32 as tf32. Outputs
-    are poisoned (JAXGEMM_POISON_OUTPUTS in the GPU run): an unwritten tile shows. Runs
-    twice: stream-K's fixed summation order gives the same bits."""
+    """Every schedule, every layout, ragged M / N / K, batches; float32 as tf32 (on the
+    2-block clusters, where alone tf32 shares a last wave out). Outputs are poisoned
+    (JAXGEMM_POISON_OUTPUTS in the GPU run): an unwritten tile shows. Runs twice:
+    stream-K's fixed summation order gives the same bits."""
     from jaxgemm.gemm import GemmConfig, _gemm, _tf32_operands
 
     _skip_unless_hopper()

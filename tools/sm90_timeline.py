@@ -17,7 +17,8 @@ from jaxgemm.epilogue import EpilogueConfig, _forward
 from jaxgemm.gemm import GemmConfig, _gemm
 
 # (M, N, K, kernel, tile, epilogue); kernel None: the heuristic; epilogue "fused": + bias,
-# gelu and aux; "f32": float32 output (TMA stores of 64 x 32 boxes).
+# gelu and aux; "f32": float32 output (TMA stores of 64 x 32 boxes); "tf32": float32 inputs
+# and output, NN (run transposed: tf32 NN's kernel computes D^T).
 CASES = [
     (2048, 2048, 2048, None, None, ""),
     (2048, 2048, 2048, None, None, "f32"),
@@ -28,14 +29,18 @@ CASES = [
     (8192, 8192, 8192, None, None, "fused"),
     (4096, 4096, 4096, None, None, ""),
     (4096, 4096, 4096, None, None, "f32"),
+    (4096, 4096, 4096, None, None, "tf32"),
+    (8192, 8192, 8192, None, None, "tf32"),
 ]
 
 picked = [CASES[int(i)] for i in sys.argv[1:]] or CASES
 for m, n, k, kernel, tile, epilogue in picked:
     ka, kb, kc = jax.random.split(jax.random.key(0), 3)
-    a, b = jax.random.normal(ka, (m, k), jnp.bfloat16), jax.random.normal(kb, (k, n), jnp.bfloat16)
-    out = jnp.float32 if epilogue == "f32" else jnp.bfloat16
-    config = GemmConfig(out_dtype=jnp.dtype(out), kernel=kernel, tile=tile)
+    tf32 = epilogue == "tf32"
+    dtype = jnp.float32 if tf32 else jnp.bfloat16
+    a, b = jax.random.normal(ka, (m, k), dtype), jax.random.normal(kb, (k, n), dtype)
+    out = jnp.float32 if epilogue in ("f32", "tf32") else jnp.bfloat16
+    config = GemmConfig(tf32=tf32, out_dtype=jnp.dtype(out), kernel=kernel, tile=tile)
     if epilogue == "fused":
         bias = jax.random.normal(kc, (n,), jnp.bfloat16)
         epi = EpilogueConfig(activation="gelu", want_aux=True)

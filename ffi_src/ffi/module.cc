@@ -18,9 +18,15 @@ nb::capsule EncapsulateFfiHandler(T* fn) {
 }
 
 #if defined(JAXGEMM_WITH_CUDA)
-// A problem with only its shape set: what the heuristics look at.
-jaxgemm::GemmProblem ShapeOnly(int64_t m, int64_t n, int64_t k, int64_t batch) {
+// A problem with only what the heuristics look at set: its shape, and for tensor cores
+// whether float32 inputs run as tf32 (otherwise 16-bit inputs) with A stored (k, m) as the
+// kernel gets it (tf32 with register A: no pingpong schedules).
+jaxgemm::GemmProblem ShapeOnly(int64_t m, int64_t n, int64_t k, int64_t batch, bool tf32 = false,
+                               bool trans_a = false) {
   jaxgemm::GemmProblem p;
+  p.in_type = tf32 ? jaxgemm::ElementType::kF32 : jaxgemm::ElementType::kBF16;
+  p.tf32 = tf32;
+  p.trans_a = trans_a;
   p.m = m;
   p.n = n;
   p.k = k;
@@ -59,13 +65,14 @@ NB_MODULE(_jaxgemm, m) {
     const jaxgemm::SimtChoice c = jaxgemm::ChooseSimtTile(p, sm_count);
     return nb::make_tuple(c.bm, c.bn, p.split_k);
   });
-  m.def("tensor_core_split_k", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count) {
-    return jaxgemm::ChooseTensorCoreSplitK(ShapeOnly(m, n, k, batch), sm_count,
+  m.def("tensor_core_split_k", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, bool tf32,
+                                  bool trans_a) {
+    return jaxgemm::ChooseTensorCoreSplitK(ShapeOnly(m, n, k, batch, tf32, trans_a), sm_count,
                                            jaxgemm::CurrentDeviceComputeCapability() == 90);
   });
   // The sm90 heuristic's choice for a problem, without a device: (tile_m, tile_n, split_k).
-  m.def("sm90_choice", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count) {
-    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch);
+  m.def("sm90_choice", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, bool tf32, bool trans_a) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a);
     p.split_k = jaxgemm::ChooseTensorCoreSplitK(p, sm_count, true);
     const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
     return nb::make_tuple(t.m, t.n, p.split_k);
@@ -73,8 +80,8 @@ NB_MODULE(_jaxgemm, m) {
   // The workspace a GEMM call may use (stream-K), for the lowering to allocate: the call's
   // shape, split, requested kernel family id and tile (0: the heuristic's).
   m.def("gemm_workspace_bytes", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, int64_t split_k,
-                                   int kernel, int tile_m, int tile_n) {
-    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch);
+                                   int kernel, int tile_m, int tile_n, bool tf32, bool trans_a) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a);
     p.split_k = split_k;
     const jaxgemm::KernelRequest request{static_cast<jaxgemm::KernelFamily>(kernel), tile_m, tile_n};
     return jaxgemm::GemmWorkspaceBytes(p, sm_count, request);

@@ -175,6 +175,10 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
 // at once, and half the SMs' worth of clusters are resident. Where the schedule shares a
 // last partly filled wave out stream-K, every SM gets the average work, plus 0.1 item: the
 // ~1.5 items each SM shares out ran ~6% slower than whole ones (8192^3, NOTES.md).
+// tf32 runs at half the rate per loaded byte, so the clusters' L2 saving buys it nothing:
+// over whole waves at 8192^3 the 2-block clusters ran ~0.5% slower than single blocks and
+// less steadily (H200, NOTES.md session 23); they stay tf32's choice where a stream-K
+// phase pays (Sm90StreamKMaxFillPercent).
 double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double slabs = double(p.batch.count) * double(p.split_k);
   const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;
@@ -184,8 +188,9 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const bool stream_k = PlanSm90StreamK(p, shape, sm_count).items > 0;
   const double waves = stream_k ? items / workers + 0.1 : std::ceil(items / workers);
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
-  return waves * shape.block_m * shape.block_n * k / (waves > 1 ? c.speed : c.single_wave_speed) *
-         (1.0 + 0.05 * std::log2(double(p.split_k)));
+  double speed = waves > 1 ? c.speed : c.single_wave_speed;
+  if (p.in_type == ElementType::kF32 && shape.cluster_m > 1) speed -= 0.02;
+  return waves * shape.block_m * shape.block_n * k / speed * (1.0 + 0.05 * std::log2(double(p.split_k)));
 }
 
 // The cheapest considered sm90 schedule for p (at its split_k), and its cost.

@@ -556,11 +556,13 @@ __device__ __forceinline__ void Sm90AddPartial(const Sm90StreamK& sk, float (&ac
 // the box once the store has read it.
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Schedule<P>& schedule,
-                                              const Sm90Store& store, int wg, unsigned char* boxes) {
+                                              const Sm90Store& store, int wg, unsigned char* boxes,
+                                              const Sm90Timeline& timeline) {
   using H = Sm90HandedStores<P, TOut>;
   constexpr int kColBlocks = P::kBN / kSm90BoxCols<TOut>;
   const bool leader = threadIdx.x % 32 == 0;
   const bool with_aux = store.fused && store.with_aux;  // Aux in box 0, D in box 1, one barrier pair
+  bool first = wg == 0 && leader;  // records the timeline's box events on its first whole item
   Sm90Work w;
   for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
     if (w.fixup == kSm90StorePartial) continue;  // the consumer leaves these sums in the workspace
@@ -568,6 +570,7 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
     for (int c = 0; c < H::kBoxes; ++c) {
       const int slot = with_aux ? 0 : c % 2;
       NamedBarrierSync(H::Written(wg, slot), H::kThreads);
+      if (first && c < 8) timeline.Record(kTimelineBoxWritten + c);
       if (leader) {
         // A transposed D's box c: the tile's rows 32 (c % 2) ..., columns 64 (c / 2) ...
         // (Sm90WriteTransposedBoxes), at D's (column, row) = (tile row, tile column).
@@ -580,10 +583,12 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
         tma_store(&store.d, boxes + (with_aux ? 1 : slot) * P::kOutBoxBytes);
         BulkCommitGroup();
         BulkWaitGroupRead<0>();
+        if (first && c < 8) timeline.Record(kTimelineBoxRead + c);
       }
       __syncwarp();
       NamedBarrierArrive(H::Free(wg, slot), H::kThreads);
     }
+    first = false;
   }
 }
 
@@ -951,7 +956,8 @@ __global__ void __launch_bounds__(P::kThreads, 1)
       const int warp = threadIdx.x / 32;
       if (warp >= 1 && warp <= P::kConsumers && store.enabled) {
         Sm90StoreWarp<P, TOut>(p, schedule, store, warp - 1,
-                         reinterpret_cast<unsigned char*>(scratch) + (warp - 1) * P::kEpilogueRegionBytes);
+                         reinterpret_cast<unsigned char*>(scratch) + (warp - 1) * P::kEpilogueRegionBytes,
+                         timeline);
       }
     }
   } else {

@@ -71,17 +71,27 @@ struct Sm90Workspace {
 
 // How many of `items` work items a persistent grid of `workers` (blocks or clusters) shares
 // out stream-K: the last, partly filled wave and one full wave, so that every worker gets
-// between one and two items' worth of k-tiles. Only where that wave is at most ~half full:
-// shared items run slower than whole ones (their workers leave the lockstep walk over K
-// that lets concurrent tiles share operand slices in L2, and a partial tile goes through
-// L2), which measured (H200, bf16, tools/stream_k_scan.py) as a 3-13% loss where the last
-// wave was 73-88% full and a 0.2-8% gain where it was 6-52% full. Not with split-K (items
-// of different K) or short K.
-inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64_t split_k) {
+// between one and two items' worth of k-tiles. Only where that wave is at most
+// `max_fill_percent` full: shared items run slower than whole ones (their workers leave the
+// lockstep walk over K that lets concurrent tiles share operand slices in L2, and a partial
+// tile goes through L2). Not with split-K (items of different K) or short K.
+inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64_t split_k, int max_fill_percent) {
   if (split_k != 1 || k < 256 || workers < 2 || items <= workers) return 0;
   const int64_t last_wave = items % workers;
-  if (last_wave == 0 || last_wave > workers * 11 / 20) return 0;
+  if (last_wave == 0 || last_wave * 100 > workers * max_fill_percent) return 0;
   return workers + last_wave;
+}
+
+// How full a last wave may be for stream-K to pay (Sm90StreamKItems): with s the slowdown
+// of a shared item against a whole one, sharing 1 + f items costs (1 + f) s against two
+// whole waves, so it pays below f = 2 / s - 1. Measured s (H200, 8192^3 and 5120^3): 1.35-1.47
+// for 16-bit inputs (tools/stream_k_scan.py had a 3-13% loss where the last wave was
+// 73-88% full and a 0.2-8% gain where it was 6-52% full: 55%); for tf32 1.43-1.47 on 2-block
+// clusters and 2.1 on single blocks, whose shared phase streams twice the operand bytes
+// per tile from DRAM (NOTES.md, session 23).
+inline int Sm90StreamKMaxFillPercent(const GemmProblem& p, int cluster_m) {
+  if (p.in_type != ElementType::kF32) return 55;
+  return cluster_m > 1 ? 35 : 0;
 }
 
 // The blocks behind a named sm90 schedule, whose name is the output area one block (or
@@ -119,7 +129,7 @@ inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, const Sm90Shape& sh
   const int64_t items = groups_m * ((p.n + shape.block_n - 1) / shape.block_n) * p.batch.count * p.split_k;
   const int64_t workers = std::min<int64_t>(items, std::max(sm_count / shape.cluster_m, 1));
   plan.workers = workers;
-  plan.items = Sm90StreamKItems(items, workers, p.k, p.split_k);
+  plan.items = Sm90StreamKItems(items, workers, p.k, p.split_k, Sm90StreamKMaxFillPercent(p, shape.cluster_m));
   if (plan.items == 0) return plan;
   const int64_t blocks = workers * shape.cluster_m;
   plan.flags_offset = static_cast<size_t>(blocks) * shape.block_m * shape.block_n * sizeof(float);

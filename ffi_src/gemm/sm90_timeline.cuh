@@ -28,7 +28,11 @@ enum Sm90TimelineEvent : int {
   kTimelineEpilogue2Issued,
   kTimelineConsumer0Exit,    // consumer 0 leaves (its stores have read shared memory)
   kTimelineConsumer1Exit,    // consumer 1 leaves
-  kTimelineEvents
+  // Consumer 0's handed TMA stores (Sm90StoreWarp) of its first whole item, boxes 0-7: the
+  // store warp sees box c written, and the box's store has read it.
+  kTimelineBoxWritten,
+  kTimelineBoxRead = kTimelineBoxWritten + 8,
+  kTimelineEvents = kTimelineBoxRead + 8
 };
 
 struct Sm90Timeline {
@@ -38,7 +42,7 @@ struct Sm90Timeline {
   __device__ __forceinline__ void Record(int event) const {
     if (stamps == nullptr) return;
     unsigned long long now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now) : : "memory");  // not hoisted above a barrier
     stamps[blockIdx.x * kTimelineEvents + event] = now;
   }
 #endif
@@ -75,7 +79,7 @@ inline void ReportSm90Timeline(const Sm90Timeline& timeline, int64_t blocks, con
   }
   unsigned long long origin = ~0ull;
   for (int64_t b = 0; b < blocks; ++b) origin = std::min(origin, stamps[b * kTimelineEvents + kTimelineEntry]);
-  static const char* kNames[kTimelineEvents] = {
+  static const char* kNames[kTimelineBoxWritten] = {
       "entry",         "started",         "producer item",  "first loads",     "consumer item",   "consumer waits",
       "first data",    "mainloop done",   "epilogue issued", "2nd mainloop done", "2nd epi issued",
       "consumer 0 exit", "consumer 1 exit"};
@@ -89,7 +93,14 @@ inline void ReportSm90Timeline(const Sm90Timeline& timeline, int64_t blocks, con
     }
     if (t.empty()) continue;
     std::sort(t.begin(), t.end());
-    std::fprintf(stderr, "  %-16s %8.2f %8.2f %8.2f\n", kNames[e], t.front(), t[t.size() / 2], t.back());
+    char box_name[24];
+    if (e >= kTimelineBoxWritten) {
+      const bool read = e >= kTimelineBoxRead;
+      std::snprintf(box_name, sizeof(box_name), "box %d %s", e - (read ? kTimelineBoxRead : kTimelineBoxWritten),
+                    read ? "read" : "written");
+    }
+    std::fprintf(stderr, "  %-16s %8.2f %8.2f %8.2f\n", e >= kTimelineBoxWritten ? box_name : kNames[e], t.front(),
+                 t[t.size() / 2], t.back());
   }
 }
 
