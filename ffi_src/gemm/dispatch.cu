@@ -176,9 +176,9 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
 // last partly filled wave out stream-K, every SM gets the average work, plus 0.1 item: the
 // ~1.5 items each SM shares out ran ~6% slower than whole ones (8192^3, NOTES.md).
 // tf32 runs at half the rate per loaded byte, so the clusters' L2 saving buys it nothing:
-// over whole waves at 8192^3 the 2-block clusters ran ~0.5% slower than single blocks and
-// less steadily (H200, NOTES.md session 23); they stay tf32's choice where a stream-K
-// phase pays (Sm90StreamKMaxFillPercent).
+// over whole waves the 2-block clusters ran ~0.5% slower than single blocks at 8192^3, and
+// less steadily, and 1.2% slower at 4096^3 (H200, NOTES.md session 23); they stay tf32's
+// choice where a stream-K phase pays (Sm90StreamKMaxFillPercent).
 double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double slabs = double(p.batch.count) * double(p.split_k);
   const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;

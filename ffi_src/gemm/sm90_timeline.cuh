@@ -42,7 +42,7 @@ struct Sm90Timeline {
   __device__ __forceinline__ void Record(int event) const {
     if (stamps == nullptr) return;
     unsigned long long now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now) : : "memory");  // not hoisted above a barrier
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
     stamps[blockIdx.x * kTimelineEvents + event] = now;
   }
 #endif
