@@ -20,7 +20,7 @@ def simt_config(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int,
 
 
 # The tensor-core heuristics below take `tf32` (float32 inputs as tf32; otherwise 16-bit
-# inputs) and `transpose_a` (A stored (k, m) as the kernel gets it), which they weigh.
+# inputs) and how the operands are stored (`transpose_a`: A stored (k, m)), which they weigh.
 
 
 def tensor_core_split_k(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = False,
@@ -37,11 +37,13 @@ def sm90_choice(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = 
 
 
 def gemm_workspace_bytes(m: int, n: int, k: int, batch: int, sm_count: int, split_k: int, kernel: int,
-                         tile_m: int, tile_n: int, tf32: bool = False, transpose_a: bool = False) -> int:
+                         tile_m: int, tile_n: int, tf32: bool = False, transpose_a: bool = False,
+                         transpose_b: bool = False) -> int:
     """Scratch bytes a jaxgemm_gemm call can use (stream-K on Hopper; computed on the host):
-    the problem's shape and split, a kernel family id and tile (0: the heuristic's)."""
+    the problem's shape and split, a kernel family id and tile (0: the heuristic's), for the
+    operands as stored (a plain tf32 NN product runs as D^T, over n x m tiles)."""
     return int(_jaxgemm.gemm_workspace_bytes(m, n, k, batch, sm_count, split_k, kernel, tile_m, tile_n, tf32,
-                                             transpose_a))
+                                             transpose_a, transpose_b))
 
 
 def cuda_compute_capability() -> int:

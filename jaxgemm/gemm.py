@@ -100,15 +100,12 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     if os.environ.get("JAXGEMM_STREAM_K", "1") == "0":  # off (measurements): whole tiles only
         return 0
     m, k, n, _ = _gemm_dims(a_shape, b_shape, config)
-    tf32 = runs_as_tf32(dtype, config, platform)
-    transpose_a = config.transpose_a
-    if tf32 and not config.transpose_a and not config.transpose_b:
-        m, n = n, m  # the kernel computes D^T (_tf32_transposes): its tiles cover n x m
-        transpose_a = True  # B^T, its A, is stored (k, n)
     batch = math.prod(_broadcast_batch(a_shape[:-2], b_shape[:-2]))
     tile = config.tile or (0, 0)
+    # (A tf32 NN product runs as D^T over n x m tiles: the host query orients it as the kernel does.)
     return int(_ffi.gemm_workspace_bytes(m, n, k, batch, _ffi.cuda_sm_count(), split_k,
-                                         KERNEL_FAMILIES[config.kernel], *tile, tf32, transpose_a))
+                                         KERNEL_FAMILIES[config.kernel], *tile, runs_as_tf32(dtype, config, platform),
+                                         config.transpose_a, config.transpose_b))
 
 
 def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig, out_shape, split_k: int = 1,

@@ -19,14 +19,15 @@ nb::capsule EncapsulateFfiHandler(T* fn) {
 
 #if defined(JAXGEMM_WITH_CUDA)
 // A problem with only what the heuristics look at set: its shape, and for tensor cores
-// whether float32 inputs run as tf32 (otherwise 16-bit inputs) with A stored (k, m) as the
-// kernel gets it (tf32 with register A: no pingpong schedules).
+// whether float32 inputs run as tf32 (otherwise 16-bit inputs) and how A and B are stored
+// (tf32 with A stored (k, m) takes it from registers: no pingpong schedules).
 jaxgemm::GemmProblem ShapeOnly(int64_t m, int64_t n, int64_t k, int64_t batch, bool tf32 = false,
-                               bool trans_a = false) {
+                               bool trans_a = false, bool trans_b = false) {
   jaxgemm::GemmProblem p;
   p.in_type = tf32 ? jaxgemm::ElementType::kF32 : jaxgemm::ElementType::kBF16;
   p.tf32 = tf32;
   p.trans_a = trans_a;
+  p.trans_b = trans_b;
   p.m = m;
   p.n = n;
   p.k = k;
@@ -78,10 +79,10 @@ NB_MODULE(_jaxgemm, m) {
     return nb::make_tuple(t.m, t.n, p.split_k);
   });
   // The workspace a GEMM call may use (stream-K), for the lowering to allocate: the call's
-  // shape, split, requested kernel family id and tile (0: the heuristic's).
+  // shape, split, requested kernel family id and tile (0: the heuristic's), as stored.
   m.def("gemm_workspace_bytes", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, int64_t split_k,
-                                   int kernel, int tile_m, int tile_n, bool tf32, bool trans_a) {
-    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a);
+                                   int kernel, int tile_m, int tile_n, bool tf32, bool trans_a, bool trans_b) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b);
     p.split_k = split_k;
     const jaxgemm::KernelRequest request{static_cast<jaxgemm::KernelFamily>(kernel), tile_m, tile_n};
     return jaxgemm::GemmWorkspaceBytes(p, sm_count, request);

@@ -301,10 +301,11 @@ cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, 
 
 size_t GemmWorkspaceBytes(const GemmProblem& p, int sm_count, KernelRequest request) {
   if (request.family != KernelFamily::kAuto && request.family != KernelFamily::kSm90) return 0;
+  const GemmProblem oriented = Sm90Transposed(p);  // the problem as RunGemm launches it
   const Sm90Tile tile = request.family == KernelFamily::kSm90 && request.tile_n != 0
                             ? Sm90Tile{request.tile_m, request.tile_n}
-                            : ChooseSm90Tile(p, sm_count);
-  return Sm90StreamKBytes(p, tile.m, tile.n, sm_count);
+                            : ChooseSm90Tile(oriented, sm_count);
+  return Sm90StreamKBytes(oriented, tile.m, tile.n, sm_count);
 }
 
 cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, std::string* unsupported,
