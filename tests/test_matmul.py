@@ -687,6 +687,23 @@ def test_sm90_heuristic_for_few_rows():
     assert _ffi.sm90_choice(8192, 8192, 8192, 1, 132)[:2] in ((128, 256), (256, 256))
 
 
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_weighs_split_traffic_and_narrow_tiles():
+    """Shapes the wave model got wrong (session 24, measured against XLA): a deep-K product
+    with 1024 rows is bound by the tensor cores, so it splits K over 128-row tiles instead
+    of one wave of 64 x 128 tiles (0.64x -> 0.90x); a split's fp32 partials cost their
+    traffic, so 512 x 14336 x 4096 is not split 4 to even out its waves; 128 x 128 tiles
+    (pingpong) run ~15% slower than 128 x 256 ones over several waves (3000 x 5000 x 7000:
+    0.47x -> 0.87x)."""
+    tile_m, tile_n, split = _ffi.sm90_choice(1024, 1024, 32768, 1, 132)
+    assert tile_m == 128 and split > 1
+    assert _ffi.sm90_choice(512, 14336, 4096, 1, 132)[2] == 1
+    assert _ffi.sm90_choice(3000, 5000, 7000, 1, 132)[:2] in ((128, 256), (256, 256))
+    # A single wave of few-row or small tiles keeps the narrow tiles.
+    assert _ffi.sm90_choice(777, 1240, 4328, 1, 132) == (64, 128, 1)
+    assert _ffi.sm90_choice(256, 256, 65536, 1, 132) == (64, 128, 16)
+
+
 @pytest.mark.gpu
 def test_gpu_tensor_core_heuristic_choices():
     """Shapes where the heuristic splits K or picks either sm90 tile come out right."""

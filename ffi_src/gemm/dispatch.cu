@@ -112,15 +112,25 @@ namespace {
 // consumer, 8 stages) keeps more of B in flight: in a single wave it ran 6% faster than
 // 128 x 64 (M = 128, N = K = 8192: 37.1 vs 39.3 us, session 12); on large problems its
 // speed is a guess below 128 x 64's (a third of the reuse per loaded byte).
+// 128 x 128 (pingpong): 0.84-0.85 of 128 x 256's speed over several waves and 0.945 in
+// one wave of equal items (session 24: 3072x5120x7168, 512x14336x4096, 1024^2 x 32768).
 struct Sm90Candidate {
   Sm90Tile tile;
   double speed, single_wave_speed;
 };
 constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 1.00, 0.96},
                                              {{128, 256}, 0.99, 0.99},
-                                             {{128, 128}, 0.96, 0.99},
+                                             {{128, 128}, 0.84, 0.94},
                                              {{128, 64}, 0.60, 0.99},
                                              {{64, 128}, 0.50, 1.05}};
+
+// The narrow tiles' single-wave speeds hold where streaming B bounds the product (few rows:
+// 64 x 128 was the fastest schedule at M = 128 and 256). With more rows a single wave is
+// bound by the tensor cores, which one consumer warpgroup (64 x 128) or a 64-column tile
+// keeps less busy: both then ran at ~0.62 of those speeds (1024 x 1024 x 32768, unsplit:
+// 64 x 128 483 and 128 x 64 463 TFLOP/s against 734 for 128 x 256 split 4; session 24).
+constexpr int64_t kStreamingRows = 256;
+constexpr double kNarrowComputeBound = 0.62;
 
 // Products of at most this many rows (one m64 block) stream B: see FewRowsSm90.
 constexpr int64_t kFewRows = 64;
@@ -168,13 +178,21 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
   return {{64, 64}, split};
 }
 
+// What a split's fp32 partials cost, per output element and slab, in the wave model's unit
+// (one multiply-add on one SM at speed 1): the kernel writes 4 bytes and XLA's sum reads
+// them, 8 bytes at ~3.3 TB/s, while an SM does ~3.6e12 multiply-adds per second. Without it
+// splitting looked free wherever it evened out the waves (512 x 14336 x 4096 chose split 4,
+// whose partials take about as long as the product).
+constexpr double kSplitPartialCost = 8.8;
+
 // A wave model: the busiest SM's (cluster's) work items times each item's tile area and K,
 // over the schedule's relative speed (2-block clusters, which cut L2 traffic, win by ~1-2%
 // once there are several waves; in a single wave they measured 4% slower), plus 5% per
 // doubling of the split for the pass over the fp32 partials. A cluster covers two tiles
 // at once, and half the SMs' worth of clusters are resident. Where the schedule shares a
 // last partly filled wave out stream-K, every SM gets the average work, plus 0.1 item: the
-// ~1.5 items each SM shares out ran ~6% slower than whole ones (8192^3, NOTES.md).
+// ~1.5 items each SM shares out ran ~6% slower than whole ones (8192^3, NOTES.md). A split
+// adds the traffic of its partials (kSplitPartialCost).
 // tf32 runs at half the rate per loaded byte, so the clusters' L2 saving buys it nothing:
 // over whole waves the 2-block clusters ran ~0.5% slower than single blocks at 8192^3, and
 // less steadily, and 1.2% slower at 4096^3 (H200, NOTES.md session 23); they stay tf32's
@@ -189,8 +207,10 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double waves = stream_k ? items / workers + 0.1 : std::ceil(items / workers);
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
   double speed = waves > 1 ? c.speed : c.single_wave_speed;
+  if (waves <= 1 && (c.tile.m == 64 || c.tile.n == 64) && p.m > kStreamingRows) speed *= kNarrowComputeBound;
   if (p.in_type == ElementType::kF32 && shape.cluster_m > 1) speed -= 0.02;
-  return waves * shape.block_m * shape.block_n * k / speed * (1.0 + 0.05 * std::log2(double(p.split_k)));
+  const double mainloop = waves * shape.block_m * shape.block_n * k / speed * (1.0 + 0.05 * std::log2(double(p.split_k)));
+  return mainloop + (p.split_k > 1 ? kSplitPartialCost * double(p.m) * double(p.n) * slabs : 0.0);
 }
 
 // The cheapest considered sm90 schedule for p (at its split_k), and its cost.
