@@ -188,11 +188,11 @@ constexpr double kSplitPartialCost = 8.8;
 // A wave model: the busiest SM's (cluster's) work items times each item's tile area and K,
 // over the schedule's relative speed (2-block clusters, which cut L2 traffic, win by ~1-2%
 // once there are several waves; in a single wave they measured 4% slower), plus 5% per
-// doubling of the split for the pass over the fp32 partials. A cluster covers two tiles
+// doubling of the split and the traffic of its fp32 partials (kSplitPartialCost), which
+// XLA sums after the kernel. A cluster covers two tiles
 // at once, and half the SMs' worth of clusters are resident. Where the schedule shares a
 // last partly filled wave out stream-K, every SM gets the average work, plus 0.1 item: the
-// ~1.5 items each SM shares out ran ~6% slower than whole ones (8192^3, NOTES.md). A split
-// adds the traffic of its partials (kSplitPartialCost).
+// ~1.5 items each SM shares out ran ~6% slower than whole ones (8192^3, NOTES.md).
 // tf32 runs at half the rate per loaded byte, so the clusters' L2 saving buys it nothing:
 // over whole waves the 2-block clusters ran ~0.5% slower than single blocks at 8192^3, and
 // less steadily, and 1.2% slower at 4096^3 (H200, NOTES.md session 23); they stay tf32's

@@ -2,6 +2,8 @@
 
 #include <cudaTypedefs.h>
 
+#include <cstdint>
+
 namespace jaxgemm {
 namespace {
 
@@ -57,8 +59,9 @@ cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int
   // promoting its misses to 256 bytes fetched more than it saved (bf16 3000x5000x7000 and
   // 4104^3, 128 x 256 tiles: 0.61x of XLA with 256-byte promotion, 0.72x with 128; rows on
   // 128-byte lines ran the same with either; session 24).
+  const bool rows_on_lines = strides[0] % 128 == 0 && reinterpret_cast<uintptr_t>(m.base) % 128 == 0;
   const CUtensorMapL2promotion promo =
-      strides[0] % 128 == 0 ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+      rows_on_lines ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   const CUresult r = encode(map, type, rank, const_cast<void*>(m.base), dims, strides, box, element_strides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                             promo, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
