@@ -132,6 +132,9 @@ constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 1.00, 0.96},
 constexpr int64_t kStreamingRows = 256;
 constexpr double kNarrowComputeBound = 0.62;
 
+// One consumer warpgroup (64-row tiles) or 64-column tiles: made for products with few rows.
+constexpr bool IsNarrow(Sm90Tile t) { return t.m == 64 || t.n == 64; }
+
 // Products of at most this many rows (one m64 block) stream B: see FewRowsSm90.
 constexpr int64_t kFewRows = 64;
 
@@ -139,7 +142,7 @@ constexpr int64_t kFewRows = 64;
 // neither the narrow nor the 64-row tiles (they pick 128 x 64 by their own rule); with at
 // most 64 rows they keep 128 x 256. GEMMs with at most 64 rows take FewRowsSm90 instead.
 bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narrow) {
-  if ((c.tile.n == 64 || c.tile.m == 64) && !with_narrow) return false;
+  if (IsNarrow(c.tile) && !with_narrow) return false;
   if (Sm90RegisterA(p) && Sm90PingpongTile(c.tile.m, c.tile.n)) return false;
   if (p.m <= kFewRows) return c.tile.m == 128 && c.tile.n == 256;
   return true;
@@ -207,7 +210,7 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double waves = stream_k ? items / workers + 0.1 : std::ceil(items / workers);
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
   double speed = waves > 1 ? c.speed : c.single_wave_speed;
-  if (waves <= 1 && (c.tile.m == 64 || c.tile.n == 64) && p.m > kStreamingRows) speed *= kNarrowComputeBound;
+  if (waves <= 1 && IsNarrow(c.tile) && p.m > kStreamingRows) speed *= kNarrowComputeBound;
   if (p.in_type == ElementType::kF32 && shape.cluster_m > 1) speed -= 0.02;
   const double mainloop = waves * shape.block_m * shape.block_n * k / speed * (1.0 + 0.05 * std::log2(double(p.split_k)));
   return mainloop + (p.split_k > 1 ? kSplitPartialCost * double(p.m) * double(p.n) * slabs : 0.0);

@@ -570,7 +570,7 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
     for (int c = 0; c < H::kBoxes; ++c) {
       const int slot = with_aux ? 0 : c % 2;
       NamedBarrierSync(H::Written(wg, slot), H::kThreads);
-      if (first && c < 8) timeline.Record(kTimelineBoxWritten + c);
+      if (first && c < kTimelineBoxes) timeline.Record(kTimelineBoxWritten + c);
       if (leader) {
         // A transposed D's box c: the tile's rows 32 (c % 2) ..., columns 64 (c / 2) ...
         // (Sm90WriteTransposedBoxes), at D's (column, row) = (tile row, tile column).
@@ -583,7 +583,7 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
         tma_store(&store.d, boxes + (with_aux ? 1 : slot) * P::kOutBoxBytes);
         BulkCommitGroup();
         BulkWaitGroupRead<0>();
-        if (first && c < 8) timeline.Record(kTimelineBoxRead + c);
+        if (first && c < kTimelineBoxes) timeline.Record(kTimelineBoxRead + c);
       }
       __syncwarp();
       NamedBarrierArrive(H::Free(wg, slot), H::kThreads);

@@ -14,6 +14,9 @@
 
 namespace jaxgemm {
 
+// Boxes of consumer 0's first whole item whose handed stores the timeline records.
+constexpr int kTimelineBoxes = 8;
+
 enum Sm90TimelineEvent : int {
   kTimelineEntry = 0,        // thread 0 enters the kernel
   kTimelineStarted,          // thread 0 is past the barrier initialization and the block (cluster) sync
@@ -28,11 +31,11 @@ enum Sm90TimelineEvent : int {
   kTimelineEpilogue2Issued,
   kTimelineConsumer0Exit,    // consumer 0 leaves (its stores have read shared memory)
   kTimelineConsumer1Exit,    // consumer 1 leaves
-  // Consumer 0's handed TMA stores (Sm90StoreWarp) of its first whole item, boxes 0-7: the
-  // store warp sees box c written, and the box's store has read it.
+  // Consumer 0's handed TMA stores (Sm90StoreWarp) of its first whole item, boxes
+  // 0 .. kTimelineBoxes - 1: the store warp sees box c written, and the box's store has read it.
   kTimelineBoxWritten,
-  kTimelineBoxRead = kTimelineBoxWritten + 8,
-  kTimelineEvents = kTimelineBoxRead + 8
+  kTimelineBoxRead = kTimelineBoxWritten + kTimelineBoxes,
+  kTimelineEvents = kTimelineBoxRead + kTimelineBoxes
 };
 
 struct Sm90Timeline {
