@@ -616,6 +616,16 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   const int first_row = P::kPingpong ? 0 : 64 * wg;
   const uint32_t smem_a = SharedAddress(tiles_a) + first_row * P::kRowBytes;
   const uint32_t smem_b = SharedAddress(tiles_b);
+  // Stage 0's descriptors at k-step 0, as low and high words. Another stage's, k-step's or
+  // m64 block's descriptor adds its byte offset / 16 (the address field's unit) to the low
+  // word: shared memory is below 256 KB, so the 14-bit field never carries into the rest.
+  // One 32-bit add per descriptor in the k-loop instead of rebuilding it (NOTES.md,
+  // session 25).
+  const uint64_t desc_a0 = SmemDescriptorSw128(smem_a, kLeadA, 1024);
+  const uint64_t desc_b0 = SmemDescriptorSw128(smem_b, kLeadB, 1024);
+  const uint32_t desc_a0_lo = uint32_t(desc_a0), desc_b0_lo = uint32_t(desc_b0);
+  constexpr uint32_t kDescHi = uint32_t(SmemDescriptorSw128(0, 0, 1024) >> 32);
+  auto descriptor = [](uint32_t lo) { return (uint64_t(kDescHi) << 32) | lo; };
   // tf32 with an MN-major A: A from registers (Sm90RegisterAFragments).
   constexpr bool kRegisterA = std::is_same_v<TIn, float> && kTransA;
   static_assert(!kRegisterA || P::kMmaM == 1, "register A: one m64 block per consumer");
@@ -718,31 +728,28 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       // every wgmma (C7513) if any path could load a set while its group is in flight.
       [[maybe_unused]] uint32_t a_frags[kRegisterA ? 2 : 1][P::kKSteps][4];
       auto k_tile = [&](int kt, auto set) {
-        if (kt == 0) note(kTimelineConsumerWaits);
         MbarrierWait(&full[stage], phase);
-        if (kt == 0) note(kTimelineFirstData);
         if constexpr (kBlocks > 0) {
-          const uint32_t b = smem_b + stage * P::kTileBBytes;
+          const uint32_t desc_b = desc_b0_lo + stage * (P::kTileBBytes / 16);
           if constexpr (kRegisterA) {
             constexpr int kSet = decltype(set)::value;
             register_a.Load(tiles_a_address + stage * P::kTileABytes, a_frags[kSet]);
             WgmmaFence();
 #pragma unroll
             for (int kk = 0; kk < P::kKSteps; ++kk) {
-              WgmmaTf32RegisterA<P::kBN>(acc[0], a_frags[kSet][kk],
-                                         SmemDescriptorSw128(b + kk * kStepB, kLeadB, 1024), (kt | kk) != 0);
+              WgmmaTf32RegisterA<P::kBN>(acc[0], a_frags[kSet][kk], descriptor(desc_b + kk * kStepB / 16),
+                                         (kt | kk) != 0);
             }
           } else {
-            const uint32_t a = smem_a + stage * P::kTileABytes;
+            const uint32_t desc_a = desc_a0_lo + stage * (P::kTileABytes / 16);
             WgmmaFence();
 #pragma unroll
             for (int kk = 0; kk < P::kKSteps; ++kk) {
-              const uint64_t desc_b = SmemDescriptorSw128(b + kk * kStepB, kLeadB, 1024);
 #pragma unroll
               for (int mi = 0; mi < kBlocks; ++mi) {
                 // 64 rows of A further on: 64 x 128 B rows (K-major) or the next 64-wide block.
-                const uint64_t desc_a = SmemDescriptorSw128(a + mi * P::kMnBlockBytes + kk * kStepA, kLeadA, 1024);
-                Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[mi], desc_a, desc_b, (kt | kk) != 0);
+                Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[mi], descriptor(desc_a + (mi * P::kMnBlockBytes + kk * kStepA) / 16),
+                                                      descriptor(desc_b + kk * kStepB / 16), (kt | kk) != 0);
               }
             }
           }
@@ -760,6 +767,13 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
           phase ^= 1;
         }
       };
+      // The timeline's first-wait events here, not in the k-loop (the loop would carry their
+      // predicated code); the loop's own wait for this stage then passes at once.
+      if (w.k_tiles > 0) {
+        note(kTimelineConsumerWaits);
+        MbarrierWait(&full[stage], phase);
+        note(kTimelineFirstData);
+      }
       using First = std::integral_constant<int, 0>;
       if constexpr (kRegisterA) {
         int kt = 0;
