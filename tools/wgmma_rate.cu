@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(Variant<kWarpgroups, kChains, kN, kLoads>::kTh
 #if defined(JG_SM90_ENABLED)
   using V = Variant<kWarpgroups, kChains, kN, kLoads>;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem =
+      reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + V::kStages * V::kStageBytes);
   uint64_t* empty = full + V::kStages;
   const int wg = threadIdx.x / 128;

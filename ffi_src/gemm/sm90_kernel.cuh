@@ -748,7 +748,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 #pragma unroll
               for (int mi = 0; mi < kBlocks; ++mi) {
                 // 64 rows of A further on: 64 x 128 B rows (K-major) or the next 64-wide block.
-                Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[mi], descriptor(desc_a + (mi * P::kMnBlockBytes + kk * kStepA) / 16),
+                const uint32_t a_offset = (mi * P::kMnBlockBytes + kk * kStepA) / 16;
+                Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[mi], descriptor(desc_a + a_offset),
                                                       descriptor(desc_b + kk * kStepB / 16), (kt | kk) != 0);
               }
             }
