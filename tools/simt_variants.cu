@@ -16,17 +16,9 @@
 
 #include "gemm/simt_kernel.cuh"
 #include "gemm/simt_policy.h"
+#include "cuda_check.h"
 
 using namespace jaxgemm;
-
-#define CHECK(x)                                                             \
-  do {                                                                       \
-    cudaError_t e = (x);                                                     \
-    if (e != cudaSuccess) {                                                  \
-      std::printf("%s: %s\n", #x, cudaGetErrorString(e));                    \
-      std::exit(1);                                                          \
-    }                                                                        \
-  } while (0)
 
 __global__ void FillNormalish(float* x, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {

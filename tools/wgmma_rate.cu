@@ -14,21 +14,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "common/ptx_sm90.cuh"
 #include "gemm/sm90_wgmma.cuh"
+#include "cuda_check.h"
 
 using namespace jaxgemm;
-
-#define CHECK(x)                                            \
-  do {                                                      \
-    cudaError_t e = (x);                                    \
-    if (e != cudaSuccess) {                                 \
-      std::printf("%s: %s\n", #x, cudaGetErrorString(e));   \
-      std::exit(1);                                         \
-    }                                                       \
-  } while (0)
 
 constexpr int kRowBytes = 128;       // one 64-deep k-tile row of 16-bit values
 constexpr int kSourceTiles = 64;     // distinct k-tiles in the source buffer
@@ -192,23 +185,17 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(source, h.data(), source_bytes, cudaMemcpyHostToDevice));
   }
   std::printf("%d SMs, %d k-tiles per block, median of %d rounds\n", sms, k_tiles, rounds);
-  for (int loads = 0; loads < 2; ++loads) {
-    std::printf(loads ? "-- with loads (bulk copies into a ring)\n" : "-- without loads (two preloaded stages)\n");
-    if (loads) {
-      Run<1, 2, 128, true>("1 wg, 2 x m64n128 (pingpong 128x128)", source, k_tiles, rounds, sms, cycles, sink);
-      Run<1, 1, 256, true>("1 wg, 1 x m64n256 (64x256)", source, k_tiles, rounds, sms, cycles, sink);
-      Run<2, 1, 256, true>("2 wg, 1 x m64n256 (coop 128x256)", source, k_tiles, rounds, sms, cycles, sink);
-      Run<2, 2, 128, true>("2 wg, 2 x m64n128 (coop 256x128)", source, k_tiles, rounds, sms, cycles, sink);
-      Run<2, 1, 128, true>("2 wg, 1 x m64n128 (coop 128x128)", source, k_tiles, rounds, sms, cycles, sink);
-      Run<1, 1, 128, true>("1 wg, 1 x m64n128 (64x128)", source, k_tiles, rounds, sms, cycles, sink);
-    } else {
-      Run<1, 2, 128, false>("1 wg, 2 x m64n128 (pingpong 128x128)", source, k_tiles, rounds, sms, cycles, sink);
-      Run<1, 1, 256, false>("1 wg, 1 x m64n256 (64x256)", source, k_tiles, rounds, sms, cycles, sink);
-      Run<2, 1, 256, false>("2 wg, 1 x m64n256 (coop 128x256)", source, k_tiles, rounds, sms, cycles, sink);
-      Run<2, 2, 128, false>("2 wg, 2 x m64n128 (coop 256x128)", source, k_tiles, rounds, sms, cycles, sink);
-      Run<2, 1, 128, false>("2 wg, 1 x m64n128 (coop 128x128)", source, k_tiles, rounds, sms, cycles, sink);
-      Run<1, 1, 128, false>("1 wg, 1 x m64n128 (64x128)", source, k_tiles, rounds, sms, cycles, sink);
-    }
-  }
+  auto run_all = [&](auto loads) {
+    constexpr bool kLoads = decltype(loads)::value;
+    std::printf(kLoads ? "-- with loads (bulk copies into a ring)\n" : "-- without loads (two preloaded stages)\n");
+    Run<1, 2, 128, kLoads>("1 wg, 2 x m64n128 (pingpong 128x128)", source, k_tiles, rounds, sms, cycles, sink);
+    Run<1, 1, 256, kLoads>("1 wg, 1 x m64n256 (64x256)", source, k_tiles, rounds, sms, cycles, sink);
+    Run<2, 1, 256, kLoads>("2 wg, 1 x m64n256 (coop 128x256)", source, k_tiles, rounds, sms, cycles, sink);
+    Run<2, 2, 128, kLoads>("2 wg, 2 x m64n128 (coop 256x128)", source, k_tiles, rounds, sms, cycles, sink);
+    Run<2, 1, 128, kLoads>("2 wg, 1 x m64n128 (coop 128x128)", source, k_tiles, rounds, sms, cycles, sink);
+    Run<1, 1, 128, kLoads>("1 wg, 1 x m64n128 (64x128)", source, k_tiles, rounds, sms, cycles, sink);
+  };
+  run_all(std::false_type{});
+  run_all(std::true_type{});
   return 0;
 }

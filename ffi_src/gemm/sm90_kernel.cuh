@@ -621,9 +621,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   // word: shared memory is below 256 KB, so the 14-bit field never carries into the rest.
   // One 32-bit add per descriptor in the k-loop instead of rebuilding it (NOTES.md,
   // session 25).
-  const uint64_t desc_a0 = SmemDescriptorSw128(smem_a, kLeadA, 1024);
-  const uint64_t desc_b0 = SmemDescriptorSw128(smem_b, kLeadB, 1024);
-  const uint32_t desc_a0_lo = uint32_t(desc_a0), desc_b0_lo = uint32_t(desc_b0);
+  const uint32_t desc_a0_lo = uint32_t(SmemDescriptorSw128(smem_a, kLeadA, 1024));
+  const uint32_t desc_b0_lo = uint32_t(SmemDescriptorSw128(smem_b, kLeadB, 1024));
   constexpr uint32_t kDescHi = uint32_t(SmemDescriptorSw128(0, 0, 1024) >> 32);
   auto descriptor = [](uint32_t lo) { return (uint64_t(kDescHi) << 32) | lo; };
   // tf32 with an MN-major A: A from registers (Sm90RegisterAFragments).
