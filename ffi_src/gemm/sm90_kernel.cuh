@@ -320,6 +320,7 @@ struct Sm90MatrixLoads {
       const uint32_t a_bytes = kTransA ? a_blocks * P::kMnBlockTileBytes : a_rows * P::kRowBytes;
       for (int kt = 0; kt < w.k_tiles; ++kt) {
         uint64_t* const bar = ring.Acquire(a_bytes + P::kTileBBytes);
+        if (first) timeline.Record(kTimelineProducerAcquired);
         const int k0 = static_cast<int>(w.k_begin) + kt * P::kBK;
         unsigned char* sa = tiles_a + ring.stage * P::kTileABytes;
         unsigned char* sb = tiles_b + ring.stage * P::kTileBBytes;
@@ -958,6 +959,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
 
   if (warpgroup == 0) {
     if constexpr (P::kMovesRegisters) SetMaxRegistersDecrease<P::kProducerRegisters>();
+    if (threadIdx.x == 0) timeline.Record(kTimelineProducerRegisters);
     if (threadIdx.x == 0) {
       if constexpr (std::is_same_v<Loads, Sm90MatrixLoads>) {
         loads.template Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty, timeline);
@@ -976,6 +978,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     }
   } else {
     if constexpr (P::kMovesRegisters) SetMaxRegistersIncrease<P::kConsumerRegisters>();
+    if (threadIdx.x == 128) timeline.Record(kTimelineConsumerRegisters);
     Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, schedule, warpgroup - 1, tiles_a, tiles_b, full, empty, order,
                                                 scratch, store, stream_k, loads, timeline);
   }

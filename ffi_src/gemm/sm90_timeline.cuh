@@ -18,19 +18,22 @@ namespace jaxgemm {
 constexpr int kTimelineBoxes = 8;
 
 enum Sm90TimelineEvent : int {
-  kTimelineEntry = 0,        // thread 0 enters the kernel
-  kTimelineStarted,          // thread 0 is past the barrier initialization and the block (cluster) sync
-  kTimelineProducerItem,     // the producer has its first work item (the schedule's arithmetic)
-  kTimelineProducerLoads,    // the producer has issued the first stage's TMA loads
-  kTimelineConsumerItem,     // consumer 0 has its first work item (past setmaxnreg and the schedule)
-  kTimelineConsumerWaits,    // consumer 0 starts waiting for its first stage
-  kTimelineFirstData,        // consumer 0 sees its first stage full
-  kTimelineMainloopDone,     // consumer 0's first item: the last wgmma is complete
-  kTimelineEpilogueIssued,   // consumer 0's first item: the epilogue has issued its last store
-  kTimelineMainloop2Done,    // the same two points of consumer 0's second item
+  kTimelineEntry = 0,          // thread 0 enters the kernel
+  kTimelineStarted,            // thread 0 is past the barrier initialization and the block (cluster) sync
+  kTimelineProducerRegisters,  // the producer thread is past setmaxnreg
+  kTimelineProducerItem,       // the producer has its first work item (the schedule's arithmetic)
+  kTimelineProducerAcquired,   // the producer has armed the first stage (before its TMA loads)
+  kTimelineProducerLoads,      // the producer has issued the first stage's TMA loads
+  kTimelineConsumerRegisters,  // consumer 0's first thread is past setmaxnreg
+  kTimelineConsumerItem,       // consumer 0 has its first work item (past setmaxnreg and the schedule)
+  kTimelineConsumerWaits,      // consumer 0 starts waiting for its first stage
+  kTimelineFirstData,          // consumer 0 sees its first stage full
+  kTimelineMainloopDone,       // consumer 0's first item: the last wgmma is complete
+  kTimelineEpilogueIssued,     // consumer 0's first item: the epilogue has issued its last store
+  kTimelineMainloop2Done,      // the same two points of consumer 0's second item
   kTimelineEpilogue2Issued,
-  kTimelineConsumer0Exit,    // consumer 0 leaves (its stores have read shared memory)
-  kTimelineConsumer1Exit,    // consumer 1 leaves
+  kTimelineConsumer0Exit,      // consumer 0 leaves (its stores have read shared memory)
+  kTimelineConsumer1Exit,      // consumer 1 leaves
   // Consumer 0's handed TMA stores (Sm90StoreWarp) of its first whole item, boxes
   // 0 .. kTimelineBoxes - 1: the store warp sees box c written, and the box's store has read it.
   kTimelineBoxWritten,
@@ -83,9 +86,10 @@ inline void ReportSm90Timeline(const Sm90Timeline& timeline, int64_t blocks, con
   unsigned long long origin = ~0ull;
   for (int64_t b = 0; b < blocks; ++b) origin = std::min(origin, stamps[b * kTimelineEvents + kTimelineEntry]);
   static const char* kNames[kTimelineBoxWritten] = {
-      "entry",         "started",         "producer item",  "first loads",     "consumer item",   "consumer waits",
-      "first data",    "mainloop done",   "epilogue issued", "2nd mainloop done", "2nd epi issued",
-      "consumer 0 exit", "consumer 1 exit"};
+      "entry",         "started",         "producer regs",   "producer item",     "producer armed",
+      "first loads",   "consumer regs",   "consumer item",   "consumer waits",    "first data",
+      "mainloop done", "epilogue issued", "2nd mainloop done", "2nd epi issued", "consumer 0 exit",
+      "consumer 1 exit"};
   std::fprintf(stderr, "jaxgemm timeline: %s, %lld blocks (us after the first entry: min / median / max)\n", what,
                static_cast<long long>(blocks));
   for (int e = 0; e < kTimelineEvents; ++e) {
