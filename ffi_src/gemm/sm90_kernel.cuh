@@ -959,8 +959,8 @@ __global__ void __launch_bounds__(P::kThreads, 1)
 
   if (warpgroup == 0) {
     if constexpr (P::kMovesRegisters) SetMaxRegistersDecrease<P::kProducerRegisters>();
-    if (threadIdx.x == 0) timeline.Record(kTimelineProducerRegisters);
     if (threadIdx.x == 0) {
+      timeline.Record(kTimelineProducerRegisters);
       if constexpr (std::is_same_v<Loads, Sm90MatrixLoads>) {
         loads.template Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty, timeline);
       } else {
