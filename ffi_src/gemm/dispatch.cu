@@ -192,10 +192,10 @@ constexpr double kSplitPartialCost = 8.8;
 // over the schedule's relative speed (2-block clusters, which cut L2 traffic, win by ~1-2%
 // once there are several waves; in a single wave they measured 4% slower), plus 5% per
 // doubling of the split and the traffic of its fp32 partials (kSplitPartialCost), which
-// XLA sums after the kernel. A cluster covers two tiles
-// at once, and half the SMs' worth of clusters are resident. Where the schedule shares a
-// last partly filled wave out stream-K, every SM gets the average work, plus 0.1 item: the
-// ~1.5 items each SM shares out ran ~6% slower than whole ones (8192^3, NOTES.md).
+// XLA sums after the kernel. A cluster covers two tiles at once, and half the SMs' worth
+// of clusters are resident. Where the schedule shares a last partly filled wave out
+// stream-K, every SM gets the average work, plus 0.1 item: the ~1.5 items each SM shares
+// out ran ~6% slower than whole ones (8192^3, NOTES.md).
 // tf32 runs at half the rate per loaded byte, so the clusters' L2 saving buys it nothing:
 // over whole waves the 2-block clusters ran ~0.5% slower than single blocks at 8192^3, and
 // less steadily, and 1.2% slower at 4096^3 (H200, NOTES.md session 23); they stay tf32's
@@ -212,7 +212,8 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   double speed = waves > 1 ? c.speed : c.single_wave_speed;
   if (waves <= 1 && IsNarrow(c.tile) && p.m > kStreamingRows) speed *= kNarrowComputeBound;
   if (p.in_type == ElementType::kF32 && shape.cluster_m > 1) speed -= 0.02;
-  const double mainloop = waves * shape.block_m * shape.block_n * k / speed * (1.0 + 0.05 * std::log2(double(p.split_k)));
+  const double split_pass = 1.0 + 0.05 * std::log2(double(p.split_k));
+  const double mainloop = waves * shape.block_m * shape.block_n * k / speed * split_pass;
   return mainloop + (p.split_k > 1 ? kSplitPartialCost * double(p.m) * double(p.n) * slabs : 0.0);
 }
 
