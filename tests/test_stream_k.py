@@ -1,8 +1,8 @@
 """Stream-K on the sm90 kernel: when a persistent grid's last wave would be at most ~half
 full, the last items are shared out in equal k ranges and a tile's head adds its tail's partial
-sums (gemm/sm90_kernel.cuh, Sm90Schedule). The plan is checked without a GPU; on a GPU,
-JAXGEMM_SM_COUNT shrinks the grid so that small problems get several waves and a shared
-tail on every schedule."""
+sums (gemm/sm90_stream_k.h, gemm/sm90_kernel.cuh). The plan and the walk are checked without
+a GPU; on a GPU, JAXGEMM_SM_COUNT shrinks the grid so that small problems get several waves
+and a shared tail on every schedule."""
 
 import jax
 import jax.numpy as jnp
@@ -76,6 +76,56 @@ def test_stream_k_plan_for_tf32(transpose_a):
     # Single blocks never.
     for tile in ((128, 256), (64, 64), (64, 128), (128, 128)):
         assert _workspace(5120, 5120, 5120, 132, tile, **tf32) == 0
+
+
+# (workers, last wave's items, k-tiles per item): clusters at 8192^3 / 4096^3, 132 blocks,
+# few workers, and item lengths that are prime or barely longer than a range's share.
+WALKS = [(66, 34, 128), (66, 58, 64), (132, 68, 128), (2, 1, 4), (3, 2, 5), (7, 1, 129), (66, 65, 128),
+         (66, 1, 128), (5, 3, 1)]
+
+
+@pytest.mark.parametrize("workers, last_wave, item_k_tiles", WALKS)
+def test_stream_k_walk_covers_every_k_tile_once_in_step(workers, last_wave, item_k_tiles):
+    """The kernel's walk over the shared items (a last wave and one full one, as planned):
+    every k-tile of every item is multiplied once; an item split in two has its tail first
+    in the next worker's range (the partial sums the head adds) and its head last in this
+    worker's; and the workers stay in step over K: at time t of its range a worker multiplies
+    k-tile t mod item_k_tiles, or (t - its range's length) mod item_k_tiles in a closing head,
+    i.e. at most two phases over K across all workers (one per worker before)."""
+    items = workers + last_wave
+    walk = _ffi.sm90_stream_k_walk(items, item_k_tiles, workers)
+    seen = {item: [] for item in range(items)}
+    by_worker = {w: [piece for piece in walk if piece[0] == w] for w in range(workers)}
+    assert sum(len(p) for p in by_worker.values()) == len(walk)
+    for w, pieces in by_worker.items():
+        length = sum(k_tiles for *_, k_tiles, _ in pieces)
+        assert item_k_tiles <= length <= 2 * item_k_tiles, (w, pieces)
+        t = 0
+        for i, (_, item, first_k, k_tiles, fixup) in enumerate(pieces):
+            assert 0 < k_tiles <= item_k_tiles and 0 <= first_k < item_k_tiles, pieces
+            ks = [(first_k + j) % item_k_tiles for j in range(k_tiles)]
+            phase = -length if fixup == 2 else 0
+            assert ks == [(t + j + phase) % item_k_tiles for j in range(k_tiles)], (w, pieces)
+            assert fixup != 1 or i == 0, pieces  # a tail opens a range
+            assert fixup != 2 or i == len(pieces) - 1, pieces  # a head closes it
+            assert (fixup == 0) == (k_tiles == item_k_tiles), pieces
+            seen[item].append((w, fixup, ks))
+            t += k_tiles
+    for item, parts in seen.items():
+        assert sorted(k for *_, ks in parts for k in ks) == list(range(item_k_tiles)), (item, parts)
+        fixups = sorted(fixup for _, fixup, _ in parts)
+        assert fixups in ([0], [1, 2]), (item, parts)
+        if fixups == [1, 2]:
+            (w_tail,) = [w for w, fixup, _ in parts if fixup == 1]
+            (w_head,) = [w for w, fixup, _ in parts if fixup == 2]
+            assert w_tail == w_head + 1, (item, parts)
+
+
+def test_stream_k_walk_refuses_bad_counts():
+    with pytest.raises(ValueError, match="positive counts"):
+        _ffi.sm90_stream_k_walk(0, 4, 2)
+    with pytest.raises(ValueError, match="2\\^31"):
+        _ffi.sm90_stream_k_walk(1 << 20, 1 << 12, 2)
 
 
 def _skip_unless_hopper():

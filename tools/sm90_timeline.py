@@ -2,8 +2,8 @@
 (the first after other kernels, with cold caches), which makes the launcher print when the
 blocks reached each point of their first two work items (ffi_src/gemm/sm90_timeline.cuh),
 beside the call's CUPTI time and XLA's.
-    python3 -P tools/sm90_timeline.py [case index | M,N,K ...]   (on the GPU machine, jaxgemm installed)
-(M,N,K: a bf16 product on the heuristic's schedule.)
+    python3 -P tools/sm90_timeline.py [case index | M,N,K[,TMxTN] ...]   (on the GPU machine, jaxgemm installed)
+(M,N,K: a bf16 product on the heuristic's schedule, or on a forced sm90 tile TM x TN.)
 The launches follow JAXGEMM_SM_COUNT when it is set (fewer SMs: the same work per block,
 fewer blocks storing at once)."""
 
@@ -34,7 +34,18 @@ CASES = [
     (8192, 8192, 8192, None, None, "tf32"),
 ]
 
-picked = [CASES[int(a)] if a.isdigit() else (*map(int, a.split(",")), None, None, "") for a in sys.argv[1:]] or CASES
+
+
+def parse_case(arg):
+    """A CASES index, or M,N,K[,TMxTN]: a bf16 product on the heuristic's schedule or a forced sm90 tile."""
+    if arg.isdigit():
+        return CASES[int(arg)]
+    fields = arg.split(",")
+    tile = tuple(map(int, fields[3].split("x"))) if len(fields) > 3 else None
+    return (*map(int, fields[:3]), "sm90" if tile else None, tile, "")
+
+
+picked = [parse_case(a) for a in sys.argv[1:]] or CASES
 for m, n, k, kernel, tile, epilogue in picked:
     ka, kb, kc = jax.random.split(jax.random.key(0), 3)
     tf32 = epilogue == "tf32"

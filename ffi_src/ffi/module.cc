@@ -2,6 +2,7 @@
 #include <nanobind/nanobind.h>
 
 #include "ffi/handlers.h"
+#include "gemm/sm90_stream_k.h"
 #if defined(JAXGEMM_WITH_CUDA)
 #include "gemm/dispatch.h"
 #endif
@@ -46,6 +47,27 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_conv"] = EncapsulateFfiHandler(JaxgemmConvCpu);
     d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCpu);
     return d;
+  });
+  // The sm90 kernel's stream-K walk (sm90_stream_k.h), for tests: every worker's pieces as
+  // (worker, item, first k-tile, k-tiles, fixup), for `sk_items` items of `item_k_tiles`
+  // k-tiles shared out over `workers`.
+  m.def("sm90_stream_k_walk", [](int32_t sk_items, int32_t item_k_tiles, int32_t workers) {
+    if (sk_items < 1 || item_k_tiles < 1 || workers < 1 || int64_t{sk_items} * item_k_tiles >= (int64_t{1} << 31)) {
+      throw nb::value_error("sm90_stream_k_walk: needs positive counts and fewer than 2^31 k-tiles");
+    }
+    const int64_t sk_k_tiles = int64_t{sk_items} * item_k_tiles;
+    const jaxgemm::FastDivmod item_k(item_k_tiles);
+    nb::list pieces;
+    for (int32_t w = 0; w < workers; ++w) {
+      const int32_t begin = jaxgemm::Sm90StreamKBegin(sk_k_tiles, w, workers);
+      const int32_t end = jaxgemm::Sm90StreamKBegin(sk_k_tiles, w + 1, workers);
+      for (int32_t iter = begin; iter < end;) {
+        const jaxgemm::Sm90StreamKPiece piece = jaxgemm::Sm90StreamKPieceAt(begin, iter, end, item_k);
+        pieces.append(nb::make_tuple(w, piece.item, piece.first_k, piece.k_tiles, piece.fixup));
+        iter += piece.k_tiles;
+      }
+    }
+    return pieces;
   });
   m.def("cuda_registrations", []() {
     nb::dict d;

@@ -29,6 +29,7 @@
 #include "gemm/problem.h"
 #include "gemm/sm90_launch.h"
 #include "gemm/sm90_store.cuh"
+#include "gemm/sm90_stream_k.h"
 #include "gemm/sm90_tensor_map.h"
 #include "gemm/sm90_timeline.cuh"
 #include "gemm/sm90_wgmma.cuh"
@@ -105,19 +106,15 @@ struct Sm90Policy {
   static constexpr int kMnBlockTileBytes = kBK * kRowBytes;
 };
 
-// What a consumer does with a work item's sums (stream-K, see Sm90Schedule).
-enum Sm90Fixup : int {
-  kSm90Whole = 0,         // all of the item's k-tiles: the epilogue stores the tile
-  kSm90StorePartial = 1,  // the item's last k-tiles: the sums go to this block's workspace slot
-  kSm90AddPartial = 2,    // the item's first k-tiles: add the next worker's slot, then the epilogue
-};
-
 // Which operand tiles a thread block works on, in the order every role walks them.
 struct Sm90Work {
   int64_t m0, n0, batch, k_begin;
   int64_t slab;  // batch * split_k + split: D's slab
   int k_tiles;
   int fixup;  // Sm90Fixup
+  // After k_wrap k-tiles from k_begin, the item's first k-tile follows (a stream-K piece,
+  // Sm90StreamKPiece); k_tiles for every other item.
+  int k_wrap;
 };
 
 // Stream-K's workspace: one fp32 tile of partial sums per block, and one flag per block and
@@ -131,8 +128,8 @@ struct Sm90StreamK {
 
 // A position in a block's walk (Sm90Schedule::Start / Next).
 struct Sm90Cursor {
-  int32_t item;       // the next whole item, while < the first stream-K item
-  int32_t iter, end;  // then: the next and the end k-tile of the stream-K range, counted over those items
+  int32_t item;              // the next whole item, while < the first stream-K item
+  int32_t begin, iter, end;  // then: the stream-K range's first, next and end k-tile, counted over those items
 };
 
 // Work items are cluster tiles: kClusterM vertically adjacent output tiles, one per block
@@ -140,11 +137,7 @@ struct Sm90Cursor {
 // cluster (Step() of them). Each worker walks whole items First(), First() + Step(), ...
 // below `sk_first`. Stream-K (when sk_first < total): the remaining items, between one and
 // two workers' worth, are cut into k-tile ranges of equal length, one per worker, so that
-// no worker idles through a last, partly filled wave. A range covers the tail of one item
-// (whose head the previous worker multiplies), maybe a whole item, and the head of another
-// (whose tail the next worker multiplies): the head's worker adds the tail's sums, which
-// the tail's worker left in its workspace slot early in its range, and stores the tile.
-// Built on the host (For), so that a work item's mapping is multiplies and shifts
+// no worker idles through a last, partly filled wave (sm90_stream_k.h). Built on the host (For), so that a work item's mapping is multiplies and shifts
 // (FastDivmod): with 64-bit divisions, every role spent ~1 us of the kernel's start on the
 // first item's (the producer's first TMA load came 1.7 us after the block's start).
 template <class P>
@@ -196,10 +189,10 @@ struct Sm90Schedule {
 
   // Worker First()'s walk: its stream-K range is worked out once, here.
   __device__ __forceinline__ Sm90Cursor Start() const {
-    Sm90Cursor c{First(), 0, 0};
+    Sm90Cursor c{First(), 0, 0, 0};
     if (sk_first < total) {
-      c.iter = static_cast<int32_t>(sk_k_tiles * First() / Step());
-      c.end = static_cast<int32_t>(sk_k_tiles * (First() + 1) / Step());
+      c.begin = c.iter = Sm90StreamKBegin(sk_k_tiles, First(), Step());
+      c.end = Sm90StreamKBegin(sk_k_tiles, First() + 1, Step());
     }
     return c;
   }
@@ -212,15 +205,13 @@ struct Sm90Schedule {
       return true;
     }
     if (c.iter >= c.end) return false;
-    int32_t item, in_item;
-    item_k.DivMod(c.iter, &item, &in_item);
-    const int32_t head = c.iter - in_item;
-    const int32_t stop = c.end < head + item_k_tiles ? c.end : head + item_k_tiles;
-    *w = Get(p, sk_first + item);
-    w->k_begin = int64_t{in_item} * P::kBK;
-    w->k_tiles = stop - c.iter;
-    w->fixup = in_item != 0 ? kSm90StorePartial : (stop - head < item_k_tiles ? kSm90AddPartial : kSm90Whole);
-    c.iter = stop;
+    const Sm90StreamKPiece piece = Sm90StreamKPieceAt(c.begin, c.iter, c.end, item_k);
+    *w = Get(p, sk_first + piece.item);
+    w->k_begin = int64_t{piece.first_k} * P::kBK;
+    w->k_tiles = piece.k_tiles;
+    w->k_wrap = item_k_tiles - piece.first_k;
+    w->fixup = piece.fixup;
+    c.iter += piece.k_tiles;
     return true;
   }
 
@@ -237,8 +228,9 @@ struct Sm90Schedule {
     split_k.DivMod(z, &batch, &split);
     const bool split_up = split_k.divisor > 1;
     const int64_t k_size = split_up ? p.ChunkK(split, k_chunk) : p.k;
-    return {int64_t{tm} * P::kBM, int64_t{tn} * P::kBN, batch, split_up ? split * k_chunk : 0, z,
-            static_cast<int>((k_size + P::kBK - 1) / P::kBK), kSm90Whole};
+    const int k_tiles = static_cast<int>((k_size + P::kBK - 1) / P::kBK);
+    return {int64_t{tm} * P::kBM, int64_t{tn} * P::kBN, batch, split_up ? split * k_chunk : 0, z, k_tiles,
+            kSm90Whole, k_tiles};
   }
 };
 
@@ -321,7 +313,7 @@ struct Sm90MatrixLoads {
       for (int kt = 0; kt < w.k_tiles; ++kt) {
         uint64_t* const bar = ring.Acquire(a_bytes + P::kTileBBytes);
         if (first) timeline.Record(kTimelineProducerAcquired);
-        const int k0 = static_cast<int>(w.k_begin) + kt * P::kBK;
+        const int k0 = static_cast<int>(w.k_begin) + (kt < w.k_wrap ? kt : kt - schedule.item_k_tiles) * P::kBK;
         unsigned char* sa = tiles_a + ring.stage * P::kTileABytes;
         unsigned char* sb = tiles_b + ring.stage * P::kTileBBytes;
         auto load = [&](void* dst, const CUtensorMap* map, bool has_batch, int c0, int c1) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <utility>
 
 #include "gemm/problem.h"
@@ -88,8 +89,12 @@ inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64
 // for 16-bit inputs (tools/stream_k_scan.py had a 3-13% loss where the last wave was
 // 73-88% full and a 0.2-8% gain where it was 6-52% full: 55%); for tf32 1.43-1.47 on 2-block
 // clusters and 2.1 on single blocks, whose shared phase streams twice the operand bytes
-// per tile from DRAM (NOTES.md, session 23).
+// per tile from DRAM (NOTES.md, session 23). Most of s is the clock: at the power cap a
+// grid with every SM busy runs ~12% slower clocks than one whose last wave leaves half
+// idle (NOTES.md, session 27).
+// JAXGEMM_STREAM_K_MAX_FILL=<percent> overrides it (measurements: tools/stream_k_scan.py).
 inline int Sm90StreamKMaxFillPercent(const GemmProblem& p, int cluster_m) {
+  if (const char* forced = std::getenv("JAXGEMM_STREAM_K_MAX_FILL")) return std::atoi(forced);
   if (p.in_type != ElementType::kF32) return 55;
   return cluster_m > 1 ? 35 : 0;
 }
