@@ -108,6 +108,10 @@ SUITES["epilogue"] = lambda: [
     Case("bf16 4096^3 dense gelu", 4096, 4096, 4096, "bfloat16", kind="dense_f32acc", activation="gelu"),
     Case("bf16 4096^3 dense relu", 4096, 4096, 4096, "bfloat16", kind="dense", activation="relu"),
     Case("f32 4096^3 dense gelu", 4096, 4096, 4096, kind="dense", activation="gelu"),
+    # Issue 5's sizes: power-capped, where the fused epilogues' saved traffic is also clock.
+    Case("bf16 8192^3 dense gelu", 8192, 8192, 8192, "bfloat16", kind="dense", activation="gelu"),
+    Case("bf16 8192^3 dense gelu", 8192, 8192, 8192, "bfloat16", kind="dense_f32acc", activation="gelu"),
+    Case("bf16 8192^3 dense relu", 8192, 8192, 8192, "bfloat16", kind="dense", activation="relu"),
 ]
 SUITES["all"] = lambda: SUITES["simt"]() + SUITES["tc"]() + SUITES["epilogue"]()
 

@@ -672,8 +672,8 @@ def test_gpu_sm90_tma_stores_scale_by_alpha(tile):
 def test_sm90_heuristic_for_few_rows():
     """Products of at most 64 rows stream B: the widest tile (64 x 128 or 128 x 256) whose
     column tiles alone give work to 3/4 of the 132 SMs, unsplit; else 64 x 64 tiles, split
-    until they do. Larger products take the wave model's tiles: 64 x 128 in a single wave
-    of two row blocks, wider tiles once there are several waves."""
+    until they do. Larger products take the wave model's tiles: 128 x 64 in a single wave
+    of one row block, wider tiles once there are several waves."""
     for m in (1, 16, 64):
         assert _ffi.sm90_choice(m, 8192, 8192, 1, 132) == (64, 64, 1)
         assert _ffi.sm90_choice(m, 4096, 4096, 1, 132) == (64, 64, 2)
@@ -682,7 +682,7 @@ def test_sm90_heuristic_for_few_rows():
         assert _ffi.sm90_choice(m, 32768, 4096, 1, 132) == (128, 256, 1)
         assert _ffi.sm90_choice(m, 4096, 4096, 2, 132) == (64, 64, 1)  # batches count as tiles
         assert _ffi.sm90_choice(m, 64, 1024, 1, 132) == (64, 64, 2)  # chunks of >= 512
-    assert _ffi.sm90_choice(128, 8192, 8192, 1, 132) == (64, 128, 1)
+    assert _ffi.sm90_choice(128, 8192, 8192, 1, 132) == (128, 64, 1)
     assert _ffi.sm90_choice(256, 8192, 8192, 1, 132) == (128, 128, 1)
     assert _ffi.sm90_choice(8192, 8192, 8192, 1, 132)[:2] in ((128, 256), (256, 256))
 
@@ -701,7 +701,21 @@ def test_sm90_heuristic_weighs_split_traffic_and_narrow_tiles():
     assert _ffi.sm90_choice(3000, 5000, 7000, 1, 132)[:2] in ((128, 256), (256, 256))
     # A single wave of few-row or small tiles keeps the narrow tiles.
     assert _ffi.sm90_choice(777, 1240, 4328, 1, 132) == (64, 128, 1)
-    assert _ffi.sm90_choice(256, 256, 65536, 1, 132) == (64, 128, 16)
+    assert _ffi.sm90_choice(256, 256, 65536, 1, 132) == (128, 64, 16)
+
+
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_prefers_two_consumers_in_a_single_wave():
+    """Session 27 (bf16, H200, against XLA): over the same items a single wave of 64 x 128
+    tiles (one consumer warpgroup) ran 0.85-0.99x as fast as 128 x 64 (two), and above 128
+    rows the tensor cores bound it: 256 x 4096 x 14336 0.70x XLA on 64 x 128, 0.96x on
+    128 x 128 split 2; 96 x 4096 x 4096 0.85x -> 0.95x on 128 x 64 split 2. 64 x 128 stays
+    where it makes fewer waves (777 x 1240 above), and tf32 keeps the old figures."""
+    assert _ffi.sm90_choice(96, 4096, 4096, 1, 132) == (128, 64, 2)
+    assert _ffi.sm90_choice(256, 4096, 4096, 1, 132) == (128, 64, 1)
+    assert _ffi.sm90_choice(192, 4096, 14336, 1, 132) == (128, 128, 2)
+    assert _ffi.sm90_choice(256, 4096, 14336, 1, 132) == (128, 128, 2)
+    assert _ffi.sm90_choice(256, 4096, 14336, 1, 132, True) == (64, 128, 1)
 
 
 @pytest.mark.gpu

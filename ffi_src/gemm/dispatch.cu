@@ -109,9 +109,13 @@ namespace {
 // The sm90 schedules, by the output area one block (cluster) covers, with their measured
 // relative speeds (NOTES.md: sm90 v4 for the three large tiles; 128 x 64, made for GEMMs
 // with few rows, runs ~0.6x as fast as the others on large problems). 64 x 128 (one
-// consumer, 8 stages) keeps more of B in flight: in a single wave it ran 6% faster than
-// 128 x 64 (M = 128, N = K = 8192: 37.1 vs 39.3 us, session 12); on large problems its
-// speed is a guess below 128 x 64's (a third of the reuse per loaded byte).
+// consumer, 8 stages) keeps more of B in flight, but in single waves that fill the SMs
+// (96-256 rows, N = 4096 / 8192, K = 4096-14336) it ran 0.85-0.99x as fast as 128 x 64 (two
+// consumers) over the same items, so the 64-row tile is now the choice only where it
+// makes fewer waves (777 x 1234 x 4321; session 27; in session 12 it was 6% faster at
+// M = 128, N = K = 8192, equal now). (In half-filled waves it was ~10% faster, but splits
+// that fill the SMs beat both.) On large problems its speed is a guess below 128 x 64's
+// (a third of the reuse per loaded byte).
 // 128 x 128 (pingpong): 0.84-0.85 of 128 x 256's speed over several waves and 0.945 in
 // one wave of equal items (session 24: 3072x5120x7168, 512x14336x4096, 1024^2 x 32768).
 struct Sm90Candidate {
@@ -122,15 +126,21 @@ constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 1.00, 0.96},
                                              {{128, 256}, 0.99, 0.99},
                                              {{128, 128}, 0.84, 0.94},
                                              {{128, 64}, 0.60, 0.99},
-                                             {{64, 128}, 0.50, 1.05}};
+                                             {{64, 128}, 0.50, 0.85}};
 
-// The narrow tiles' single-wave speeds hold where streaming B bounds the product (few rows:
-// 64 x 128 was the fastest schedule at M = 128 and 256). With more rows a single wave is
-// bound by the tensor cores, which one consumer warpgroup (64 x 128) or a 64-column tile
-// keeps less busy: both then ran at ~0.62 of those speeds (1024 x 1024 x 32768, unsplit:
-// 64 x 128 483 and 128 x 64 463 TFLOP/s against 734 for 128 x 256 split 4; session 24).
-constexpr int64_t kStreamingRows = 256;
+// The narrow tiles' single-wave speeds hold where streaming B bounds the product (at most
+// 128 rows). With more rows a single wave is bound by the tensor cores, which one consumer
+// warpgroup (64 x 128) or a 64-column tile keeps less busy: both then ran at ~0.62 of
+// those speeds (1024 x 1024 x 32768, unsplit: 64 x 128 483 and 128 x 64 463 TFLOP/s against
+// 734 for 128 x 256 split 4; session 24). Already at 192 and 256 rows with N = 4096,
+// 128 x 128 split 2 ran 1.05-1.38x as fast as the 64 x 128 the old 256-row bound left
+// (256 x 4096 x 14336: 656 against 474 TFLOP/s; session 27).
+constexpr int64_t kStreamingRows = 128;
 constexpr double kNarrowComputeBound = 0.62;
+// tf32 keeps the figures before session 27 (64 x 128 at 1.05 in a single wave, streaming
+// up to 256 rows): the measurements that lowered them were bf16 only.
+constexpr double kTf32SingleWave64x128 = 1.05;
+constexpr int64_t kTf32StreamingRows = 256;
 
 // One consumer warpgroup (64-row tiles) or 64-column tiles: made for products with few rows.
 constexpr bool IsNarrow(Sm90Tile t) { return t.m == 64 || t.n == 64; }
@@ -209,9 +219,12 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const bool stream_k = PlanSm90StreamK(p, shape, sm_count).items > 0;
   const double waves = stream_k ? items / workers + 0.1 : std::ceil(items / workers);
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
+  const bool tf32 = p.in_type == ElementType::kF32;
   double speed = waves > 1 ? c.speed : c.single_wave_speed;
-  if (waves <= 1 && IsNarrow(c.tile) && p.m > kStreamingRows) speed *= kNarrowComputeBound;
-  if (p.in_type == ElementType::kF32 && shape.cluster_m > 1) speed -= 0.02;
+  if (waves <= 1 && tf32 && c.tile.m == 64 && c.tile.n == 128) speed = kTf32SingleWave64x128;
+  const int64_t streaming_rows = tf32 ? kTf32StreamingRows : kStreamingRows;
+  if (waves <= 1 && IsNarrow(c.tile) && p.m > streaming_rows) speed *= kNarrowComputeBound;
+  if (tf32 && shape.cluster_m > 1) speed -= 0.02;
   const double split_pass = 1.0 + 0.05 * std::log2(double(p.split_k));
   const double mainloop = waves * shape.block_m * shape.block_n * k / speed * split_pass;
   return mainloop + (p.split_k > 1 ? kSplitPartialCost * double(p.m) * double(p.n) * slabs : 0.0);
