@@ -128,8 +128,9 @@ struct Sm90StreamK {
 
 // A position in a block's walk (Sm90Schedule::Start / Next).
 struct Sm90Cursor {
-  int32_t item;              // the next whole item, while < the first stream-K item
-  int32_t begin, iter, end;  // then: the stream-K range's first, next and end k-tile, counted over those items
+  int32_t item;  // the next whole item, while < the first stream-K item
+  // Then the stream-K range's first, next and end k-tile, counted over those items.
+  int32_t begin, iter, end;
 };
 
 // Work items are cluster tiles: kClusterM vertically adjacent output tiles, one per block
@@ -137,9 +138,10 @@ struct Sm90Cursor {
 // cluster (Step() of them). Each worker walks whole items First(), First() + Step(), ...
 // below `sk_first`. Stream-K (when sk_first < total): the remaining items, between one and
 // two workers' worth, are cut into k-tile ranges of equal length, one per worker, so that
-// no worker idles through a last, partly filled wave (sm90_stream_k.h). Built on the host (For), so that a work item's mapping is multiplies and shifts
-// (FastDivmod): with 64-bit divisions, every role spent ~1 us of the kernel's start on the
-// first item's (the producer's first TMA load came 1.7 us after the block's start).
+// no worker idles through a last, partly filled wave (sm90_stream_k.h). Built on the host
+// (For), so that a work item's mapping is multiplies and shifts (FastDivmod): with 64-bit
+// divisions, every role spent ~1 us of the kernel's start on the first item's (the
+// producer's first TMA load came 1.7 us after the block's start).
 template <class P>
 struct Sm90Schedule {
   int32_t total;         // work items (< 2^31: Items() is checked before launch)
