@@ -17,11 +17,11 @@ enum Sm90Fixup : int {
 };
 
 // The stream-K items' k-tiles, counted item after item, are cut into one range per worker,
-// [Begin(w), Begin(w + 1)), of equal length (between one and two items: PlanSm90StreamK).
-// A range starts with the tail of an item (whose head the previous worker multiplies),
-// maybe has a whole item, and ends with the head of another (whose tail the next worker
-// multiplies): the head's worker adds the tail's sums, which the tail's worker left in its
-// workspace slot early in its range, and stores the tile.
+// [Sm90StreamKBegin(w), Sm90StreamKBegin(w + 1)), of equal length (one to two items:
+// PlanSm90StreamK). A range starts with the tail of an item (whose head the previous
+// worker multiplies), maybe has a whole item, and ends with the head of another (whose tail
+// the next worker multiplies): the head's worker adds the tail's sums, which the tail's
+// worker left in its workspace slot early in its range, and stores the tile.
 //
 // Which of an item's k-tiles a piece multiplies is free (the sum's order is fixed either
 // way), and is chosen to keep the workers in step over K as whole waves are, so that
