@@ -718,6 +718,21 @@ def test_sm90_heuristic_prefers_two_consumers_in_a_single_wave():
     assert _ffi.sm90_choice(256, 4096, 14336, 1, 132, True) == (64, 128, 1)
 
 
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_hides_epilogues_in_few_waves_of_short_k():
+    """Session 28 (bf16, H200, against XLA): with K <= 4096 and a few waves, 128 x 128
+    pingpong tiles (one consumer's epilogue under the other's mainloop) beat the cooperative
+    128 x 256: 2048^3 0.948 vs 0.916, 4096 x 2048 x 1024 0.973 vs 0.934, and 3072 x 2048 x 2048
+    0.933 vs 0.698 (stream-K over items of K = 2048, which no longer runs). At K = 8192 and
+    on the large squares the cooperative tiles stay (2048^2 x 8192: 0.993 vs 0.943)."""
+    for m, n, k in ((2048, 2048, 2048), (4096, 2048, 1024), (3072, 2048, 2048)):
+        assert _ffi.sm90_choice(m, n, k, 1, 132) == (128, 128, 1), (m, n, k)
+    for m, n, k in ((2048, 2048, 8192), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 14336)):
+        assert _ffi.sm90_choice(m, n, k, 1, 132)[:2] in ((128, 256), (256, 256)), (m, n, k)
+    # tf32 keeps its figures: 2048^3 stays on the cooperative tile.
+    assert _ffi.sm90_choice(2048, 2048, 2048, 1, 132, True)[:2] == (128, 256)
+
+
 @pytest.mark.gpu
 def test_gpu_tensor_core_heuristic_choices():
     """Shapes where the heuristic splits K or picks either sm90 tile come out right."""

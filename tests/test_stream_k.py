@@ -29,7 +29,9 @@ def test_stream_k_plan():
     assert _workspace(8192, 8192, 8192, 132) == 132 * (SLOT_BYTES + FLAG_BYTES)
     # 2-block clusters: 1024 cluster items on 66 clusters, still one slot per block.
     assert _workspace(8192, 8192, 8192, 132, (256, 256)) == 132 * (SLOT_BYTES + FLAG_BYTES)
-    assert _workspace(8192, 8192, 8192, 132, (128, 128)) == 132 * (SLOT_BYTES // 2 + FLAG_BYTES)
+    # Never on the pingpong blocks, nor for items shorter than 4096 (2048 x 2112: 1.09 waves).
+    assert _workspace(8192, 8192, 8192, 132, (128, 128)) == 0
+    assert _workspace(2048, 2112, 2048, 132) == 0 and _workspace(2048, 2112, 4096, 132) > 0
     # The heuristic's schedule for 8192^3 uses it too.
     assert _workspace(8192, 8192, 8192, 132, (0, 0), kernel=0) > 0
     # No stream-K: full waves (66 x 32 = 16 x 132 tiles), a last wave more than ~half full
@@ -168,6 +170,9 @@ def test_gpu_stream_k_on_every_sm90_tile(tile, dtype, monkeypatch):
     from jaxgemm.gemm import GemmConfig, _gemm, _tf32_operands
 
     _skip_unless_hopper()
+    # The mechanism on small problems and every schedule: past the rule that keeps it to
+    # long items and cooperative blocks (Sm90StreamKMaxFillPercent).
+    monkeypatch.setenv("JAXGEMM_STREAM_K_MAX_FILL", "55")
     rng = np.random.default_rng(hash((tile, str(dtype))) % 2**32)
     tf32 = dtype == jnp.float32
     tolerance = TF32_TOLERANCE if tf32 else TOLERANCE[jnp.dtype(dtype)]
@@ -208,6 +213,7 @@ def test_gpu_stream_k_with_epilogues(tile, monkeypatch):
     rng = np.random.default_rng(31)
     dtype = jnp.bfloat16
     m, n, k = 1100, 536, 1000
+    monkeypatch.setenv("JAXGEMM_STREAM_K_MAX_FILL", "55")  # short K, pingpong: past the rule
     monkeypatch.setenv("JAXGEMM_SM_COUNT", str(_sm_counts_with_stream_k(m, n, k, tile, 1, 1)[0]))
     a, b = random(rng, (m, k), dtype), random(rng, (k, n), dtype)
     bias, c, res = random(rng, (n,), dtype), random(rng, (m, n), dtype), random(rng, (m, n), dtype)

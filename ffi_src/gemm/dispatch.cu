@@ -118,17 +118,28 @@ namespace {
 // (a third of the reuse per loaded byte).
 // 128 x 128 (pingpong): 0.84-0.85 of 128 x 256's speed over several waves and 0.945 in
 // one wave of equal items (session 24: 3072x5120x7168, 512x14336x4096, 1024^2 x 32768).
-// tf32 keeps the single-wave figures from before session 27 (64 x 128 at 1.05): the
-// measurements that lowered it were bf16 only.
+// Its block holds two tiles at once, one per consumer, so up to two waves of them are its
+// single wave; and the cooperative tiles pay an exposed epilogue per item
+// (kCooperativeEpilogueK), which the pingpong hides under the other consumer's mainloop.
+// With that term its multi-wave speed is 0.89: fitted with the two figures to a sweep of
+// 20 shapes (2048^2 x 512 ... 8192^3, and session 24's two) where 128 x 128 beat the
+// cooperative tiles by 1-9% at K <= 4096 in few waves and lost 5% at K = 8192 (session 28).
+// tf32 keeps the figures from before sessions 27 and 28 (64 x 128 at 1.05, 128 x 128 at
+// 0.84, no epilogue term): the measurements that moved them were bf16 only.
 struct Sm90Candidate {
   Sm90Tile tile;
-  double speed, single_wave_speed, tf32_single_wave_speed;
+  double speed, single_wave_speed, tf32_speed, tf32_single_wave_speed;
 };
-constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 1.00, 0.96, 0.96},
-                                             {{128, 256}, 0.99, 0.99, 0.99},
-                                             {{128, 128}, 0.84, 0.94, 0.94},
-                                             {{128, 64}, 0.60, 0.99, 0.99},
-                                             {{64, 128}, 0.50, 0.85, 1.05}};
+constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 1.00, 0.96, 1.00, 0.96},
+                                             {{128, 256}, 0.99, 0.99, 0.99, 0.99},
+                                             {{128, 128}, 0.89, 0.94, 0.84, 0.94},
+                                             {{128, 64}, 0.60, 0.99, 0.60, 0.99},
+                                             {{64, 128}, 0.50, 0.85, 0.50, 1.05}};
+
+// The exposed epilogue of a cooperative 128 x 256 item (both consumers finish together and
+// write their boxes before the next item's mainloop), as K units of its mainloop: ~0.7 us
+// per tile, with the start and the drain, by the fit above (16-bit inputs).
+constexpr double kCooperativeEpilogueK = 256;
 
 // The narrow tiles' single-wave speeds hold where streaming B bounds the product (at most
 // 128 rows). With more rows a single wave is bound by the tensor cores, which one consumer
@@ -197,7 +208,8 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
 // whose partials take about as long as the product).
 constexpr double kSplitPartialCost = 8.8;
 
-// A wave model: the busiest SM's (cluster's) work items times each item's tile area and K,
+// A wave model: the busiest SM's (cluster's) work items times each item's tile area and K
+// (plus the cooperative tiles' exposed epilogue, kCooperativeEpilogueK, for 16-bit inputs),
 // over the schedule's relative speed (2-block clusters, which cut L2 traffic, win by ~1-2%
 // once there are several waves; in a single wave they measured 4% slower), plus 5% per
 // doubling of the split and the traffic of its fp32 partials (kSplitPartialCost), which
@@ -219,12 +231,19 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double waves = stream_k ? items / workers + 0.1 : std::ceil(items / workers);
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
   const bool tf32 = p.in_type == ElementType::kF32;
-  double speed = waves > 1 ? c.speed : (tf32 ? c.tf32_single_wave_speed : c.single_wave_speed);
+  // A 128 x 128 pingpong block's two tiles at once (fitted for 16-bit inputs only; 128 x 64's
+  // single-wave speed is for few rows streaming B).
+  const double single_waves = shape.Pingpong() && c.tile.n == 128 && !tf32 ? 2 : 1;
+  double speed = waves > single_waves ? (tf32 ? c.tf32_speed : c.speed)
+                                      : (tf32 ? c.tf32_single_wave_speed : c.single_wave_speed);
   const int64_t streaming_rows = tf32 ? kTf32StreamingRows : kStreamingRows;
   if (waves <= 1 && IsNarrow(c.tile) && p.m > streaming_rows) speed *= kNarrowComputeBound;
   if (tf32 && shape.cluster_m > 1) speed -= 0.02;
   const double split_pass = 1.0 + 0.05 * std::log2(double(p.split_k));
-  const double mainloop = waves * shape.block_m * shape.block_n * k / speed * split_pass;
+  // (Not at K <= 256: a few k-tiles per item, where both schedules are bound by writing the
+  // output and the cooperative tiles measured 0-10% faster: 8192^2 x 64 and x 256.)
+  const double epilogue_k = !tf32 && c.tile.n == 256 && k > 256 ? kCooperativeEpilogueK : 0.0;
+  const double mainloop = waves * shape.block_m * shape.block_n * (k + epilogue_k) / speed * split_pass;
   return mainloop + (p.split_k > 1 ? kSplitPartialCost * double(p.m) * double(p.n) * slabs : 0.0);
 }
 

@@ -83,6 +83,24 @@ inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64
   return workers + last_wave;
 }
 
+// The blocks behind a named sm90 schedule, whose name is the output area one block (or
+// cluster) covers: 64 x 64, 64 x 128, 128 x 64, 128 x 128 and 128 x 256 are single blocks;
+// 256 x 256 is a cluster of two 128 x 256 blocks, one above the other. A block has one
+// consumer warpgroup per 64 rows.
+struct Sm90Shape {
+  int block_m = 0, block_n = 0, cluster_m = 0;
+  int Consumers() const { return block_m / 64; }
+  bool Pingpong() const { return cluster_m == 1 && block_m == 128 && block_n < 256; }
+};
+inline bool Sm90ShapeOf(int tile_m, int tile_n, Sm90Shape* shape) {
+  const bool narrow = tile_n == 64 || tile_n == 128;
+  if (tile_m == 128 && (narrow || tile_n == 256)) *shape = {128, tile_n, 1};
+  else if (tile_m == 64 && narrow) *shape = {64, tile_n, 1};
+  else if (tile_m == 256 && tile_n == 256) *shape = {128, 256, 2};
+  else return false;
+  return true;
+}
+
 // How full a last wave may be for stream-K to pay (Sm90StreamKItems): with s the slowdown
 // of a shared item against a whole one, sharing 1 + f items costs (1 + f) s against two
 // whole waves, so it pays below f = 2 / s - 1. Measured s (H200, 8192^3 and 5120^3): 1.35-1.47
@@ -92,28 +110,19 @@ inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64
 // per tile from DRAM (NOTES.md, session 23). Most of s is the clock: at the power cap a
 // grid with every SM busy runs ~12% slower clocks than one whose last wave leaves half
 // idle (NOTES.md, session 27).
-// JAXGEMM_STREAM_K_MAX_FILL=<percent> overrides it (measurements: tools/stream_k_scan.py).
-inline int Sm90StreamKMaxFillPercent(const GemmProblem& p, int cluster_m) {
+// Never for the pingpong blocks, nor for items shorter than 4096 (64 16-bit k-tiles): there
+// the partial tiles' fixed cost outweighs the wave it saves. At K = 2048, shared 128 x 256
+// tiles ran 0.67-0.70x XLA where whole 128 x 128 pingpong tiles ran 0.80-0.93x (2048 x 2112
+// and 3072 x 2048; NOTES.md, session 28), and the wave model, which rates a stream-K phase
+// at its ideal time, would take the pingpong tiles' shared tails over whole waves that
+// measured faster (512 x 14336 x 4096).
+// JAXGEMM_STREAM_K_MAX_FILL=<percent> overrides it all (measurements: tools/stream_k_scan.py;
+// the tests, which exercise every schedule's stream-K on small problems).
+inline int Sm90StreamKMaxFillPercent(const GemmProblem& p, const Sm90Shape& shape) {
   if (const char* forced = std::getenv("JAXGEMM_STREAM_K_MAX_FILL")) return std::atoi(forced);
+  if (shape.Pingpong() || p.k < 4096) return 0;
   if (p.in_type != ElementType::kF32) return 55;
-  return cluster_m > 1 ? 35 : 0;
-}
-
-// The blocks behind a named sm90 schedule, whose name is the output area one block (or
-// cluster) covers: 64 x 64, 64 x 128, 128 x 64, 128 x 128 and 128 x 256 are single blocks;
-// 256 x 256 is a cluster of two 128 x 256 blocks, one above the other. A block has one
-// consumer warpgroup per 64 rows.
-struct Sm90Shape {
-  int block_m = 0, block_n = 0, cluster_m = 0;
-  int Consumers() const { return block_m / 64; }
-};
-inline bool Sm90ShapeOf(int tile_m, int tile_n, Sm90Shape* shape) {
-  const bool narrow = tile_n == 64 || tile_n == 128;
-  if (tile_m == 128 && (narrow || tile_n == 256)) *shape = {128, tile_n, 1};
-  else if (tile_m == 64 && narrow) *shape = {64, tile_n, 1};
-  else if (tile_m == 256 && tile_n == 256) *shape = {128, 256, 2};
-  else return false;
-  return true;
+  return shape.cluster_m > 1 ? 35 : 0;
 }
 
 // Whether a named schedule is a pingpong one (128 x 64, 128 x 128: two m64 blocks per
@@ -134,7 +143,7 @@ inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, const Sm90Shape& sh
   const int64_t items = groups_m * ((p.n + shape.block_n - 1) / shape.block_n) * p.batch.count * p.split_k;
   const int64_t workers = std::min<int64_t>(items, std::max(sm_count / shape.cluster_m, 1));
   plan.workers = workers;
-  plan.items = Sm90StreamKItems(items, workers, p.k, p.split_k, Sm90StreamKMaxFillPercent(p, shape.cluster_m));
+  plan.items = Sm90StreamKItems(items, workers, p.k, p.split_k, Sm90StreamKMaxFillPercent(p, shape));
   if (plan.items == 0) return plan;
   const int64_t blocks = workers * shape.cluster_m;
   plan.flags_offset = static_cast<size_t>(blocks) * shape.block_m * shape.block_n * sizeof(float);
