@@ -35,7 +35,6 @@ CASES = [
 ]
 
 
-
 def parse_case(arg):
     """A CASES index, or M,N,K[,TMxTN]: a bf16 product on the heuristic's schedule or a forced sm90 tile."""
     if arg.isdigit():

@@ -233,7 +233,7 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const bool tf32 = p.in_type == ElementType::kF32;
   // A 128 x 128 pingpong block's two tiles at once (fitted for 16-bit inputs only; 128 x 64's
   // single-wave speed is for few rows streaming B).
-  const double single_waves = shape.Pingpong() && c.tile.n == 128 && !tf32 ? 2 : 1;
+  const double single_waves = c.tile.m == 128 && c.tile.n == 128 && !tf32 ? 2 : 1;
   double speed = waves > single_waves ? (tf32 ? c.tf32_speed : c.speed)
                                       : (tf32 ? c.tf32_single_wave_speed : c.single_wave_speed);
   const int64_t streaming_rows = tf32 ? kTf32StreamingRows : kStreamingRows;

@@ -101,6 +101,13 @@ inline bool Sm90ShapeOf(int tile_m, int tile_n, Sm90Shape* shape) {
   return true;
 }
 
+// Whether a named schedule is a pingpong one (128 x 64, 128 x 128: two m64 blocks per
+// consumer), which has no tf32 register A (Sm90RegisterA).
+inline bool Sm90PingpongTile(int tile_m, int tile_n) {
+  Sm90Shape shape;
+  return Sm90ShapeOf(tile_m, tile_n, &shape) && shape.Pingpong();
+}
+
 // How full a last wave may be for stream-K to pay (Sm90StreamKItems): with s the slowdown
 // of a shared item against a whole one, sharing 1 + f items costs (1 + f) s against two
 // whole waves, so it pays below f = 2 / s - 1. Measured s (H200, 8192^3 and 5120^3): 1.35-1.47
@@ -124,10 +131,6 @@ inline int Sm90StreamKMaxFillPercent(const GemmProblem& p, const Sm90Shape& shap
   if (p.in_type != ElementType::kF32) return 55;
   return shape.cluster_m > 1 ? 35 : 0;
 }
-
-// Whether a named schedule is a pingpong one (128 x 64, 128 x 128: two m64 blocks per
-// consumer), which has no tf32 register A (Sm90RegisterA).
-inline bool Sm90PingpongTile(int tile_m, int tile_n) { return tile_m == 128 && tile_n < 256; }
 
 // Stream-K for an sm90 schedule on `sm_count` SMs: the items shared out (0: none) and the
 // workspace they need, one fp32 block tile per block, then one flag per block and consumer.
