@@ -20,20 +20,21 @@ def simt_config(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int,
 
 
 # The tensor-core heuristics below take `tf32` (float32 inputs as tf32; otherwise 16-bit
-# inputs) and how the operands are stored (`transpose_a`: A stored (k, m)), which they weigh.
+# inputs) and how the operands are stored (`transpose_a`: A stored (k, m); `transpose_b`: B
+# stored (n, k)), which they weigh.
 
 
 def tensor_core_split_k(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = False,
-                        transpose_a: bool = False) -> int:
+                        transpose_a: bool = False, transpose_b: bool = False) -> int:
     """split_k the CUDA heuristic picks for a tensor-core problem (16-bit, or tf32 on Hopper)."""
-    return int(_jaxgemm.tensor_core_split_k(m, n, k, batch, sm_count, tf32, transpose_a))
+    return int(_jaxgemm.tensor_core_split_k(m, n, k, batch, sm_count, tf32, transpose_a, transpose_b))
 
 
 def sm90_choice(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = False,
-                transpose_a: bool = False) -> tuple[int, int, int]:
+                transpose_a: bool = False, transpose_b: bool = False) -> tuple[int, int, int]:
     """(tile_m, tile_n, split_k) the Hopper heuristic picks for a tensor-core problem
     (computed on the host: no device needed)."""
-    return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count, tf32, transpose_a))
+    return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count, tf32, transpose_a, transpose_b))
 
 
 def gemm_workspace_bytes(m: int, n: int, k: int, batch: int, sm_count: int, split_k: int, kernel: int,

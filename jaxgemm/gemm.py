@@ -261,7 +261,7 @@ def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
     batch = math.prod(_broadcast_batch(a_aval.shape[:-2], b_aval.shape[:-2]))
     tf32 = runs_as_tf32(a_aval.dtype, config, platform)
     if (a_aval.dtype != jnp.float32 or tf32) and config.kernel != "simt":
-        return _ffi.tensor_core_split_k(m, n, k, batch, sm_count, tf32, config.transpose_a)
+        return _ffi.tensor_core_split_k(m, n, k, batch, sm_count, tf32, config.transpose_a, config.transpose_b)
     return int(_ffi.simt_config(m, n, k, batch, sm_count)[2])
 
 

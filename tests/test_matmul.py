@@ -733,6 +733,25 @@ def test_sm90_heuristic_hides_epilogues_in_few_waves_of_short_k():
     assert _ffi.sm90_choice(2048, 2048, 2048, 1, 132, True)[:2] == (128, 256)
 
 
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_weighs_the_pingpongs_operand_layouts():
+    """Session 29 (bf16, H200, against XLA): the pingpong 128 x 128 runs 1.115x as long with
+    both operands MN-major (A stored (k, m), B (k, n)) and 1.04x with A MN-major only, while
+    the cooperative tiles do not care: 2048^3 with A and B so stored 0.863 -> 0.936 on
+    128 x 256, 1024 x 8192 x 2048 0.890 -> 0.971 on 256 x 256. Stored the usual way, or
+    both K-major, the same shapes keep the pingpong."""
+    for m, n, k, tile in ((2048, 2048, 2048, (128, 256)), (1024, 8192, 2048, (256, 256))):
+        assert _ffi.sm90_choice(m, n, k, 1, 132, False, True, False)[:2] == tile, (m, n, k)
+        for transpose_a, transpose_b in ((False, False), (False, True)):
+            assert _ffi.sm90_choice(m, n, k, 1, 132, False, transpose_a, transpose_b)[:2] == (128, 128), (m, n, k)
+    # A stored (k, m), B (n, k): 1.04x, enough where the two schedules were close.
+    assert _ffi.sm90_choice(512, 6144, 4096, 1, 132, False, True, True)[:2] == (128, 256)
+    assert _ffi.sm90_choice(2048, 2048, 2048, 1, 132, False, True, True)[:2] == (128, 128)
+    # The split follows the layout too (the lowering asks with both flags): 0.663 -> 0.701.
+    assert _ffi.sm90_choice(384, 6144, 8192, 1, 132, False, False, False) == (128, 128, 2)
+    assert _ffi.sm90_choice(384, 6144, 8192, 1, 132, False, True, False) == (128, 256, 1)
+
+
 @pytest.mark.gpu
 def test_gpu_tensor_core_heuristic_choices():
     """Shapes where the heuristic splits K or picks either sm90 tile come out right."""

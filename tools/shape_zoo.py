@@ -93,7 +93,7 @@ def choice(s: Shape) -> str:
         return "sm80"
     if s.precision:
         return "sm90 tf32"  # the lowering may transpose operands first: the query would need its rewrite
-    tm, tn, split = _ffi.sm90_choice(s.m, s.n, s.k, batch, sms, False, s.layout[0] == "T")
+    tm, tn, split = _ffi.sm90_choice(s.m, s.n, s.k, batch, sms, False, s.layout[0] == "T", s.layout[1] == "T")
     return f"sm90 {tm}x{tn}" + (f" split {split}" if split > 1 else "")
 
 

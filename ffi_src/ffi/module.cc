@@ -89,13 +89,14 @@ NB_MODULE(_jaxgemm, m) {
     return nb::make_tuple(c.bm, c.bn, p.split_k);
   });
   m.def("tensor_core_split_k", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, bool tf32,
-                                  bool trans_a) {
-    return jaxgemm::ChooseTensorCoreSplitK(ShapeOnly(m, n, k, batch, tf32, trans_a), sm_count,
+                                  bool trans_a, bool trans_b) {
+    return jaxgemm::ChooseTensorCoreSplitK(ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b), sm_count,
                                            jaxgemm::CurrentDeviceComputeCapability() == 90);
   });
   // The sm90 heuristic's choice for a problem, without a device: (tile_m, tile_n, split_k).
-  m.def("sm90_choice", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, bool tf32, bool trans_a) {
-    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a);
+  m.def("sm90_choice", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, bool tf32, bool trans_a,
+                          bool trans_b) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b);
     p.split_k = jaxgemm::ChooseTensorCoreSplitK(p, sm_count, true);
     const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
     return nb::make_tuple(t.m, t.n, p.split_k);

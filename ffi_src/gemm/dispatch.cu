@@ -136,6 +136,18 @@ constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 1.00, 0.96, 1.00, 0.96
                                              {{128, 64}, 0.60, 0.99, 0.60, 0.99},
                                              {{64, 128}, 0.50, 0.85, 0.50, 1.05}};
 
+// The pingpong schedules read MN-major operands more slowly; the cooperative tiles' times
+// do not depend on the layout (within 1%). Against the layout of the fit above (K-major A,
+// MN-major B: NN), over six shapes (2048^3, 3072 x 2048 x 2048, 1536 x 2816 x 2048,
+// 4096^2 x 1024, 2048^2 x 1024, 8192^2 x 512; session 29) the pingpong 128 x 128 took
+// 1.115x as long with both operands MN-major (A stored (k, m), B (k, n)), 1.04x with A
+// MN-major and B K-major, and 0.99x with both K-major (taken as 1). Its speed is divided
+// by those, and 128 x 64's (the same schedule, unmeasured) too.
+double PingpongLayoutSpeed(const GemmProblem& p) {
+  if (!p.trans_a) return 1.0;
+  return p.trans_b ? 0.96 : 0.90;
+}
+
 // The exposed epilogue of a cooperative 128 x 256 item (both consumers finish together and
 // write their boxes before the next item's mainloop), as K units of its mainloop: ~0.7 us
 // per tile, with the start and the drain, by the fit above (16-bit inputs).
@@ -236,6 +248,7 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double single_waves = c.tile.m == 128 && c.tile.n == 128 && !tf32 ? 2 : 1;
   double speed = waves > single_waves ? (tf32 ? c.tf32_speed : c.speed)
                                       : (tf32 ? c.tf32_single_wave_speed : c.single_wave_speed);
+  if (shape.Pingpong() && !tf32) speed *= PingpongLayoutSpeed(p);
   const int64_t streaming_rows = tf32 ? kTf32StreamingRows : kStreamingRows;
   if (waves <= 1 && IsNarrow(c.tile) && p.m > streaming_rows) speed *= kNarrowComputeBound;
   if (tf32 && shape.cluster_m > 1) speed -= 0.02;
