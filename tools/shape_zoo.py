@@ -52,7 +52,7 @@ SHAPES = (
     + [Shape(1024, 1024, 128, batch=16), Shape(1024, 128, 1024, batch=16), Shape(256, 256, 256, batch=64)]
     # Other layouts (a dense layer's backward: dX = dZ W^T is NT, dW = X^T dZ is TN).
     + [Shape(4096, 4096, 14336, layout="NT"), Shape(4096, 14336, 4096, layout="TN"),
-       Shape(2048, 2048, 2048, layout="TT")]
+       Shape(2048, 2048, 2048, layout="TT"), Shape(2048, 2048, 2048, layout="TN")]
     # Other dtypes.
     + [Shape(2048, 14336, 4096, "float16"), Shape(16, 4096, 4096, "float16")]
     + [Shape(m, n, k, "float32", precision="tensorfloat32")
