@@ -142,7 +142,8 @@ constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 1.00, 0.96, 1.00, 0.96
 // 4096^2 x 1024, 2048^2 x 1024, 8192^2 x 512; session 29) the pingpong 128 x 128 took
 // 1.115x as long with both operands MN-major (A stored (k, m), B (k, n)), 1.04x with A
 // MN-major and B K-major, and 0.99x with both K-major (taken as 1). Its speed is divided
-// by those, and 128 x 64's (the same schedule, unmeasured) too.
+// by those, and 128 x 64's (the same schedule, unmeasured) too. (tf32 pingpong operands
+// are always K-major: an MN-major tf32 A takes the register-A schedules, Sm90Considered.)
 double PingpongLayoutSpeed(const GemmProblem& p) {
   if (!p.trans_a) return 1.0;
   return p.trans_b ? 0.96 : 0.90;
@@ -248,7 +249,7 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double single_waves = c.tile.m == 128 && c.tile.n == 128 && !tf32 ? 2 : 1;
   double speed = waves > single_waves ? (tf32 ? c.tf32_speed : c.speed)
                                       : (tf32 ? c.tf32_single_wave_speed : c.single_wave_speed);
-  if (shape.Pingpong() && !tf32) speed *= PingpongLayoutSpeed(p);
+  if (shape.Pingpong()) speed *= PingpongLayoutSpeed(p);
   const int64_t streaming_rows = tf32 ? kTf32StreamingRows : kStreamingRows;
   if (waves <= 1 && IsNarrow(c.tile) && p.m > streaming_rows) speed *= kNarrowComputeBound;
   if (tf32 && shape.cluster_m > 1) speed -= 0.02;
