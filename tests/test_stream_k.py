@@ -29,8 +29,11 @@ def test_stream_k_plan():
     assert _workspace(8192, 8192, 8192, 132) == 132 * (SLOT_BYTES + FLAG_BYTES)
     # 2-block clusters: 1024 cluster items on 66 clusters, still one slot per block.
     assert _workspace(8192, 8192, 8192, 132, (256, 256)) == 132 * (SLOT_BYTES + FLAG_BYTES)
-    # Never on the pingpong blocks, nor for items shorter than 4096 (2048 x 2112: 1.09 waves).
-    assert _workspace(8192, 8192, 8192, 132, (128, 128)) == 0
+    # The pingpong blocks only where the last wave is at most ~30% full (8192^3: 4096 tiles of
+    # 128 x 128, the last wave 3% full; 4096^3: 76%); never for items shorter than 4096
+    # (2048 x 2112: 1.09 waves).
+    assert _workspace(8192, 8192, 8192, 132, (128, 128)) == 132 * (128 * 128 * 4 + FLAG_BYTES)
+    assert _workspace(4096, 4096, 4096, 132, (128, 128)) == 0
     assert _workspace(2048, 2112, 2048, 132) == 0 and _workspace(2048, 2112, 4096, 132) > 0
     # The heuristic's schedule for 8192^3 uses it too.
     assert _workspace(8192, 8192, 8192, 132, (0, 0), kernel=0) > 0
@@ -41,6 +44,15 @@ def test_stream_k_plan():
     assert _workspace(6144, 6144, 6144, 132) == 0
     # 5120^3: 6.06 waves, stream-K.
     assert _workspace(5120, 5120, 5120, 132) == 132 * (SLOT_BYTES + FLAG_BYTES)
+    # A single wave at most ~half full, with deep K: every item is shared (1536^2 x 14336:
+    # 72 tiles of 128 x 256 on 132 SMs, 36 clusters on 66), the grid keeps every SM. Not
+    # where an item would go to more than 4 workers (1024^2 x 8192: 32 tiles), ranges would
+    # be shorter than 2048 (1536 x 1024 x 4096) or the wave is fuller (768 x 4096 x 14336:
+    # 96 tiles).
+    assert _workspace(1536, 1536, 14336, 132) == 132 * (SLOT_BYTES + FLAG_BYTES)
+    assert _workspace(1536, 1536, 14336, 132, (256, 256)) == 132 * (SLOT_BYTES + FLAG_BYTES)
+    assert _workspace(1536, 1536, 4096, 132) > 0 and _workspace(1536, 1024, 4096, 132) == 0
+    assert _workspace(768, 4096, 14336, 132) == 0
     assert _workspace(1024, 1024, 8192, 132) == 0
     assert _workspace(8192, 8192, 8192, 132, split_k=2) == 0
     assert _workspace(8192, 8192, 128, 132) == 0
@@ -80,10 +92,64 @@ def test_stream_k_plan_for_tf32(transpose_a):
         assert _workspace(5120, 5120, 5120, 132, tile, **tf32) == 0
 
 
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_shares_few_deep_tiles():
+    """Session 30 (bf16, H200, against XLA; the old pick forced in the same process): products
+    of few output tiles and deep K now share their work out stream-K. 1536^2 x 14336 with A
+    stored (k, m): 0.654 -> 0.892 (a shared single wave of 2-block clusters); 1536^2 x 4096
+    TT 0.665 -> 0.853 and 6144 x 384 x 8192 TN 0.655 -> 0.833 (pingpong tiles, the short last
+    wave shared); 384 x 6144 x 14336 0.836 -> 0.937 (128 x 256, unsplit, shared). Where one
+    pingpong tile per block leaves a quarter of the SMs idle, whole tiles stay (3072 x 512 x
+    14336: 0.875 whole, 0.821 shared)."""
+
+    def stream_k(m, n, k, ta, tb):
+        tile_m, tile_n, split = _ffi.sm90_choice(m, n, k, 1, 132, False, ta, tb)
+        workspace = _ffi.gemm_workspace_bytes(m, n, k, 1, 132, split, SM90, tile_m, tile_n, False, ta, tb)
+        return (tile_m, tile_n, split), workspace > 0
+
+    assert stream_k(1536, 1536, 14336, True, False) == ((256, 256, 1), True)
+    assert stream_k(1536, 1536, 4096, True, True) == ((128, 128, 1), True)
+    assert stream_k(6144, 384, 8192, True, False) == ((128, 128, 1), True)
+    assert stream_k(384, 6144, 14336, False, False) == ((128, 256, 1), True)
+    assert stream_k(3072, 512, 14336, False, False) == ((128, 128, 1), False)
+    # The large products keep their schedules.
+    assert stream_k(8192, 8192, 8192, False, False)[0] == (256, 256, 1)
+    assert stream_k(4096, 4096, 4096, False, False) == ((256, 256, 1), False)
+
+
 # (workers, last wave's items, k-tiles per item): clusters at 8192^3 / 4096^3, 132 blocks,
 # few workers, and item lengths that are prime or barely longer than a range's share.
 WALKS = [(66, 34, 128), (66, 58, 64), (132, 68, 128), (2, 1, 4), (3, 2, 5), (7, 1, 129), (66, 65, 128),
          (66, 1, 128), (5, 3, 1)]
+# (workers, items, k-tiles per item) of a single shared wave: 1536^2 x 14336 in 128 x 256
+# tiles and in 2-block clusters, 768 x 4096 x 14336, a quarter-full grid (every item on 4-5
+# workers), ranges of two or three k-tiles, and prime counts.
+SINGLE_WAVE_WALKS = [(132, 72, 224), (66, 36, 224), (132, 96, 224), (132, 33, 64), (13, 12, 3), (47, 12, 129),
+                     (31, 7, 17)]
+
+
+def _pieces_by_worker(walk, workers):
+    by_worker = {w: [piece for piece in walk if piece[0] == w] for w in range(workers)}
+    assert sum(len(p) for p in by_worker.values()) == len(walk)
+    return by_worker
+
+
+def _check_items(walk, items, item_k_tiles):
+    """Every k-tile of every item is multiplied once; an item has one head (or is whole), in
+    the first of its workers' ranges, and that head adds the partial sums of all the others,
+    which store them."""
+    seen = {item: [] for item in range(items)}
+    for w, item, first_k, k_tiles, fixup, partners in walk:
+        assert 0 < k_tiles <= item_k_tiles and 0 <= first_k < item_k_tiles, walk
+        assert (fixup == 2) == (partners > 0), walk
+        seen[item].append((w, fixup, partners, [(first_k + j) % item_k_tiles for j in range(k_tiles)]))
+    for item, parts in seen.items():
+        assert sorted(k for *_, ks in parts for k in ks) == list(range(item_k_tiles)), (item, parts)
+        head, *others = sorted(parts)
+        assert head[1] != 1 and all(part[1] == 1 for part in others), (item, parts)
+        assert head[2] == len(others), (item, parts)
+        assert sorted(w for w, *_ in parts) == list(range(head[0], head[0] + len(parts))), (item, parts)
+    return seen
 
 
 @pytest.mark.parametrize("workers, last_wave, item_k_tiles", WALKS)
@@ -96,31 +162,48 @@ def test_stream_k_walk_covers_every_k_tile_once_in_step(workers, last_wave, item
     i.e. at most two phases over K across all workers (one per worker before)."""
     items = workers + last_wave
     walk = _ffi.sm90_stream_k_walk(items, item_k_tiles, workers)
-    seen = {item: [] for item in range(items)}
-    by_worker = {w: [piece for piece in walk if piece[0] == w] for w in range(workers)}
-    assert sum(len(p) for p in by_worker.values()) == len(walk)
-    for w, pieces in by_worker.items():
-        length = sum(k_tiles for *_, k_tiles, _ in pieces)
+    for w, pieces in _pieces_by_worker(walk, workers).items():
+        length = sum(piece[3] for piece in pieces)
         assert item_k_tiles <= length <= 2 * item_k_tiles, (w, pieces)
         t = 0
-        for i, (_, item, first_k, k_tiles, fixup) in enumerate(pieces):
-            assert 0 < k_tiles <= item_k_tiles and 0 <= first_k < item_k_tiles, pieces
+        for i, (_, item, first_k, k_tiles, fixup, partners) in enumerate(pieces):
             ks = [(first_k + j) % item_k_tiles for j in range(k_tiles)]
             phase = -length if fixup == 2 else 0
             assert ks == [(t + j + phase) % item_k_tiles for j in range(k_tiles)], (w, pieces)
             assert fixup != 1 or i == 0, pieces  # a tail opens a range
-            assert fixup != 2 or i == len(pieces) - 1, pieces  # a head closes it
+            assert fixup != 2 or (i == len(pieces) - 1 and partners == 1), pieces  # a head closes it
             assert (fixup == 0) == (k_tiles == item_k_tiles), pieces
-            seen[item].append((w, fixup, ks))
             t += k_tiles
-    for item, parts in seen.items():
-        assert sorted(k for *_, ks in parts for k in ks) == list(range(item_k_tiles)), (item, parts)
-        fixups = sorted(fixup for _, fixup, _ in parts)
-        assert fixups in ([0], [1, 2]), (item, parts)
-        if fixups == [1, 2]:
-            (w_tail,) = [w for w, fixup, _ in parts if fixup == 1]
-            (w_head,) = [w for w, fixup, _ in parts if fixup == 2]
-            assert w_tail == w_head + 1, (item, parts)
+    for item, parts in _check_items(walk, items, item_k_tiles).items():
+        assert len(parts) <= 2, (item, parts)
+
+
+@pytest.mark.parametrize("workers, items, item_k_tiles", SINGLE_WAVE_WALKS)
+def test_stream_k_walk_of_a_single_shared_wave(workers, items, item_k_tiles):
+    """Fewer items than workers: ranges shorter than an item, so an item may have middle
+    pieces (ranges wholly inside it) besides its head and tail; the head adds all of their
+    partial sums. Each worker stores at most one partial tile (its first piece: one
+    workspace slot each), and the workers stay in step over K: at any time all the workers
+    together multiply only a few distinct k-tiles of their items (item_k_tiles / range + 1
+    phases, each maybe split in two by ranges one k-tile longer), so that concurrent tiles
+    share operand slices in L2 (a phase per worker would be a slice per worker)."""
+    walk = _ffi.sm90_stream_k_walk(items, item_k_tiles, workers)
+    at_time = {}
+    for w, pieces in _pieces_by_worker(walk, workers).items():
+        assert pieces and sum(piece[3] for piece in pieces) < item_k_tiles + 1, (w, pieces)
+        assert all(fixup != 1 for *_, fixup, _ in pieces[1:]), pieces
+        assert all(fixup != 2 for *_, fixup, _ in pieces[:-1]), pieces
+        t = 0
+        for _, item, first_k, k_tiles, fixup, _ in pieces:
+            for j in range(k_tiles):
+                at_time.setdefault(t + j, set()).add((first_k + j) % item_k_tiles)
+            t += k_tiles
+    seen = _check_items(walk, items, item_k_tiles)
+    assert max(len(parts) for parts in seen.values()) > 2 or workers < 2 * items
+    # Ranges differ in length by one k-tile, which can double each phase.
+    shortest = min(sum(p[3] for p in walk if p[0] == w) for w in range(workers))
+    phases = 2 * (-(-item_k_tiles // shortest) + 1)
+    assert max(len(ks) for ks in at_time.values()) <= phases, (phases, at_time)
 
 
 def test_stream_k_walk_refuses_bad_counts():
@@ -230,3 +313,45 @@ def test_gpu_stream_k_with_epilogues(tile, monkeypatch):
     y = jaxgemm.matmul(a, b, bias=bias, activation="relu")
     assert rel_error(y, np.maximum(z_ref, 0)) <= tol
     jax.clear_caches()
+
+
+def _items(m, n, tile, batch=1):
+    """Work items of a forced sm90 tile, and its workers per SM (2-block clusters: half)."""
+    block_m, cluster = (128, 2) if tile == (256, 256) else (tile[0], 1)
+    return -(-(-(-m // block_m)) // cluster) * -(-n // min(tile[1], 256)) * batch, cluster
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "tile, dtype", [(t, jnp.bfloat16) for t in ((128, 256), (256, 256), (128, 128), (64, 128))]
+    + [((128, 256), jnp.float32)]
+)
+def test_gpu_stream_k_single_shared_wave(tile, dtype, monkeypatch):
+    """Fewer items than workers, deep K: every item is shared, by up to five workers (middle
+    pieces; a head adds up to four partial tiles). Per shape, three grids: from barely more
+    workers than items to two to four times as many. Ragged M / N / K, layouts, a batch; outputs
+    poisoned; the same bits twice."""
+    from jaxgemm.gemm import GemmConfig, _gemm, _tf32_operands
+
+    _skip_unless_hopper()
+    monkeypatch.setenv("JAXGEMM_STREAM_K_MAX_FILL", "100")  # any fill: the mechanism on small grids
+    rng = np.random.default_rng(hash((tile, str(dtype), "single")) % 2**32)
+    tf32 = dtype == jnp.float32
+    tolerance = TF32_TOLERANCE if tf32 else TOLERANCE[jnp.dtype(dtype)]
+    for (m, n, k, batch), (ta, tb) in zip([(500, 696, 8200, 1), (264, 1000, 12304, 2)], [(False, False), (True, True)]):
+        config = GemmConfig(ta, tb, tf32, jnp.dtype(dtype), split_k=1, kernel="sm90", tile=tile)
+        batch_dims = (batch,) if batch > 1 else ()
+        a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_dims, batch_dims)
+        ka, kb, kconfig = _tf32_operands(a, b, config, plain=True) if tf32 else (a, b, config)
+        items, cluster = _items(ka.shape[-1] if kconfig.transpose_a else ka.shape[-2],
+                                kb.shape[-2] if kconfig.transpose_b else kb.shape[-1], tile, batch)
+        sms = [s for s in range(3, 133) if s // cluster > items and _kernel_workspace(ka, kb, kconfig, s, monkeypatch) > 0]
+        assert len(sms) >= 3 and sms[-1] // cluster >= min(2 * items, 132 // cluster), (m, n, k, tile, items, sms)
+        for count in (sms[0], sms[len(sms) // 2], sms[-1]):
+            monkeypatch.setenv("JAXGEMM_SM_COUNT", str(count))
+            fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+            out = fn(a, b)
+            err = rel_error(out, _reference(a, b, ta, tb))
+            assert err <= tolerance, (m, n, k, count, ta, tb, batch, err)
+            assert np.array_equal(np.asarray(fn(a, b)), np.asarray(out)), (m, n, k, count, ta, tb, batch)
+            jax.clear_caches()

@@ -49,8 +49,8 @@ NB_MODULE(_jaxgemm, m) {
     return d;
   });
   // The sm90 kernel's stream-K walk (sm90_stream_k.h), for tests: every worker's pieces as
-  // (worker, item, first k-tile, k-tiles, fixup), for `sk_items` items of `item_k_tiles`
-  // k-tiles shared out over `workers`.
+  // (worker, item, first k-tile, k-tiles, fixup, partners), for `sk_items` items of
+  // `item_k_tiles` k-tiles shared out over `workers`.
   m.def("sm90_stream_k_walk", [](int32_t sk_items, int32_t item_k_tiles, int32_t workers) {
     if (sk_items < 1 || item_k_tiles < 1 || workers < 1 || int64_t{sk_items} * item_k_tiles >= (int64_t{1} << 31)) {
       throw nb::value_error("sm90_stream_k_walk: needs positive counts and fewer than 2^31 k-tiles");
@@ -62,8 +62,9 @@ NB_MODULE(_jaxgemm, m) {
       const int32_t begin = jaxgemm::Sm90StreamKBegin(sk_k_tiles, w, workers);
       const int32_t end = jaxgemm::Sm90StreamKBegin(sk_k_tiles, w + 1, workers);
       for (int32_t iter = begin; iter < end;) {
-        const jaxgemm::Sm90StreamKPiece piece = jaxgemm::Sm90StreamKPieceAt(begin, iter, end, item_k);
-        pieces.append(nb::make_tuple(w, piece.item, piece.first_k, piece.k_tiles, piece.fixup));
+        const jaxgemm::Sm90StreamKPiece piece =
+            jaxgemm::Sm90StreamKPieceAt(sk_k_tiles, workers, w, begin, iter, end, item_k);
+        pieces.append(nb::make_tuple(w, piece.item, piece.first_k, piece.k_tiles, piece.fixup, piece.partners));
         iter += piece.k_tiles;
       }
     }

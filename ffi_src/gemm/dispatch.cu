@@ -221,15 +221,30 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
 // whose partials take about as long as the product).
 constexpr double kSplitPartialCost = 8.8;
 
+// Stream-K's cost beyond the average work per SM, from forced schedules (H200, bf16,
+// session 30: 1536^2 x 14336 / 4096, 384 x 6144 x 8192, 640 x 2560 x 16384, 768 x 4096 x 14336,
+// 1024 x 2048 x 16384, 1024 x 3072 x 4096, 2048 x 1536 x 8192):
+// - a last wave shared out over several (cooperative tiles): 0.1 item per SM (the ~1.5 items
+//   each SM shares out ran ~6% slower than whole ones; 8192^3, NOTES.md);
+// - the pingpong's: 0.2 item (0.17-0.38 over three shapes with 1.09 items per block, the
+//   fill it is planned for; 0.30-0.41 with 1.45);
+// - a single wave shared out (fewer items than workers): the work runs 1.11x as long, and
+//   each head waits for its partners' partial tiles and adds them: ~280 K units per partner
+//   and one (8 shapes, 2-4 workers per item; ~10 us for a 128 x 256 tile's partners at once).
+constexpr double kStreamKExtraWaves = 0.1;
+constexpr double kPingpongStreamKExtraWaves = 0.2;
+constexpr double kSharedWaveRate = 1.11;
+constexpr double kSharedWavePartialK = 280;
+
 // A wave model: the busiest SM's (cluster's) work items times each item's tile area and K
 // (plus the cooperative tiles' exposed epilogue, kCooperativeEpilogueK, for 16-bit inputs),
 // over the schedule's relative speed (2-block clusters, which cut L2 traffic, win by ~1-2%
 // once there are several waves; in a single wave they measured 4% slower), plus 5% per
 // doubling of the split and the traffic of its fp32 partials (kSplitPartialCost), which
 // XLA sums after the kernel. A cluster covers two tiles at once, and half the SMs' worth
-// of clusters are resident. Where the schedule shares a last partly filled wave out
-// stream-K, every SM gets the average work, plus 0.1 item: the ~1.5 items each SM shares
-// out ran ~6% slower than whole ones (8192^3, NOTES.md).
+// of clusters are resident. Where the schedule shares work out stream-K, every SM gets
+// the average work plus stream-K's cost (kStreamKExtraWaves ...), at the speed of a busy
+// grid.
 // tf32 runs at half the rate per loaded byte, so the clusters' L2 saving buys it nothing:
 // over whole waves the 2-block clusters ran ~0.5% slower than single blocks at 8192^3, and
 // less steadily, and 1.2% slower at 4096^3 (H200, NOTES.md session 23); they stay tf32's
@@ -241,14 +256,29 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   Sm90ShapeOf(c.tile.m, c.tile.n, &shape);
   const int workers = std::max(1, sm_count / shape.cluster_m);
   const bool stream_k = PlanSm90StreamK(p, shape, sm_count).items > 0;
-  const double waves = stream_k ? items / workers + 0.1 : std::ceil(items / workers);
+  const bool shared_wave = stream_k && items < workers;  // every item shared by 2 or more workers
+  const double extra_waves = shape.Pingpong() ? kPingpongStreamKExtraWaves : kStreamKExtraWaves;
+  const double waves = !stream_k    ? std::ceil(items / workers)
+                       : shared_wave ? kSharedWaveRate * items / workers
+                                     : items / workers + extra_waves;
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
   const bool tf32 = p.in_type == ElementType::kF32;
   // A 128 x 128 pingpong block's two tiles at once (fitted for 16-bit inputs only; 128 x 64's
   // single-wave speed is for few rows streaming B).
   const double single_waves = c.tile.m == 128 && c.tile.n == 128 && !tf32 ? 2 : 1;
-  double speed = waves > single_waves ? (tf32 ? c.tf32_speed : c.speed)
-                                      : (tf32 ? c.tf32_single_wave_speed : c.single_wave_speed);
+  // (Stream-K keeps every SM busy, as several waves do.)
+  double speed = waves > single_waves || stream_k ? (tf32 ? c.tf32_speed : c.speed)
+                                                  : (tf32 ? c.tf32_single_wave_speed : c.single_wave_speed);
+  // One unsplit 128 x 128 tile per pingpong block, on fewer blocks than SMs: the fewer
+  // blocks, the faster each (a partly idle grid runs at a higher clock). Against 128 x 256
+  // tiles per multiply-add: 0.96 with 128 of 132 blocks busy, 1.04 with 100, 1.07 with 96,
+  // 1.10 with 72 and 80 (1024 x 2048 x 16384, 640 x 2560 x 16384, 3072 x 512 x 14336,
+  // 1024 x 1536 x 14336, 1536 x 768 x 8192, 2048 x 640 x 14336; session 30): a line in the
+  // fill, up to 1.10. Measured at K >= 8192 only, where it decides between these tiles and a
+  // shared wave; below, the fit of sessions 24-28 stands.
+  if (!stream_k && !tf32 && single_waves == 2 && items <= workers && p.split_k == 1 && p.k >= 8192) {
+    speed = std::min(1.10, 1.31 - 0.36 * items / workers);
+  }
   if (shape.Pingpong()) speed *= PingpongLayoutSpeed(p);
   const int64_t streaming_rows = tf32 ? kTf32StreamingRows : kStreamingRows;
   if (waves <= 1 && IsNarrow(c.tile) && p.m > streaming_rows) speed *= kNarrowComputeBound;
@@ -257,7 +287,10 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   // (Not at K <= 256: a few k-tiles per item, where both schedules are bound by writing the
   // output and the cooperative tiles measured 0-10% faster: 8192^2 x 64 and x 256.)
   const double epilogue_k = !tf32 && c.tile.n == 256 && k > 256 ? kCooperativeEpilogueK : 0.0;
-  const double mainloop = waves * shape.block_m * shape.block_n * (k + epilogue_k) / speed * split_pass;
+  // A shared single wave's heads wait for their partners' partial tiles and add them.
+  const double fixup_k = shared_wave ? kSharedWavePartialK * (std::ceil(workers / items) + 1) : 0.0;
+  const double mainloop =
+      (waves * (k + epilogue_k) + fixup_k) * shape.block_m * shape.block_n / speed * split_pass;
   return mainloop + (p.split_k > 1 ? kSplitPartialCost * double(p.m) * double(p.n) * slabs : 0.0);
 }
 

@@ -111,7 +111,8 @@ struct Sm90Work {
   int64_t m0, n0, batch, k_begin;
   int64_t slab;  // batch * split_k + split: D's slab
   int k_tiles;
-  int fixup;  // Sm90Fixup
+  int fixup;     // Sm90Fixup
+  int partners;  // kSm90AddPartial: how many later workers' partial sums to add
   // After k_wrap k-tiles from k_begin, the item's first k-tile follows (a stream-K piece,
   // Sm90StreamKPiece); k_tiles for every other item.
   int k_wrap;
@@ -207,12 +208,13 @@ struct Sm90Schedule {
       return true;
     }
     if (c.iter >= c.end) return false;
-    const Sm90StreamKPiece piece = Sm90StreamKPieceAt(c.begin, c.iter, c.end, item_k);
+    const Sm90StreamKPiece piece = Sm90StreamKPieceAt(sk_k_tiles, Step(), First(), c.begin, c.iter, c.end, item_k);
     *w = Get(p, sk_first + piece.item);
     w->k_begin = int64_t{piece.first_k} * P::kBK;
     w->k_tiles = piece.k_tiles;
     w->k_wrap = item_k_tiles - piece.first_k;
     w->fixup = piece.fixup;
+    w->partners = piece.partners;
     c.iter += piece.k_tiles;
     return true;
   }
@@ -232,7 +234,7 @@ struct Sm90Schedule {
     const int64_t k_size = split_up ? p.ChunkK(split, k_chunk) : p.k;
     const int k_tiles = static_cast<int>((k_size + P::kBK - 1) / P::kBK);
     return {int64_t{tm} * P::kBM, int64_t{tn} * P::kBN, batch, split_up ? split * k_chunk : 0, z, k_tiles,
-            kSm90Whole, k_tiles};
+            kSm90Whole, 0, k_tiles};
   }
 };
 
@@ -500,8 +502,9 @@ __device__ __forceinline__ uint32_t* Sm90PartialFlag(const Sm90StreamK& sk, int6
   return sk.flags + block * P::kConsumers + (P::kPingpong ? 0 : wg);
 }
 
-// The tail of an item (kSm90StorePartial): this consumer's sums go to this block's slot,
-// then its flag is raised. `first_block`: the consumer's first m64 block of the tile.
+// A piece that starts a range inside its item (kSm90StorePartial: a tail or a middle): this
+// consumer's sums go to this block's slot, then its flag is raised. `first_block`: the
+// consumer's first m64 block of the tile.
 template <class P>
 __device__ __forceinline__ void Sm90StorePartial(const Sm90StreamK& sk, const float (&acc)[P::kMmaM][P::kBN / 2],
                                                  int first_block, int wg) {
@@ -518,32 +521,35 @@ __device__ __forceinline__ void Sm90StorePartial(const Sm90StreamK& sk, const fl
   if (tid == 0) SignalGpu(Sm90PartialFlag<P>(sk, blockIdx.x, wg));
 }
 
-// The head of an item (kSm90AddPartial): waits for the next worker's tail sums (in its
-// block of the same cluster rank) and adds them, in that fixed order (deterministic).
-// The tail was that worker's first stream-K work, this head is this worker's last: the
-// wait is normally over at once. (The spin needs the partner resident: the grid is one
-// block per SM at most, so all of its blocks are, unless other work holds SMs meanwhile.)
+// The head of an item (kSm90AddPartial): waits for the partial sums of the `partners`
+// workers after this one (in their blocks of the same cluster rank) and adds them, in
+// worker order (deterministic). Their pieces opened their ranges and this head closes this
+// worker's: the waits are normally short (a middle piece ends with its range, as the head
+// does). (The spin needs the partners resident: the grid is one block per SM at most, so
+// all of its blocks are, unless other work holds SMs meanwhile.)
 template <class P>
 __device__ __forceinline__ void Sm90AddPartial(const Sm90StreamK& sk, float (&acc)[P::kMmaM][P::kBN / 2],
-                                               int first_block, int wg) {
+                                               int first_block, int wg, int partners) {
   const int tid = threadIdx.x % 128;
-  const int64_t partner = blockIdx.x + P::kClusterM;
-  if (tid == 0) {
-    const uint32_t* flag = Sm90PartialFlag<P>(sk, partner, wg);
-    while (LoadAcquireGpu(flag) == 0) __nanosleep(64);
-  }
-  NamedBarrierSync(1 + wg, 128);
-  const float4* slot = Sm90PartialSlot<P>(sk, partner);
-#pragma unroll
-  for (int mi = 0; mi < P::kMmaM; ++mi)
-#pragma unroll
-    for (int q = 0; q < P::kBN / 8; ++q) {
-      const float4 v = __ldcg(&slot[((first_block + mi) * (P::kBN / 8) + q) * 128 + tid]);
-      acc[mi][4 * q] += v.x;
-      acc[mi][4 * q + 1] += v.y;
-      acc[mi][4 * q + 2] += v.z;
-      acc[mi][4 * q + 3] += v.w;
+  for (int j = 1; j <= partners; ++j) {
+    const int64_t partner = blockIdx.x + int64_t{j} * P::kClusterM;
+    if (tid == 0) {
+      const uint32_t* flag = Sm90PartialFlag<P>(sk, partner, wg);
+      while (LoadAcquireGpu(flag) == 0) __nanosleep(64);
     }
+    NamedBarrierSync(1 + wg, 128);
+    const float4* slot = Sm90PartialSlot<P>(sk, partner);
+#pragma unroll
+    for (int mi = 0; mi < P::kMmaM; ++mi)
+#pragma unroll
+      for (int q = 0; q < P::kBN / 8; ++q) {
+        const float4 v = __ldcg(&slot[((first_block + mi) * (P::kBN / 8) + q) * 128 + tid]);
+        acc[mi][4 * q] += v.x;
+        acc[mi][4 * q + 1] += v.y;
+        acc[mi][4 * q + 2] += v.z;
+        acc[mi][4 * q + 3] += v.w;
+      }
+  }
 }
 
 // The store warp of consumer `wg` (Sm90HandedStores): walks the block's items as the
@@ -801,7 +807,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
       continue;
     }
-    if (w.fixup == kSm90AddPartial) Sm90AddPartial<P>(stream_k, acc, first_row / 64, wg);
+    if (w.fixup == kSm90AddPartial) Sm90AddPartial<P>(stream_k, acc, first_row / 64, wg, w.partners);
 
     if (store.enabled) {
       if (store.fused) {  // 16-bit outputs only (MakeSm90Store)
@@ -1032,9 +1038,9 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     const int fit = resident.load(std::memory_order_relaxed);
     if (fit > 0) workers = std::min<int64_t>(workers, fit);
   }
-  workers = std::min(workers, items);
   // Stream-K needs loads that start an item at any k-tile (the matrix loads; the conv fprop
-  // loads walk their filter taps from the first), and the grid the plan was made for.
+  // loads walk their filter taps from the first), and the grid the plan was made for (with
+  // a single shared wave, more workers than items).
   Sm90StreamK stream_k{};
   const Sm90StreamKPlan plan = PlanSm90StreamK(p, {P::kBM, P::kBN, P::kClusterM}, sm_count);
   const int64_t k_tiles = (p.k + P::kBK - 1) / P::kBK;
@@ -1046,6 +1052,7 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     status = cudaMemsetAsync(stream_k.flags, 0, plan.bytes - plan.flags_offset, stream);
     if (status != cudaSuccess) return status;
   }
+  if (stream_k.items == 0) workers = std::min(workers, items);
   const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items);
   const int64_t blocks = workers * P::kClusterM;
   const Sm90Timeline timeline = BeginSm90Timeline(blocks, stream);

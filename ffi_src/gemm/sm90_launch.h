@@ -70,17 +70,28 @@ struct Sm90Workspace {
   size_t bytes = 0;
 };
 
+// Stream-K's single-wave plan (fewer items than workers) gives every worker a range of at
+// least this much K (elements), and each item to at most kSm90StreamKMaxShare workers: a
+// head adds its partners' fp32 tiles one after the other, ~1.3 us each from L2 for a
+// 128 x 256 tile, against ~0.6 us per 64-deep k-tile of its mainloop.
+constexpr int64_t kSm90StreamKMinRangeK = 2048;
+constexpr int64_t kSm90StreamKMaxShare = 4;
+
 // How many of `items` work items a persistent grid of `workers` (blocks or clusters) shares
-// out stream-K: the last, partly filled wave and one full wave, so that every worker gets
-// between one and two items' worth of k-tiles. Only where that wave is at most
-// `max_fill_percent` full: shared items run slower than whole ones (their workers leave the
-// lockstep walk over K that lets concurrent tiles share operand slices in L2, and a partial
-// tile goes through L2). Not with split-K (items of different K) or short K.
+// out stream-K, where its last wave (or its only one) is at most `max_fill_percent` full:
+// - several waves: the last, partly filled wave and one full wave, so that every worker gets
+//   between one and two items' worth of k-tiles. Shared items run slower than whole ones
+//   (their workers leave the lockstep walk over K that lets concurrent tiles share operand
+//   slices in L2, a partial tile goes through L2, and a full grid runs at a lower clock).
+// - one wave (deep K): every item, each shared by two to kSm90StreamKMaxShare workers.
+// Not with split-K (items of different K) or short K.
 inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64_t split_k, int max_fill_percent) {
-  if (split_k != 1 || k < 256 || workers < 2 || items <= workers) return 0;
-  const int64_t last_wave = items % workers;
+  if (split_k != 1 || k < 256 || workers < 2) return 0;
+  const int64_t last_wave = items % workers;  // the only wave's items when items < workers
   if (last_wave == 0 || last_wave * 100 > workers * max_fill_percent) return 0;
-  return workers + last_wave;
+  if (items > workers) return workers + last_wave;
+  const bool deep = items * k >= workers * kSm90StreamKMinRangeK && items * kSm90StreamKMaxShare >= workers;
+  return deep ? items : 0;
 }
 
 // The blocks behind a named sm90 schedule, whose name is the output area one block (or
@@ -116,19 +127,22 @@ inline bool Sm90PingpongTile(int tile_m, int tile_n) {
 // clusters and 2.1 on single blocks, whose shared phase streams twice the operand bytes
 // per tile from DRAM (NOTES.md, session 23). Most of s is the clock: at the power cap a
 // grid with every SM busy runs ~12% slower clocks than one whose last wave leaves half
-// idle (NOTES.md, session 27).
-// Never for the pingpong blocks, nor for items shorter than 4096 (64 16-bit k-tiles): there
-// the partial tiles' fixed cost outweighs the wave it saves. At K = 2048, shared 128 x 256
-// tiles ran 0.67-0.70x XLA where whole 128 x 128 pingpong tiles ran 0.80-0.93x (2048 x 2112
-// and 3072 x 2048; NOTES.md, session 28), and the wave model, which rates a stream-K phase
-// at its ideal time, would take the pingpong tiles' shared tails over whole waves that
-// measured faster (512 x 14336 x 4096).
+// idle (NOTES.md, session 27). A single wave of cooperative tiles shared out (deep K, few
+// tiles) paid at 38-55% full and was even at 73% (session 30).
+// The pingpong blocks (16-bit inputs) up to 30%: with 1.09 items per block (9% full) stream-K
+// ran 1.03-1.47x as fast as whole tiles, and with 1.45 items (45%) 0.98-1.08x, where
+// other schedules were faster still (session 30; 1536^2 x 4096 / 14336, 384 x 6144 x 8192,
+// 1024 x 3072 x 4096, 768 x 4096 x 14336, 2048 x 1536 x 8192).
+// Never for items shorter than 4096 (64 16-bit k-tiles): there the partial tiles' fixed cost
+// outweighs the wave it saves. At K = 2048, shared 128 x 256 tiles ran 0.67-0.70x XLA where
+// whole 128 x 128 pingpong tiles ran 0.80-0.93x (2048 x 2112 and 3072 x 2048; NOTES.md,
+// session 28).
 // JAXGEMM_STREAM_K_MAX_FILL=<percent> overrides it all (measurements: tools/stream_k_scan.py;
 // the tests, which exercise every schedule's stream-K on small problems).
 inline int Sm90StreamKMaxFillPercent(const GemmProblem& p, const Sm90Shape& shape) {
   if (const char* forced = std::getenv("JAXGEMM_STREAM_K_MAX_FILL")) return std::atoi(forced);
-  if (shape.Pingpong() || p.k < 4096) return 0;
-  if (p.in_type != ElementType::kF32) return 55;
+  if (p.k < 4096) return 0;
+  if (p.in_type != ElementType::kF32) return shape.Pingpong() ? 30 : 55;
   return shape.cluster_m > 1 ? 35 : 0;
 }
 
@@ -144,9 +158,10 @@ inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, const Sm90Shape& sh
   const int64_t tiles_m = (p.m + shape.block_m - 1) / shape.block_m;
   const int64_t groups_m = (tiles_m + shape.cluster_m - 1) / shape.cluster_m;
   const int64_t items = groups_m * ((p.n + shape.block_n - 1) / shape.block_n) * p.batch.count * p.split_k;
-  const int64_t workers = std::min<int64_t>(items, std::max(sm_count / shape.cluster_m, 1));
-  plan.workers = workers;
+  const int64_t workers = std::max(sm_count / shape.cluster_m, 1);
   plan.items = Sm90StreamKItems(items, workers, p.k, p.split_k, Sm90StreamKMaxFillPercent(p, shape));
+  // Without stream-K, a grid of more workers than items would leave some without work.
+  plan.workers = plan.items > 0 ? workers : std::min(items, workers);
   if (plan.items == 0) return plan;
   const int64_t blocks = workers * shape.cluster_m;
   plan.flags_offset = static_cast<size_t>(blocks) * shape.block_m * shape.block_n * sizeof(float);
