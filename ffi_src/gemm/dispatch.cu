@@ -276,7 +276,7 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   // 1024 x 1536 x 14336, 1536 x 768 x 8192, 2048 x 640 x 14336; session 30): a line in the
   // fill, up to 1.10. Measured at K >= 8192 only, where it decides between these tiles and a
   // shared wave; below, the fit of sessions 24-28 stands.
-  if (!stream_k && !tf32 && single_waves == 2 && items <= workers && p.split_k == 1 && p.k >= 8192) {
+  if (!stream_k && single_waves == 2 && items <= workers && p.split_k == 1 && p.k >= 8192) {
     speed = std::min(1.10, 1.31 - 0.36 * items / workers);
   }
   if (shape.Pingpong()) speed *= PingpongLayoutSpeed(p);

@@ -138,8 +138,9 @@ struct Sm90Cursor {
 // of the cluster (a cluster is one block without clusters). A "worker" is a block, or a
 // cluster (Step() of them). Each worker walks whole items First(), First() + Step(), ...
 // below `sk_first`. Stream-K (when sk_first < total): the remaining items, between one and
-// two workers' worth, are cut into k-tile ranges of equal length, one per worker, so that
-// no worker idles through a last, partly filled wave (sm90_stream_k.h). Built on the host
+// two workers' worth (or all of them, fewer than the workers), are cut into k-tile ranges
+// of equal length, one per worker, so that no worker idles through a last, partly filled
+// wave (sm90_stream_k.h). Built on the host
 // (For), so that a work item's mapping is multiplies and shifts (FastDivmod): with 64-bit
 // divisions, every role spent ~1 us of the kernel's start on the first item's (the
 // producer's first TMA load came 1.7 us after the block's start).

@@ -150,7 +150,7 @@ inline int Sm90StreamKMaxFillPercent(const GemmProblem& p, const Sm90Shape& shap
 // workspace they need, one fp32 block tile per block, then one flag per block and consumer.
 struct Sm90StreamKPlan {
   int64_t items = 0;
-  int64_t workers = 0;  // the grid's workers (blocks or clusters) the plan is for
+  int64_t workers = 0;  // the grid's workers (blocks or clusters) the plan is for, all of them
   size_t flags_offset = 0, bytes = 0;
 };
 inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, const Sm90Shape& shape, int sm_count) {
@@ -160,8 +160,7 @@ inline Sm90StreamKPlan PlanSm90StreamK(const GemmProblem& p, const Sm90Shape& sh
   const int64_t items = groups_m * ((p.n + shape.block_n - 1) / shape.block_n) * p.batch.count * p.split_k;
   const int64_t workers = std::max(sm_count / shape.cluster_m, 1);
   plan.items = Sm90StreamKItems(items, workers, p.k, p.split_k, Sm90StreamKMaxFillPercent(p, shape));
-  // Without stream-K, a grid of more workers than items would leave some without work.
-  plan.workers = plan.items > 0 ? workers : std::min(items, workers);
+  plan.workers = workers;
   if (plan.items == 0) return plan;
   const int64_t blocks = workers * shape.cluster_m;
   plan.flags_offset = static_cast<size_t>(blocks) * shape.block_m * shape.block_n * sizeof(float);
