@@ -37,6 +37,13 @@ def sm90_choice(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = 
     return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count, tf32, transpose_a, transpose_b))
 
 
+def decode_plan(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int, int]:
+    """The decode kernel's launch plan for a 16-bit problem of at most 16 rows (computed on
+    the host): (column blocks of 128, blocks per cluster sharing K). The launch halves the
+    cluster further while the GPU cannot hold all of them at once."""
+    return tuple(int(x) for x in _jaxgemm.decode_plan(m, n, k, batch, sm_count))
+
+
 def gemm_workspace_bytes(m: int, n: int, k: int, batch: int, sm_count: int, split_k: int, kernel: int,
                          tile_m: int, tile_n: int, tf32: bool = False, transpose_a: bool = False,
                          transpose_b: bool = False) -> int:

@@ -29,7 +29,7 @@ _MAX_KERNEL_BATCH_DIMS = 4  # BatchLayout's limit in ffi_src/gemm/problem.h
 
 
 # GemmConfig.kernel -> the handler's KernelFamily id (ffi_src/gemm/dispatch.h).
-KERNEL_FAMILIES = {None: 0, "simt": 1, "sm80": 2, "sm90": 3}
+KERNEL_FAMILIES = {None: 0, "simt": 1, "sm80": 2, "sm90": 3, "decode": 4}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ class GemmConfig:
     out_dtype: Any = jnp.dtype(jnp.float32)
     # K chunks computed in parallel and summed afterwards; None lets the GPU lowering pick.
     split_k: int | None = None
-    # CUDA kernel family ("simt", "sm80", "sm90") and its (tile_m, tile_n): for tests and
+    # CUDA kernel family ("simt", "sm80", "sm90", "decode") and its (tile_m, tile_n): for tests and
     # tuning; None lets the handler's heuristic pick.
     kernel: str | None = None
     tile: tuple[int, int] | None = None

@@ -22,7 +22,7 @@ ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
     JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(d->untyped_data(), 0xff, d->size_bytes(), stream));
     if (aux->size_bytes()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));
   }
-  if (kernel < 0 || kernel > static_cast<int64_t>(KernelFamily::kSm90)) {
+  if (kernel < 0 || kernel > static_cast<int64_t>(KernelFamily::kDecode)) {
     return ffi::Error::InvalidArgument("jaxgemm_gemm: unknown kernel family id " + std::to_string(kernel));
   }
   std::string unsupported;

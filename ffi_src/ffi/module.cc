@@ -4,6 +4,7 @@
 #include "ffi/handlers.h"
 #include "gemm/sm90_stream_k.h"
 #if defined(JAXGEMM_WITH_CUDA)
+#include "gemm/decode_launch.h"
 #include "gemm/dispatch.h"
 #endif
 
@@ -93,6 +94,11 @@ NB_MODULE(_jaxgemm, m) {
                                   bool trans_a, bool trans_b) {
     return jaxgemm::ChooseTensorCoreSplitK(ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b), sm_count,
                                            jaxgemm::CurrentDeviceComputeCapability() == 90);
+  });
+  // The decode kernel's launch plan for a 16-bit problem: (column blocks, cluster size).
+  m.def("decode_plan", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count) {
+    const jaxgemm::DecodePlan plan = jaxgemm::PlanDecode(ShapeOnly(m, n, k, batch), sm_count);
+    return nb::make_tuple(plan.column_blocks, plan.cluster);
   });
   // The sm90 heuristic's choice for a problem, without a device: (tile_m, tile_n, split_k).
   m.def("sm90_choice", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, bool tf32, bool trans_a,

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "gemm/decode_launch.h"
 #include "gemm/simt_launch.h"
 #include "gemm/sm80_launch.h"
 #include "gemm/sm90_launch.h"
@@ -389,6 +390,15 @@ int CurrentDeviceComputeCapability() {
 namespace {
 
 template <class TIn, class TOut>
+cudaError_t RunDecode(const GemmProblem& p, cudaStream_t stream, int sm_count) {
+  if constexpr (std::is_same_v<TIn, float>) {
+    return cudaErrorInvalidValue;  // (16-bit inputs only: DecodeSupports)
+  } else {
+    return LaunchDecodeGemm<TIn, TOut>(p, sm_count, stream);
+  }
+}
+
+template <class TIn, class TOut>
 cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, Sm90Tile tile, int sm_count,
                           Sm90Workspace workspace) {
   if constexpr (!std::is_same_v<TIn, float>) {  // (float: tf32, sm90 only)
@@ -449,6 +459,25 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
       }
       break;
     case F::kSimt: break;
+    case F::kDecode:
+      if (!hopper || !DecodeSupports(p)) {
+        *unsupported =
+            "the decode kernel takes 16-bit inputs with at most 16 rows, A stored (m, k) and 16-byte row starts, "
+            "on Hopper";
+        return cudaErrorInvalidValue;
+      }
+      break;
+  }
+  // The decode kernel runs only when asked for: so far it is slower than the sm90 kernel's
+  // few-row schedules (NOTES.md, session 31).
+  if (request.family == F::kDecode) {
+    if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunDecode<__half, __half>(p, stream, sm_count);
+    if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunDecode<__half, float>(p, stream, sm_count);
+    if (p.in_type == E::kBF16 && p.out_type == E::kBF16)
+      return RunDecode<__nv_bfloat16, __nv_bfloat16>(p, stream, sm_count);
+    if (p.in_type == E::kBF16 && p.out_type == E::kF32) return RunDecode<__nv_bfloat16, float>(p, stream, sm_count);
+    *unsupported = "the decode kernel writes the input dtype or float32";
+    return cudaErrorInvalidValue;
   }
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
     const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};

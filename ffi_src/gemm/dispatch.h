@@ -14,7 +14,8 @@ struct SimtChoice {
 };
 
 // A kernel family asked for by the caller (tests, tuning); kAuto lets the heuristic pick.
-enum class KernelFamily : int { kAuto = 0, kSimt = 1, kSm80 = 2, kSm90 = 3 };
+// kDecode (gemm/decode_launch.h) runs only when asked for.
+enum class KernelFamily : int { kAuto = 0, kSimt = 1, kSm80 = 2, kSm90 = 3, kDecode = 4 };
 
 struct KernelRequest {
   KernelFamily family = KernelFamily::kAuto;
