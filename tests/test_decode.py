@@ -17,6 +17,13 @@ from test_epilogue import ACTS, _epilogue_reference
 needs_cuda_build = pytest.mark.skipif(not _ffi.WITH_CUDA, reason="built without CUDA")
 
 
+def _decode_gemm(a, b, ta, tb, out_dtype, split_k=1):
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    config = GemmConfig(ta, tb, False, jnp.dtype(out_dtype), split_k=split_k, kernel="decode")
+    return jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
+
+
 def _skip_unless_hopper():
     if _ffi.cuda_compute_capability() != 90:
         pytest.skip("the decode kernel runs on compute capability 9.0")
@@ -40,14 +47,30 @@ def test_decode_plan_fills_the_gpu_without_a_second_wave(n, k, batch):
         assert blocks * 2 > 2 * sms or -(-k // 32) < 4 * cluster * 2
 
 
+def test_decode_is_a_kernel_family_name():
+    """GemmConfig takes "decode"; a misspelt family is a ValueError naming the choices."""
+    from jaxgemm.gemm import GemmConfig
+
+    assert GemmConfig(kernel="decode").kernel == "decode"
+    with pytest.raises(ValueError, match="decode"):
+        GemmConfig(kernel="decoder")
+
+
+def test_forced_decode_through_the_ffi_path_on_any_backend():
+    """The "decode" family id goes through the primitive, its lowering and the handler: off a
+    Hopper GPU only the CPU handler takes it (its reference ignores the family), which CI
+    runs; on Hopper the kernel itself."""
+    if jax.default_backend() == "gpu" and _ffi.cuda_compute_capability() != 90:
+        pytest.skip("the decode kernel runs on compute capability 9.0")
+    rng = np.random.default_rng(3)
+    for tb in (False, True):
+        a, b = _operands(rng, 5, 136, 200, jnp.bfloat16, False, tb)
+        out = _decode_gemm(a, b, False, tb, jnp.bfloat16)
+        assert out.shape == (5, 136) and out.dtype == jnp.bfloat16
+        assert rel_error(out, _reference(a, b, False, tb)) <= TOLERANCE[jnp.dtype(jnp.bfloat16)], tb
+
+
 # --- GPU-only ---------------------------------------------------------------------------
-
-
-def _decode_gemm(a, b, ta, tb, out_dtype, split_k=1):
-    from jaxgemm.gemm import GemmConfig, _gemm
-
-    config = GemmConfig(ta, tb, False, jnp.dtype(out_dtype), split_k=split_k, kernel="decode")
-    return jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
 
 
 @pytest.mark.gpu

@@ -15,7 +15,13 @@ __device__ __forceinline__ void CpAsync4(void* smem, const void* src, bool valid
                "r"(valid ? 4 : 0));
 }
 
-// cp.async of 16 bytes, bypassing L1; zeros when !valid.
+// cp.async of 16 bytes to shared address `smem`, bypassing L1: the first `bytes` (0..16) of
+// src, zeros for the rest (0: nothing is read).
+__device__ __forceinline__ void CpAsync16(uint32_t smem, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(src), "r"(bytes) : "memory");
+}
+
+// The same, all 16 bytes or zeros when !valid.
 __device__ __forceinline__ void CpAsync16(void* smem, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SharedAddress(smem)), "l"(src),
                "r"(valid ? 16 : 0));
@@ -45,19 +51,23 @@ __device__ __forceinline__ void CpAsyncWaitGroup() {
 
 namespace jaxgemm {
 
-// ldmatrix.x4: four 8x8 matrices of 16-bit elements; lane l gives the address of row l % 8
-// of matrix l / 8 and receives its fragment of each matrix in r[0..3].
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) {
+// ldmatrix.x4: four 8x8 matrices of 16-bit elements; lane l gives the (shared) address of
+// row l % 8 of matrix l / 8 and receives its fragment of each matrix in r[0..3].
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SharedAddress(smem)));
+               : "r"(smem));
 }
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem) { LdMatrixX4(r, SharedAddress(smem)); }
 
 // The same, each matrix transposed on the way.
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(SharedAddress(smem)));
+               : "r"(smem));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem) {
+  LdMatrixX4Trans(r, SharedAddress(smem));
 }
 
 // mma.sync m16n8k16, fp32 accumulators, f16 or bf16 operands (kBf16).

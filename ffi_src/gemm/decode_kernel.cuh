@@ -47,25 +47,8 @@ __device__ __forceinline__ int SwizzledOffset(int r, int c) { return r * kRowByt
 
 #if defined(JG_SM90_ENABLED)
 
-// cp.async of the first `bytes` (0..16) of 16 bytes, zeros for the rest.
-__device__ __forceinline__ void CopyAsync16(uint32_t smem, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(src), "r"(bytes) : "memory");
-}
-
 __device__ __forceinline__ int ClampBytes(int64_t elements_left) {
   return elements_left <= 0 ? 0 : (elements_left >= 8 ? 16 : static_cast<int>(2 * elements_left));
-}
-
-__device__ __forceinline__ void LdMatrixX4At(uint32_t (&r)[4], uint32_t smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem));
-}
-
-__device__ __forceinline__ void LdMatrixX4TransAt(uint32_t (&r)[4], uint32_t smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem));
 }
 
 // Reads a float2 at the same shared-memory offset in cluster block `rank`.
@@ -106,13 +89,13 @@ struct ChunkCopier {
         src = b + (k + row) * ldb + 8 * c;
         bytes = k + row < k_size ? ClampBytes(n_left - 8 * c) : 0;
       }
-      CopyAsync16(stage + SwizzledOffset(row, c), bytes ? src : a, bytes);  // (0 bytes: nothing read)
+      CpAsync16(stage + SwizzledOffset(row, c), bytes ? src : a, bytes);  // (0 bytes: nothing read)
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int p = lane + 32 * i, row = p / 4, c = p % 4;
       const int bytes = row < m ? ClampBytes(k_size - k - 8 * c) : 0;
-      CopyAsync16(stage + kBStageBytes + SwizzledOffset(row, c), bytes ? a + row * lda + k + 8 * c : a, bytes);
+      CpAsync16(stage + kBStageBytes + SwizzledOffset(row, c), bytes ? a + row * lda + k + 8 * c : a, bytes);
     }
   }
 };
@@ -125,18 +108,18 @@ __device__ __forceinline__ void MultiplyChunk(uint32_t stage, int lane, float (&
   for (int step = 0; step < 2; ++step) {
     // A: matrices (rows 0-7 | 8-15) x (k 16 step + 0-7 | 8-15), in a0..a3 order.
     uint32_t a[4];
-    LdMatrixX4At(a, stage + kBStageBytes + SwizzledOffset(r8 + 8 * (quad % 2), 2 * step + quad / 2));
+    LdMatrixX4(a, stage + kBStageBytes + SwizzledOffset(r8 + 8 * (quad % 2), 2 * step + quad / 2));
 #pragma unroll
     for (int pair = 0; pair < 2; ++pair) {
       uint32_t b[4];  // b0, b1 of n8 tile 2 pair, then of tile 2 pair + 1
       if constexpr (kTransB) {
         // Rows are columns: tile j's rows 8 j .. 8 j + 7, k chunks 2 step and 2 step + 1.
         const int j = 2 * pair + quad / 2;
-        LdMatrixX4At(b, stage + SwizzledOffset(8 * j + r8, 2 * step + quad % 2));
+        LdMatrixX4(b, stage + SwizzledOffset(8 * j + r8, 2 * step + quad % 2));
       } else {
         // Rows are k: rows 16 step + 8 (quad % 2) + r8, the column chunk of tile j, transposed.
         const int j = 2 * pair + quad / 2;
-        LdMatrixX4TransAt(b, stage + SwizzledOffset(16 * step + 8 * (quad % 2) + r8, j));
+        LdMatrixX4Trans(b, stage + SwizzledOffset(16 * step + 8 * (quad % 2) + r8, j));
       }
       MmaM16N8K16<kBf16>(acc[2 * pair], a, b[0], b[1]);
       MmaM16N8K16<kBf16>(acc[2 * pair + 1], a, b[2], b[3]);
@@ -168,6 +151,14 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeBlocksPerSm)
   const uint32_t ring = SharedAddress(smem) + warp * kWarpRingBytes;
   const bool vector_store =
       p.ldd % 2 == 0 && IsAligned(p.d, 2 * sizeof(TOut)) && IsAligned(p.epilogue.aux, 2 * sizeof(TOut));
+  // The block's threads, and with a cluster every block's (shared memory ordered across it).
+  auto sync_blocks = [cluster] {
+    if (cluster > 1) {
+      ClusterSync();
+    } else {
+      __syncthreads();
+    }
+  };
 
   const int64_t slabs = p.batch.count * p.split_k;
   for (int64_t z = blockIdx.y; z < slabs; z += gridDim.y) {
@@ -218,11 +209,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeBlocksPerSm)
       *reinterpret_cast<float2*>(&partial[warp_k][g][col]) = make_float2(acc[j][0], acc[j][1]);
       *reinterpret_cast<float2*>(&partial[warp_k][g + 8][col]) = make_float2(acc[j][2], acc[j][3]);
     }
-    if (cluster > 1) {
-      ClusterSync();
-    } else {
-      __syncthreads();
-    }
+    sync_blocks();
 
     // Block `rank` finishes its slice of the tile's column pairs: the sum over the cluster's
     // blocks and each block's K slices, in that order, then the epilogue.
@@ -257,12 +244,7 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeBlocksPerSm)
       }
       GemmEpilogue<TOut>::template Store<2>(p, off, row, n0 + col, v, vector_store);
     }
-    // No block may leave (or refill its ring) while another still reads its partial sums.
-    if (cluster > 1) {
-      ClusterSync();
-    } else {
-      __syncthreads();
-    }
+    sync_blocks();  // no block may leave (or refill its ring) while another reads its sums
   }
 #endif  // JG_SM90_ENABLED
 }

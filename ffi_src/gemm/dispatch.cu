@@ -390,15 +390,6 @@ int CurrentDeviceComputeCapability() {
 namespace {
 
 template <class TIn, class TOut>
-cudaError_t RunDecode(const GemmProblem& p, cudaStream_t stream, int sm_count) {
-  if constexpr (std::is_same_v<TIn, float>) {
-    return cudaErrorInvalidValue;  // (16-bit inputs only: DecodeSupports)
-  } else {
-    return LaunchDecodeGemm<TIn, TOut>(p, sm_count, stream);
-  }
-}
-
-template <class TIn, class TOut>
 cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, Sm90Tile tile, int sm_count,
                           Sm90Workspace workspace) {
   if constexpr (!std::is_same_v<TIn, float>) {  // (float: tf32, sm90 only)
@@ -471,11 +462,12 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   // The decode kernel runs only when asked for: so far it is slower than the sm90 kernel's
   // few-row schedules (NOTES.md, session 31).
   if (request.family == F::kDecode) {
-    if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunDecode<__half, __half>(p, stream, sm_count);
-    if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunDecode<__half, float>(p, stream, sm_count);
+    if (p.in_type == E::kF16 && p.out_type == E::kF16) return LaunchDecodeGemm<__half, __half>(p, sm_count, stream);
+    if (p.in_type == E::kF16 && p.out_type == E::kF32) return LaunchDecodeGemm<__half, float>(p, sm_count, stream);
     if (p.in_type == E::kBF16 && p.out_type == E::kBF16)
-      return RunDecode<__nv_bfloat16, __nv_bfloat16>(p, stream, sm_count);
-    if (p.in_type == E::kBF16 && p.out_type == E::kF32) return RunDecode<__nv_bfloat16, float>(p, stream, sm_count);
+      return LaunchDecodeGemm<__nv_bfloat16, __nv_bfloat16>(p, sm_count, stream);
+    if (p.in_type == E::kBF16 && p.out_type == E::kF32)
+      return LaunchDecodeGemm<__nv_bfloat16, float>(p, sm_count, stream);
     *unsupported = "the decode kernel writes the input dtype or float32";
     return cudaErrorInvalidValue;
   }
