@@ -37,6 +37,14 @@ def sm90_choice(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = 
     return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count, tf32, transpose_a, transpose_b))
 
 
+def sm90_grid_sms(m: int, n: int, k: int, batch: int, sm_count: int, split_k: int, tf32: bool = False,
+                  transpose_a: bool = False, transpose_b: bool = False) -> int:
+    """The SMs the Hopper heuristic's persistent grid is planned for at `split_k` (computed on
+    the host): sm_count, or items x share where a few-row product shares each 64 x 64 item
+    out stream-K instead of splitting K."""
+    return int(_jaxgemm.sm90_grid_sms(m, n, k, batch, sm_count, split_k, tf32, transpose_a, transpose_b))
+
+
 def decode_plan(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int, int]:
     """The decode kernel's launch plan for a 16-bit problem of at most 16 rows (computed on
     the host): (column blocks of 128, blocks per cluster sharing K). The launch halves the

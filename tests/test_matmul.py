@@ -672,12 +672,34 @@ def test_gpu_sm90_tma_stores_scale_by_alpha(tile):
 def test_sm90_heuristic_for_few_rows():
     """Products of at most 64 rows stream B: the widest tile (64 x 128 or 128 x 256) whose
     column tiles alone give work to 3/4 of the 132 SMs, unsplit; else 64 x 64 tiles, split
-    until they do. Larger products take the wave model's tiles: 128 x 64 in a single wave
-    of one row block, wider tiles once there are several waves."""
+    until they do (within one wave), or, where K is deep enough for stream-K's single shared wave (and below
+    8192), each tile shared by as many workers as the split would have had slabs, on a grid
+    of tiles x share blocks. Larger products take the wave model's tiles: 128 x 64 in a single wave of one
+    row block, wider tiles once there are several waves."""
     for m in (1, 16, 64):
         assert _ffi.sm90_choice(m, 8192, 8192, 1, 132) == (64, 64, 1)
-        assert _ffi.sm90_choice(m, 4096, 4096, 1, 132) == (64, 64, 2)
+        assert _ffi.sm90_grid_sms(m, 8192, 8192, 1, 132, 1) == 132
+        # 64 tiles shared by 2 workers (K >= 2 x 2048) rather than split, below K = 8192.
+        assert _ffi.sm90_choice(m, 4096, 4096, 1, 132) == (64, 64, 1)
+        assert _ffi.sm90_grid_sms(m, 4096, 4096, 1, 132, 1) == 128
+        # Deeper, the split (measured as fast); one slab (a fused epilogue) still gets the
+        # shared grid: 64 tiles by 2, 32 by 4 (K >= 4 x 2048).
+        assert _ffi.sm90_choice(m, 4096, 8192, 1, 132) == (64, 64, 2)
+        assert _ffi.sm90_grid_sms(m, 4096, 8192, 1, 132, 2) == 132
+        assert _ffi.sm90_grid_sms(m, 4096, 8192, 1, 132, 1) == 128
         assert _ffi.sm90_choice(m, 2048, 8192, 1, 132) == (64, 64, 4)
+        assert _ffi.sm90_grid_sms(m, 2048, 8192, 1, 132, 1) == 128
+        # Too shallow for shared ranges of 2048: split.
+        assert _ffi.sm90_choice(m, 4096, 2048, 1, 132) == (64, 64, 2)
+        assert _ffi.sm90_choice(m, 2048, 4096, 1, 132) == (64, 64, 4)
+        assert _ffi.sm90_grid_sms(m, 2048, 4096, 1, 132, 1) == 132
+        # Splits stay within one wave: 48 tiles split 2 (96 items), not 4 (192), and shared.
+        assert _ffi.sm90_choice(m, 3072, 4096, 1, 132) == (64, 64, 1)
+        assert _ffi.sm90_grid_sms(m, 3072, 4096, 1, 132, 1) == 96
+        assert _ffi.sm90_choice(m, 3072, 8192, 1, 132) == (64, 64, 2)
+        assert _ffi.sm90_choice(m, 1536, 4096, 1, 132) == (64, 64, 4)
+        # tf32 shares no single blocks' items (NOTES.md, session 23): split.
+        assert _ffi.sm90_choice(m, 4096, 4096, 1, 132, True) == (64, 64, 2)
         assert _ffi.sm90_choice(m, 14336, 4096, 1, 132) == (64, 128, 1)
         assert _ffi.sm90_choice(m, 32768, 4096, 1, 132) == (128, 256, 1)
         assert _ffi.sm90_choice(m, 4096, 4096, 2, 132) == (64, 64, 1)  # batches count as tiles
@@ -685,6 +707,17 @@ def test_sm90_heuristic_for_few_rows():
     assert _ffi.sm90_choice(128, 8192, 8192, 1, 132) == (128, 64, 1)
     assert _ffi.sm90_choice(256, 8192, 8192, 1, 132) == (128, 128, 1)
     assert _ffi.sm90_choice(8192, 8192, 8192, 1, 132)[:2] in ((128, 256), (256, 256))
+
+
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_few_rows_shared_wave_follows_the_stream_k_switch(monkeypatch):
+    """The shared few-row wave needs stream-K's workspace, which the lowering allocates for
+    the grid it was planned for; JAXGEMM_STREAM_K=0 (no workspace) brings the split back."""
+    ws = _ffi.gemm_workspace_bytes(16, 4096, 4096, 1, 132, 1, 0, 0, 0, False, False, False)
+    assert ws == 128 * (64 * 64 * 4 + 4)  # a 64 x 64 fp32 slot and a flag per block of 128
+    monkeypatch.setenv("JAXGEMM_STREAM_K", "0")
+    assert _ffi.sm90_choice(16, 4096, 4096, 1, 132) == (64, 64, 2)
+    assert _ffi.sm90_grid_sms(16, 4096, 4096, 1, 132, 1) == 132
 
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxgemm
 from jaxgemm import _ffi
 from reference import TF32_TOLERANCE, TOLERANCE, random, rel_error, to64
 from reference import matmul_operands as _operands
@@ -355,3 +356,43 @@ def test_gpu_stream_k_single_shared_wave(tile, dtype, monkeypatch):
             assert err <= tolerance, (m, n, k, count, ta, tb, batch, err)
             assert np.array_equal(np.asarray(fn(a, b)), np.asarray(out)), (m, n, k, count, ta, tb, batch)
             jax.clear_caches()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_gpu_few_rows_shared_wave(dtype):
+    """Products of at most 64 rows whose 64 x 64 tiles the heuristic splits K over (XLA
+    summing the fp32 partials) can instead share each tile out stream-K by 2 or 4 workers
+    on a grid of tiles x share blocks, the heads adding the partial tiles in the kernel: the
+    heuristic's pick below K = 8192, and any one-slab call's (a fused epilogue's). Every
+    layout, ragged N and K, a batch, 4 workers per tile, the fused epilogue with Aux; outputs
+    poisoned; the same bits twice."""
+    from jaxgemm.gemm import GemmConfig, _gemm
+
+    _skip_unless_hopper()
+    sms = _ffi.cuda_sm_count()
+    rng = np.random.default_rng(hash(("few rows shared", str(dtype))) % 2**32)
+    tolerance = TOLERANCE[jnp.dtype(dtype)]
+    assert _ffi.sm90_choice(16, 4096, 4096, 1, sms)[2] == 1
+    # (m, n, k, batch): 64 tiles by 2; 63 tiles (ragged N) by 2; ragged K; 32 tiles by 4;
+    # 2 x 32 tiles by 2; 64 rows and K past the heuristic's bound.
+    shapes = [(1, 4096, 4096, 1), (16, 4000, 4104, 1), (7, 4096, 5000, 1), (16, 2048, 8192, 1), (16, 2048, 4096, 2),
+              (64, 4096, 9000, 1)]
+    for (m, n, k, batch), (ta, tb) in zip(shapes, LAYOUTS + LAYOUTS):
+        assert _ffi.sm90_grid_sms(m, n, k, batch, sms, 1, False, ta, tb) < sms, (m, n, k, batch)
+        batch_dims = (batch,) if batch > 1 else ()
+        a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_dims, batch_dims)
+        config = GemmConfig(ta, tb, False, jnp.dtype(dtype), split_k=1)
+        fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+        out = fn(a, b)
+        err = rel_error(out, _reference(a, b, ta, tb))
+        assert err <= tolerance, (m, n, k, batch, ta, tb, err)
+        assert np.array_equal(np.asarray(fn(a, b)), np.asarray(out)), (m, n, k, batch, ta, tb)
+    # The fused epilogue on a shared wave: bias, gelu and the pre-activation.
+    a, b = _operands(rng, 16, 4096, 8192, dtype, False, False)
+    bias = random(rng, (4096,), dtype)
+    y, z = jax.jit(lambda a, b, bias: jaxgemm.matmul(a, b, bias=bias, activation="gelu",
+                                                     return_pre_activation=True))(a, b, bias)
+    z_ref = _reference(a, b) + to64(bias)
+    assert rel_error(z, z_ref) <= tolerance
+    assert rel_error(y, np.asarray(jax.nn.gelu(jnp.asarray(z_ref, jnp.float32)), np.float64)) <= tolerance

@@ -108,6 +108,14 @@ NB_MODULE(_jaxgemm, m) {
     const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
     return nb::make_tuple(t.m, t.n, p.split_k);
   });
+  // The SMs the heuristic's sm90 grid is planned for, at the problem's split (sm90_choice's):
+  // fewer than sm_count where few-row items are shared out stream-K instead of split.
+  m.def("sm90_grid_sms", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, int64_t split_k,
+                            bool tf32, bool trans_a, bool trans_b) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b);
+    p.split_k = split_k;
+    return jaxgemm::Sm90GridSms(p, sm_count);
+  });
   // The workspace a GEMM call may use (stream-K), for the lowering to allocate: the call's
   // shape, split, requested kernel family id and tile (0: the heuristic's), as stored.
   m.def("gemm_workspace_bytes", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, int64_t split_k,

@@ -188,31 +188,54 @@ bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narr
 // little, while each doubling of the split costs a pass over fp32 partials and a slower
 // epilogue. The rule: the widest tile whose column tiles alone give work to >= 3/4 of the
 // SMs, unsplit (64 x 128 or 128 x 256); otherwise 64 x 64 tiles, split until they do (chunks
-// of >= 512). The 64-row tiles (one consumer) keep more of B in flight than 128-row ones
+// of >= 512), but never past one wave: where the next doubling overshot (1.2-1.5 waves),
+// the smaller split ran 3-9% faster (16 x 3072 / 2560 x 4096 / 8192, 16 x 1536 x 4096;
+// session 32). The 64-row tiles (one consumer) keep more of B in flight than 128-row ones
 // (12 stages of 64 x 64, 8 of 64 x 128). Measured (H200, bf16, us, XLA in the same
 // process): M = 16, N = K = 8192: 64 x 64 unsplit 35.1, 64 x 128 34.8, 128 x 64 35.2 (XLA
 // 35.0); M = 16 / 64, N = K = 4096: 64 x 64 split 2 12.2 / 12.4, 128 x 64 split 2 14.0 /
 // 14.2 (XLA 7.7 / 13.3); M = 16 / 64, N = 14336, K = 4096: 128 x 128 unsplit 31.2 / 31.5
 // (128 x 64 unsplit 32.5 / 35.7; XLA 31.2 / 34.4; session 7).
+// Where the split's chunks are deep enough for stream-K's single shared wave
+// (PlanSm90StreamK), each 64 x 64 tile can instead be shared by as many workers as the split
+// has slabs, on a grid of tiles x share blocks: the heads add their partners' partial tiles
+// in the kernel, and XLA's sum over the fp32 partials (a second kernel) goes. Measured
+// (H200, bf16, us, XLA in the same process; session 32), split 2 -> shared by 2:
+// N = K = 4096, M = 1 / 16 / 32 / 64: 10.9 / 11.2 / 11.4 / 11.7 -> 10.3 / 10.4 / 10.5 / 10.5
+// (XLA 7.7 / 8.0 / 8.9 / 13.2); M = 16, N = 4096, K = 8192 / 11008 / 14336: 20.8 / 25.8 /
+// 32.4 -> 20.8 / 26.1 / 32.4; split 4 -> shared by 4, 16 x 2048 x 8192: 11.3 -> 11.5. So the
+// heuristic shares where K < 8192 and splits deeper. A caller that needs one slab (a fused
+// epilogue) gets the shared grid at any depth (Sm90GridSms): against whole tiles on 64
+// blocks it halves the time per item.
+constexpr int64_t kFewRowsSharedMaxK = 8192;
 struct FewRowsChoice {
   Sm90Tile tile;
   int64_t split_k;
+  int shared_sms;  // > 0: the grid that shares the split's work out unsplit (stream-K)
 };
 FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
   const double enough = 0.75 * sm_count;
   for (int tile_n : {256, 128}) {
     if (double((p.n + tile_n - 1) / tile_n) * double(p.batch.count) < enough) continue;
-    return {{tile_n == 256 ? 128 : 64, tile_n}, 1};
+    return {{tile_n == 256 ? 128 : 64, tile_n}, 1, 0};
   }
-  const double tiles = double((p.n + 63) / 64) * double(p.batch.count);
+  const int64_t tiles = (p.n + 63) / 64 * p.batch.count;
   int64_t split = 1;
-  while (split < 16 && tiles * split < enough) {
+  while (split < 16 && double(tiles) * double(split) < enough && tiles * split * 2 <= sm_count) {
     GemmProblem q = p;
     q.split_k = split * 2;
     if (q.KChunk() < 512) break;
     split *= 2;
   }
-  return {{64, 64}, split};
+  int shared_sms = 0;
+  if (split > 1 && Sm90StreamKEnabled() && tiles * split <= sm_count) {
+    GemmProblem whole = p;
+    whole.split_k = 1;
+    const int grid = static_cast<int>(tiles * split);
+    if (PlanSm90StreamK(whole, {64, 64, 1}, grid).items == tiles) shared_sms = grid;
+  }
+  if (shared_sms > 0 && p.k < kFewRowsSharedMaxK) split = 1;
+  return {{64, 64}, split, shared_sms};
 }
 
 // What a split's fp32 partials cost, per output element and slab, in the wave model's unit
@@ -339,6 +362,12 @@ Sm90Tile ChooseSm90Tile(const GemmProblem& p, int sm_count, bool with_narrow) {
   return CheapestSm90(p, sm_count, with_narrow, &cost).tile;
 }
 
+int Sm90GridSms(const GemmProblem& p, int sm_count) {
+  if (p.m > kFewRows || p.split_k != 1) return sm_count;
+  const int shared = FewRowsSm90(p, sm_count).shared_sms;
+  return shared > 0 ? shared : sm_count;
+}
+
 bool IsSm90Tile(int tile_m, int tile_n) {
   Sm90Shape shape;
   return Sm90ShapeOf(tile_m, tile_n, &shape);
@@ -395,7 +424,10 @@ cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, 
   if constexpr (!std::is_same_v<TIn, float>) {  // (float: tf32, sm90 only)
     if (!sm90) return LaunchSm80Gemm<TIn, TOut>(p, stream);
   }
-  if (tile.n == 0) tile = ChooseSm90Tile(p, sm_count);
+  if (tile.n == 0) {
+    tile = ChooseSm90Tile(p, sm_count);
+    sm_count = Sm90GridSms(p, sm_count);
+  }
   return LaunchSm90Gemm<TIn, TOut>(p, tile.m, tile.n, sm_count, stream, workspace);
 }
 
@@ -404,10 +436,11 @@ cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, 
 size_t GemmWorkspaceBytes(const GemmProblem& p, int sm_count, KernelRequest request) {
   if (request.family != KernelFamily::kAuto && request.family != KernelFamily::kSm90) return 0;
   const GemmProblem oriented = Sm90Transposed(p);  // the problem as RunGemm launches it
-  const Sm90Tile tile = request.family == KernelFamily::kSm90 && request.tile_n != 0
-                            ? Sm90Tile{request.tile_m, request.tile_n}
-                            : ChooseSm90Tile(oriented, sm_count);
-  return Sm90StreamKBytes(oriented, tile.m, tile.n, sm_count);
+  if (request.family == KernelFamily::kSm90 && request.tile_n != 0) {
+    return Sm90StreamKBytes(oriented, request.tile_m, request.tile_n, sm_count);
+  }
+  const Sm90Tile tile = ChooseSm90Tile(oriented, sm_count);
+  return Sm90StreamKBytes(oriented, tile.m, tile.n, Sm90GridSms(oriented, sm_count));
 }
 
 cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, std::string* unsupported,

@@ -43,6 +43,11 @@ struct Sm90Tile {
 // `with_narrow`: 128x64 may be picked (GEMMs; convolutions pick it by their own rule).
 Sm90Tile ChooseSm90Tile(const GemmProblem& p, int sm_count, bool with_narrow = true);
 
+// The SMs the persistent grid of the heuristic's sm90 schedule is planned for: `sm_count`,
+// or, for a few-row product at one slab, tiles x share, where each 64 x 64 tile is shared out
+// stream-K by the workers a split would have used (FewRowsSm90 in dispatch.cu).
+int Sm90GridSms(const GemmProblem& p, int sm_count);
+
 // Whether (tile_m, tile_n) names an sm90 schedule.
 bool IsSm90Tile(int tile_m, int tile_n);
 

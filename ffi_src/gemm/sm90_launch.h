@@ -119,6 +119,14 @@ inline bool Sm90PingpongTile(int tile_m, int tile_n) {
   return Sm90ShapeOf(tile_m, tile_n, &shape) && shape.Pingpong();
 }
 
+// Whether stream-K may run at all: JAXGEMM_STREAM_K=0 turns it off (measurements), as the
+// lowering reads it to allocate no workspace (jaxgemm/gemm.py); the heuristic then splits K
+// where it would have shared items out.
+inline bool Sm90StreamKEnabled() {
+  const char* v = std::getenv("JAXGEMM_STREAM_K");
+  return !(v && v[0] == '0' && v[1] == '\0');
+}
+
 // How full a last wave may be for stream-K to pay (Sm90StreamKItems): with s the slowdown
 // of a shared item against a whole one, sharing 1 + f items costs (1 + f) s against two
 // whole waves, so it pays below f = 2 / s - 1. Measured s (H200, 8192^3 and 5120^3): 1.35-1.47
