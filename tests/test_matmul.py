@@ -710,6 +710,18 @@ def test_sm90_heuristic_for_few_rows():
 
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_leaves_the_pingpong_over_many_waves():
+    """Session 32 (bf16, NN, H200): at K = 2048 the 2-block clusters beat the pingpong
+    128 x 128 by 2-6% beyond 6 waves of its tiles (8192 x 4096, 8192^2, 4096^2, 2048 x 8192),
+    while in 4 waves the pingpong stays ahead (4096 x 2048 x 2048, 2048 x 4096 x 1024)."""
+    for m, n in [(8192, 4096), (8192, 8192), (4096, 4096), (2048, 8192)]:
+        assert _ffi.sm90_choice(m, n, 2048, 1, 132) == (256, 256, 1), (m, n)
+    assert _ffi.sm90_choice(4096, 2048, 2048, 1, 132) == (128, 128, 1)
+    assert _ffi.sm90_choice(2048, 4096, 1024, 1, 132) == (128, 128, 1)
+    assert _ffi.sm90_choice(2048, 2048, 2048, 1, 132) == (128, 128, 1)
+
+
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
 def test_few_rows_shared_wave_follows_the_stream_k_switch(monkeypatch):
     """The shared few-row wave needs stream-K's workspace, which the lowering allocates for
     the grid it was planned for; JAXGEMM_STREAM_K=0 (no workspace) brings the split back."""

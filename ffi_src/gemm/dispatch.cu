@@ -150,6 +150,10 @@ double PingpongLayoutSpeed(const GemmProblem& p) {
   return p.trans_b ? 0.96 : 0.90;
 }
 
+// The pingpong 128 x 128's speed beyond this many waves (see Sm90Cost).
+constexpr double kPingpongManyWaves = 6;
+constexpr double kPingpongManyWaveSpeed = 0.84;
+
 // The exposed epilogue of a cooperative 128 x 256 item (both consumers finish together and
 // write their boxes before the next item's mainloop), as K units of its mainloop: ~0.7 us
 // per tile, with the start and the drain, by the fit above (16-bit inputs).
@@ -303,6 +307,14 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   if (!stream_k && single_waves == 2 && items <= workers && p.split_k == 1 && p.k >= 8192) {
     speed = std::min(1.10, 1.31 - 0.36 * items / workers);
   }
+  // Over many waves the pingpong 128 x 128 falls back to its session-24 rate against the
+  // 2-block clusters (whose halved L2 reads of B buy clock at the power cap), whatever K:
+  // beyond 6 waves (16-bit, NN, K = 512-4096, session 32) the clusters ran 2-6% faster in 9
+  // of 10 shapes (8192^2 x 1024 / 2048, 8192 x 4096 x 1024 / 2048, 6144 x 4096 x 1024,
+  // 6144^2 x 1024, 4096^2 x 2048, 2048 x 8192 x 2048, 3072 x 5120 x 4096; a tie at
+  // 4096^2 x 1024), while at 4 to 6 waves the pingpong stayed 2-6% ahead (2048 x 4096 /
+  // 4096 x 2048 / 1024 x 8192 / 8192 x 1024 x 1024, 3072 x 4096 x 1024, 4096 x 2048 x 2048).
+  if (single_waves == 2 && items / workers > kPingpongManyWaves) speed = std::min(speed, kPingpongManyWaveSpeed);
   if (shape.Pingpong()) speed *= PingpongLayoutSpeed(p);
   const int64_t streaming_rows = tf32 ? kTf32StreamingRows : kStreamingRows;
   if (waves <= 1 && IsNarrow(c.tile) && p.m > streaming_rows) speed *= kNarrowComputeBound;
