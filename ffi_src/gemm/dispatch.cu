@@ -155,9 +155,14 @@ constexpr double kPingpongManyWaves = 6;
 constexpr double kPingpongManyWaveSpeed = 0.84;
 
 // The exposed epilogue of a cooperative 128 x 256 item (both consumers finish together and
-// write their boxes before the next item's mainloop), as K units of its mainloop: ~0.7 us
-// per tile, with the start and the drain, by the fit above (16-bit inputs).
-constexpr double kCooperativeEpilogueK = 256;
+// write their boxes before the next item's mainloop), as K units of its mainloop, by the
+// fit above (16-bit inputs): 256 in a single wave, with the start and the last drain. Over
+// many waves only part of it recurs per wave: 128 per wave plus 128 once fits the session-32
+// sweep (35 NN shapes, K = 512-8192: with 256 per wave 8192 x 4096 x 1024, 8192^2 x 1024,
+// 6144^2 x 1024 and 6144 x 4096 x 1024 stayed on the pingpong, 2.5-4.5% slower than the
+// clusters; ~0.7 us per tile, as the timeline shows, is ~70 K units).
+constexpr double kCooperativeEpilogueK = 128;
+constexpr double kCooperativeTailK = 128;
 
 // The narrow tiles' single-wave speeds hold where streaming B bounds the product (at most
 // 128 rows). With more rows a single wave is bound by the tensor cores, which one consumer
@@ -265,7 +270,8 @@ constexpr double kSharedWaveRate = 1.11;
 constexpr double kSharedWavePartialK = 280;
 
 // A wave model: the busiest SM's (cluster's) work items times each item's tile area and K
-// (plus the cooperative tiles' exposed epilogue, kCooperativeEpilogueK, for 16-bit inputs),
+// (plus the cooperative tiles' exposed epilogue, kCooperativeEpilogueK per wave and
+// kCooperativeTailK once, for 16-bit inputs),
 // over the schedule's relative speed (2-block clusters, which cut L2 traffic, win by ~1-2%
 // once there are several waves; in a single wave they measured 4% slower), plus 5% per
 // doubling of the split and the traffic of its fp32 partials (kSplitPartialCost), which
@@ -322,11 +328,13 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   const double split_pass = 1.0 + 0.05 * std::log2(double(p.split_k));
   // (Not at K <= 256: a few k-tiles per item, where both schedules are bound by writing the
   // output and the cooperative tiles measured 0-10% faster: 8192^2 x 64 and x 256.)
-  const double epilogue_k = !tf32 && c.tile.n == 256 && k > 256 ? kCooperativeEpilogueK : 0.0;
+  const bool exposed_epilogue = !tf32 && c.tile.n == 256 && k > 256;
+  const double epilogue_k = exposed_epilogue ? kCooperativeEpilogueK : 0.0;
+  const double tail_k = exposed_epilogue ? kCooperativeTailK : 0.0;
   // A shared single wave's heads wait for their partners' partial tiles and add them.
   const double fixup_k = shared_wave ? kSharedWavePartialK * (std::ceil(workers / items) + 1) : 0.0;
   const double mainloop =
-      (waves * (k + epilogue_k) + fixup_k) * shape.block_m * shape.block_n / speed * split_pass;
+      (waves * (k + epilogue_k) + tail_k + fixup_k) * shape.block_m * shape.block_n / speed * split_pass;
   return mainloop + (p.split_k > 1 ? kSplitPartialCost * double(p.m) * double(p.n) * slabs : 0.0);
 }
 
