@@ -672,10 +672,10 @@ def test_gpu_sm90_tma_stores_scale_by_alpha(tile):
 def test_sm90_heuristic_for_few_rows():
     """Products of at most 64 rows stream B: the widest tile (64 x 128 or 128 x 256) whose
     column tiles alone give work to 3/4 of the 132 SMs, unsplit; else 64 x 64 tiles, split
-    until they do (within one wave), or, where K is deep enough for stream-K's single shared wave (and below
-    8192), each tile shared by as many workers as the split would have had slabs, on a grid
-    of tiles x share blocks. Larger products take the wave model's tiles: 128 x 64 in a single wave of one
-    row block, wider tiles once there are several waves."""
+    until they do (within one wave), or, where K is deep enough for stream-K's single shared
+    wave (and below 8192), each tile shared by as many workers as the split would have had
+    slabs, on a grid of tiles x share blocks. Larger products take the wave model's tiles:
+    128 x 64 in a single wave of one row block, wider tiles once there are several waves."""
     for m in (1, 16, 64):
         assert _ffi.sm90_choice(m, 8192, 8192, 1, 132) == (64, 64, 1)
         assert _ffi.sm90_grid_sms(m, 8192, 8192, 1, 132, 1) == 132

@@ -160,7 +160,9 @@ constexpr double kPingpongManyWaveSpeed = 0.84;
 // many waves only part of it recurs per wave: 128 per wave plus 128 once fits the session-32
 // sweep (35 NN shapes, K = 512-8192: with 256 per wave 8192 x 4096 x 1024, 8192^2 x 1024,
 // 6144^2 x 1024 and 6144 x 4096 x 1024 stayed on the pingpong, 2.5-4.5% slower than the
-// clusters; ~0.7 us per tile, as the timeline shows, is ~70 K units).
+// clusters; ~0.7 us per tile, as the timeline shows, is ~70 K units). The price: around 4
+// waves of pingpong tiles at K = 2048 the clusters now win the model by a hair and ran 1-2%
+// slower (4096 x 2048, 2048 x 4096, 512 x 16384 x 2048).
 constexpr double kCooperativeEpilogueK = 128;
 constexpr double kCooperativeTailK = 128;
 
