@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from typing import Any
 
 import jax
@@ -94,10 +93,9 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     tiles and flags when the sm90 schedule shares a last, partly filled wave out (0 on CPU,
     off Hopper, on the SIMT kernels, or when every wave is full). Less makes the kernel run
     without stream-K, never wrong."""
+    # (JAXGEMM_STREAM_K=0, read by the host query, turns stream-K off: whole tiles only.)
     tensor_cores = jnp.dtype(dtype) != jnp.float32 or runs_as_tf32(dtype, config, platform)
     if platform != "cuda" or not _ffi.WITH_CUDA or not tensor_cores or _ffi.cuda_compute_capability() != 90:
-        return 0
-    if os.environ.get("JAXGEMM_STREAM_K", "1") == "0":  # off (measurements): whole tiles only
         return 0
     m, k, n, _ = _gemm_dims(a_shape, b_shape, config)
     batch = math.prod(_broadcast_batch(a_shape[:-2], b_shape[:-2]))

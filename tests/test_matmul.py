@@ -731,6 +731,8 @@ def test_few_rows_shared_wave_follows_the_stream_k_switch(monkeypatch):
     ws = _ffi.gemm_workspace_bytes(16, 4096, 4096, 1, 132, 1, 0, 0, 0, False, False, False)
     assert ws == 128 * (64 * 64 * 4 + 4)  # a 64 x 64 fp32 slot and a flag per block of 128
     monkeypatch.setenv("JAXGEMM_STREAM_K", "0")
+    assert _ffi.gemm_workspace_bytes(16, 4096, 4096, 1, 132, 1, 0, 0, 0, False, False, False) == 0
+    assert _ffi.gemm_workspace_bytes(8192, 8192, 8192, 1, 132, 1, 0, 0, 0, False, False, False) == 0
     assert _ffi.sm90_choice(16, 4096, 4096, 1, 132) == (64, 64, 2)
     assert _ffi.sm90_grid_sms(16, 4096, 4096, 1, 132, 1) == 132
 

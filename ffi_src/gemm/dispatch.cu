@@ -239,7 +239,7 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
     split *= 2;
   }
   int shared_sms = 0;
-  if (split > 1 && Sm90StreamKEnabled() && tiles * split <= sm_count) {
+  if (split > 1 && Sm90StreamKEnabled()) {  // (the split stays within one wave: tiles x split <= SMs)
     GemmProblem whole = p;
     whole.split_k = 1;
     const int grid = static_cast<int>(tiles * split);
@@ -457,6 +457,7 @@ cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, 
 
 size_t GemmWorkspaceBytes(const GemmProblem& p, int sm_count, KernelRequest request) {
   if (request.family != KernelFamily::kAuto && request.family != KernelFamily::kSm90) return 0;
+  if (!Sm90StreamKEnabled()) return 0;
   const GemmProblem oriented = Sm90Transposed(p);  // the problem as RunGemm launches it
   if (request.family == KernelFamily::kSm90 && request.tile_n != 0) {
     return Sm90StreamKBytes(oriented, request.tile_m, request.tile_n, sm_count);

@@ -119,9 +119,9 @@ inline bool Sm90PingpongTile(int tile_m, int tile_n) {
   return Sm90ShapeOf(tile_m, tile_n, &shape) && shape.Pingpong();
 }
 
-// Whether stream-K may run at all: JAXGEMM_STREAM_K=0 turns it off (measurements), as the
-// lowering reads it to allocate no workspace (jaxgemm/gemm.py); the heuristic then splits K
-// where it would have shared items out.
+// Whether stream-K may run at all: JAXGEMM_STREAM_K=0 turns it off (measurements). The
+// workspace query then asks for none (GemmWorkspaceBytes), so the launch runs whole tiles,
+// and the few-row heuristic splits K where it would have shared items out.
 inline bool Sm90StreamKEnabled() {
   const char* v = std::getenv("JAXGEMM_STREAM_K");
   return !(v && v[0] == '0' && v[1] == '\0');
