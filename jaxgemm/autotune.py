@@ -55,7 +55,8 @@ def candidates(dtype, compute_capability: int, tf32: bool = False) -> list[dict]
         if tf32:
             tiles = sm90 + tiles
     else:
-        tiles = sm90 + [("sm80", None)]
+        # (192 x 128, three consumers, is built for 16-bit inputs only.)
+        tiles = sm90 + ([("sm90", (192, 128))] if sm90 else []) + [("sm80", None)]
     return [
         {"kernel": kernel, "tile": tile, "split_k": split}
         for kernel, tile in tiles

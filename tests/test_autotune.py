@@ -73,6 +73,9 @@ def test_candidates_cover_the_kernel_families():
     assert {c["kernel"] for c in autotune.candidates(jnp.float32, 90)} == {"simt"}
     assert {c["kernel"] for c in autotune.candidates(jnp.float32, 90, tf32=True)} == {"sm90", "simt"}
     assert {c["kernel"] for c in autotune.candidates(jnp.float32, 80, tf32=True)} == {"simt"}
+    # The three-consumer tile is built for 16-bit inputs only.
+    assert (192, 128) in {c["tile"] for c in autotune.candidates(jnp.bfloat16, 90)}
+    assert (192, 128) not in {c["tile"] for c in autotune.candidates(jnp.float32, 90, tf32=True)}
     assert autotune.problem_key("H", jnp.float32, False, False, 1, 2, 3, 4, tf32=True) != autotune.problem_key(
         "H", jnp.float32, False, False, 1, 2, 3, 4)
 

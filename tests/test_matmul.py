@@ -471,10 +471,12 @@ def _skip_unless_hopper(kernel):
 
 
 # (kernel family, tile): every tensor-core kernel the heuristic can pick (the 64-row sm90
-# tiles, one consumer warpgroup, for products of few rows).
+# tiles, one consumer warpgroup, for products of few rows; 192 x 128, three consumers, for
+# 129-192 rows and 16-bit inputs only).
 TENSOR_CORE_KERNELS = [("sm80", None)] + [
-    ("sm90", t) for t in ((128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128))
+    ("sm90", t) for t in ((128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128), (192, 128))
 ]
+SM90_16BIT_ONLY_TILES = {(192, 128)}
 
 
 @pytest.mark.gpu
@@ -504,6 +506,7 @@ def test_gpu_every_tensor_core_kernel(kernel, tile, dtype):
 
 
 SM90_TILES = [t for kernel, t in TENSOR_CORE_KERNELS if kernel == "sm90"]
+SM90_TF32_TILES = [t for t in SM90_TILES if t not in SM90_16BIT_ONLY_TILES]
 
 
 @pytest.mark.gpu
@@ -518,6 +521,8 @@ def test_gpu_few_rows_on_every_sm90_tile(tile, dtype):
     from jaxgemm.gemm import GemmConfig, _gemm
 
     _skip_unless_hopper("sm90")
+    if dtype == jnp.float32 and tile in SM90_16BIT_ONLY_TILES:
+        pytest.skip("a 16-bit-only tile")
     rng = np.random.default_rng(hash((tile, str(dtype))) % 2**32)
     tf32 = dtype == jnp.float32
     tolerance = TF32_TOLERANCE if tf32 else TOLERANCE[jnp.dtype(dtype)]
@@ -544,7 +549,7 @@ def test_gpu_few_rows_on_every_sm90_tile(tile, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", SM90_TILES)
+@pytest.mark.parametrize("tile", SM90_TF32_TILES)
 def test_gpu_tf32_on_every_sm90_tile(tile):
     """float32 with tf32 allowed, forced onto each sm90 tile: every layout (on the cooperative
     tiles A stored (k, m) comes from registers; the pingpong tiles get K-major operands), K
@@ -659,6 +664,8 @@ def test_gpu_sm90_tma_stores_scale_by_alpha(tile):
              (jnp.float32, jnp.float32, False), (jnp.float32, jnp.float32, True)]
     for (m, n, k), (dtype, out_dtype, ta) in itertools.product([(296, 520, 200), (4104, 1032, 264)], cases):
         tf32 = dtype == jnp.float32
+        if tf32 and tile in SM90_16BIT_ONLY_TILES:
+            continue
         a, b = _operands(rng, m, n, k, dtype, ta, False)
         config = GemmConfig(ta, False, tf32, jnp.dtype(out_dtype), kernel="sm90", tile=tile, alpha=-0.75)
         out = jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
@@ -763,9 +770,32 @@ def test_sm90_heuristic_prefers_two_consumers_in_a_single_wave():
     where it makes fewer waves (777 x 1240 above), and tf32 keeps the old figures."""
     assert _ffi.sm90_choice(96, 4096, 4096, 1, 132) == (128, 64, 2)
     assert _ffi.sm90_choice(256, 4096, 4096, 1, 132) == (128, 64, 1)
-    assert _ffi.sm90_choice(192, 4096, 14336, 1, 132) == (128, 128, 2)
     assert _ffi.sm90_choice(256, 4096, 14336, 1, 132) == (128, 128, 2)
     assert _ffi.sm90_choice(256, 4096, 14336, 1, 132, True) == (64, 128, 1)
+    # (192 rows now take the three-consumer 192 x 128 tile: below.)
+    assert _ffi.sm90_choice(192, 4096, 14336, 1, 132, True) == (64, 128, 1)
+
+
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_takes_the_192_row_tile():
+    """Session 33 (bf16, H200, x XLA, old pick -> 192 x 128): 129-192 rows in one row block of
+    three consumers instead of two 128-row blocks, the second at most half full (192 x 6144 x
+    14336 0.507 -> 0.823, 192 x 12288 x 14336 0.656 -> 0.988, 176 x 8192^2 0.531 -> 0.794,
+    136 x 4096 x 14336 0.532 -> 0.860), and 321-384 rows in two (384 x 4096 x 14336 0.878 ->
+    0.953). Not at 193-320 rows (a last row block that leaves a consumer idle runs ahead and
+    stops sharing B in L2: 256 and 320 rows lost), over two waves (384 x 16384 x 1024 lost 4%),
+    for tf32 (not built) or past 384 rows."""
+    assert _ffi.sm90_choice(192, 6144, 14336, 1, 132) == (192, 128, 1)
+    assert _ffi.sm90_choice(192, 12288, 14336, 1, 132) == (192, 128, 1)
+    assert _ffi.sm90_choice(176, 8192, 8192, 1, 132) == (192, 128, 2)
+    assert _ffi.sm90_choice(136, 4096, 14336, 1, 132) == (192, 128, 4)
+    assert _ffi.sm90_choice(384, 4096, 14336, 1, 132) == (192, 128, 2)
+    for m in (129, 192, 321, 384):
+        assert _ffi.sm90_choice(m, 8192, 8192, 1, 132)[:2] == (192, 128), m
+        assert _ffi.sm90_choice(m, 8192, 8192, 1, 132, True)[:2] != (192, 128), m
+    for m in (128, 193, 256, 320, 385, 1024, 8192):
+        assert _ffi.sm90_choice(m, 8192, 8192, 1, 132)[:2] != (192, 128), m
+    assert _ffi.sm90_choice(384, 16384, 1024, 1, 132) == (128, 128, 1)
 
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
@@ -821,12 +851,18 @@ def test_gpu_tensor_core_heuristic_choices():
 
 @pytest.mark.gpu
 def test_gpu_forced_kernel_that_cannot_run_is_an_error():
+    from jaxgemm import _ffi
     from jaxgemm.gemm import GemmConfig, _gemm
 
     a = jnp.ones((8, 12), jnp.bfloat16)  # rows of 24 bytes: no TMA, no 16-byte cp.async
     for kernel in ("sm80", "sm90"):
         with pytest.raises(Exception, match=f"the {kernel} kernel cannot take"):
             jax.block_until_ready(_gemm(a, a, GemmConfig(transpose_b=True, out_dtype=jnp.dtype(jnp.bfloat16), kernel=kernel)))
+    if _ffi.cuda_compute_capability() == 90:  # a tile built for 16-bit inputs only, asked for tf32
+        f = jnp.ones((256, 256), jnp.float32)
+        config = GemmConfig(transpose_b=True, tf32=True, out_dtype=jnp.dtype(jnp.float32), kernel="sm90", tile=(192, 128))
+        with pytest.raises(Exception, match="the 192x128 tile takes 16-bit inputs only"):
+            jax.block_until_ready(_gemm(f, f, config))
 
 
 def test_unknown_kernel_family_is_a_value_error():

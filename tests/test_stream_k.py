@@ -68,7 +68,7 @@ def test_stream_k_plan():
     assert _workspace(1024, 2176, 4096, 132, (64, 128)) == 132 * (64 * 128 * 4 + 4)
     # An unknown tile plans nothing (the launch then refuses it).
     assert _workspace(5120, 5120, 5120, 132, (192, 256)) == 0
-    assert _workspace(5120, 5120, 5120, 132, (192, 128)) == 0
+    assert _workspace(5120, 5120, 5120, 132, (192, 64)) == 0
     assert _workspace(5120, 5120, 5120, 132, (64, 256)) == 0
 
 
@@ -239,7 +239,7 @@ STREAM_K_SHAPES = [(500, 696, 1000), (1000, 536, 520), (300, 1096, 4104), (776, 
 LAYOUTS = [(False, False), (True, True), (False, True), (True, False)]
 
 
-SM90_TILES = [(128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128)]
+SM90_TILES = [(128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128), (192, 128)]
 
 
 @pytest.mark.gpu
@@ -285,7 +285,7 @@ def test_gpu_stream_k_on_every_sm90_tile(tile, dtype, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tile", [(128, 128), (128, 256), (256, 256)])
+@pytest.mark.parametrize("tile", [(128, 128), (128, 256), (256, 256), (192, 128)])
 def test_gpu_stream_k_with_epilogues(tile, monkeypatch):
     """The head's worker applies the epilogue to the summed tile: the fused TMA-store one
     (bias, gelu, Aux) and the general one (C, residual)."""
@@ -324,7 +324,7 @@ def _items(m, n, tile, batch=1):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "tile, dtype", [(t, jnp.bfloat16) for t in ((128, 256), (256, 256), (128, 128), (64, 128))]
+    "tile, dtype", [(t, jnp.bfloat16) for t in ((128, 256), (256, 256), (128, 128), (64, 128), (192, 128))]
     + [((128, 256), jnp.float32)]
 )
 def test_gpu_stream_k_single_shared_wave(tile, dtype, monkeypatch):

@@ -15,7 +15,7 @@ from jaxgemm.gemm import GemmConfig, _gemm
 key = jax.random.key(0)
 families = [("simt", (128, 128), "float32"), ("simt", (128, 64), "float32"), ("sm80", None, "bfloat16")]
 families += [("sm90", t, "bfloat16")
-             for t in ((128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128))]
+             for t in ((128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128), (192, 128))]
 # tf32: TT takes A from registers on the cooperative and one-consumer tiles; NN with m = 136,
 # unsplit, runs transposed (D^T = B^T A^T, each tile written transposed by the TMA stores).
 families += [("sm90", t, "tf32") for t in ((128, 256), (256, 256), (64, 128))]

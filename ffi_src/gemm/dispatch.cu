@@ -135,7 +135,8 @@ constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 1.00, 0.96, 1.00, 0.96
                                              {{128, 256}, 0.99, 0.99, 0.99, 0.99},
                                              {{128, 128}, 0.89, 0.94, 0.84, 0.94},
                                              {{128, 64}, 0.60, 0.99, 0.60, 0.99},
-                                             {{64, 128}, 0.50, 0.85, 0.50, 1.05}};
+                                             {{64, 128}, 0.50, 0.85, 0.50, 1.05},
+                                             {{192, 128}, 0.90, 0.95, 0.0, 0.0}};
 
 // The pingpong schedules read MN-major operands more slowly; the cooperative tiles' times
 // do not depend on the layout (within 1%). Against the layout of the fit above (K-major A,
@@ -180,14 +181,36 @@ constexpr int64_t kTf32StreamingRows = 256;  // tf32's bound from before session
 // One consumer warpgroup (64-row tiles) or 64-column tiles: made for products with few rows.
 constexpr bool IsNarrow(Sm90Tile t) { return t.m == 64 || t.n == 64; }
 
+// 192 x 128 (three consumers; GEMMs with 16-bit inputs only) is for 129-192 rows and twice
+// that: 128-row tiles cover 129-192 rows with two row blocks, the second at most half full,
+// so that the full ones bound the time, and every B tile is read by two blocks (NOTES.md,
+// session 33). Measured (H200, bf16, x XLA, the old pick -> 192 x 128 at the heuristic's
+// split): 192 x 6144 x 14336 0.509 -> 0.826, 192 x 14336 x 4096 0.556 -> 0.894,
+// 192 x 8192^2 0.747 -> 0.991, 160 x 8192^2 0.481 -> 0.796, 192 x 4096 x 14336 0.634 -> 0.846,
+// 384 x 8192^2 0.827 -> 0.960. It lost at 256 rows (two row blocks, one a third full: 0.42
+// against 0.87) and at 320 (0.62 against 0.66): a last row block of at most 128 rows skips
+// its third consumer's wgmmas, runs ahead of the full blocks and no longer shares their B
+// tiles in L2, so it is considered only where the last row block keeps all three consumers
+// busy (129-192 rows, 321-384). Its speeds are fitted to single waves, whole or shared
+// stream-K (0.95 / 0.90); over two waves it ran 4% behind the pingpong (384 x 16384 x 1024:
+// 0.917 against 0.956), hence a lower speed beyond one wave. Larger products are unmeasured
+// (session 12's 192 x 256 ran 7% behind 128 x 256 on them), hence the bound on rows.
+constexpr int64_t kTallTileMaxRows = 384;
+constexpr double kTallManyWaveSpeed = 0.85;
+constexpr bool IsTall(Sm90Tile t) { return t.m == 192; }
+bool TallTileFits(const GemmProblem& p) {
+  return p.m <= kTallTileMaxRows && (p.m - 1) % 192 >= 128;
+}
+
 // Products of at most this many rows (one m64 block) stream B: see FewRowsSm90.
 constexpr int64_t kFewRows = 64;
 
 // Whether the heuristic's wave model considers a schedule for a problem. Convolutions have
-// neither the narrow nor the 64-row tiles (they pick 128 x 64 by their own rule); with at
+// neither the narrow, the 64-row nor the 192-row tiles (they pick 128 x 64 by their own rule); with at
 // most 64 rows they keep 128 x 256. GEMMs with at most 64 rows take FewRowsSm90 instead.
 bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narrow) {
   if (IsNarrow(c.tile) && !with_narrow) return false;
+  if (IsTall(c.tile) && (!with_narrow || p.in_type == ElementType::kF32 || !TallTileFits(p))) return false;
   if (Sm90RegisterA(p) && Sm90PingpongTile(c.tile.m, c.tile.n)) return false;
   if (p.m <= kFewRows) return c.tile.m == 128 && c.tile.n == 256;
   return true;
@@ -324,6 +347,7 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   // 4096 x 2048 / 1024 x 8192 / 8192 x 1024 x 1024, 3072 x 4096 x 1024, 4096 x 2048 x 2048).
   if (single_waves == 2 && items / workers > kPingpongManyWaves) speed = std::min(speed, kPingpongManyWaveSpeed);
   if (shape.Pingpong()) speed *= PingpongLayoutSpeed(p);
+  if (IsTall(c.tile) && !stream_k && waves > 1) speed = kTallManyWaveSpeed;
   const int64_t streaming_rows = tf32 ? kTf32StreamingRows : kStreamingRows;
   if (waves <= 1 && IsNarrow(c.tile) && p.m > streaming_rows) speed *= kNarrowComputeBound;
   if (tf32 && shape.cluster_m > 1) speed -= 0.02;
@@ -530,6 +554,10 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
     const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};
     if (p.in_type == E::kF32 && p.out_type == E::kF32) {
+      if (sm90 && tile.m == 192) {
+        *unsupported = "the 192x128 tile takes 16-bit inputs only";
+        return cudaErrorInvalidValue;
+      }
       if (sm90 && tile.n != 0 && Sm90RegisterA(oriented) && Sm90PingpongTile(tile.m, tile.n)) {
         *unsupported = "tf32 with A stored (k, m), or A and B stored N-major, runs on the 128x256, 256x256, 64x128 "
                        "and 64x64 tiles only";

@@ -53,13 +53,20 @@ namespace jaxgemm {
 // 16-bit ones.
 // kConsumerWarpgroups = 1: 64-row tiles for products of at most 64 rows, which stream B:
 // an 8 KB A stage leaves room for more stages, i.e. more of B in flight per block.
+// kConsumerWarpgroups = 3 (cooperative, kBN = 128, no cluster): 192-row blocks, for
+// products of 129-192 rows (and twice that), which 128-row tiles cover with two row blocks,
+// one half empty: every B tile then feeds a single block (NOTES.md, session 33). 512 threads
+// enter with 128 registers each, and ptxas holds every instruction to that entry budget:
+// an m64n128 wgmma's 64 accumulators fit it, an m64n256's 128 did not (session 11).
 template <int kTileN, bool kPingpongTiles = false, int kClusterBlocksM = 1, int kElementBytes = 2,
           int kConsumerWarpgroups = 2>
 struct Sm90Policy {
   static constexpr int kRowBytes = 128;  // one k-tile row: one 128 B swizzle row
   static constexpr int kConsumers = kConsumerWarpgroups;
   static constexpr bool kPingpong = kPingpongTiles;
-  static_assert(kConsumers == 2 || (kConsumers == 1 && !kPingpong), "1 consumer: cooperative schedule");
+  static_assert(kConsumers == 2 || (kConsumers == 1 && !kPingpong) ||
+                    (kConsumers == 3 && !kPingpong && kClusterBlocksM == 1 && kTileN <= 128),
+                "1 consumer: cooperative schedule; 3 consumers: cooperative, one block, at most 128 columns");
   static constexpr int kBM = 64 * kConsumers, kBN = kTileN, kBK = kRowBytes / kElementBytes;
   static constexpr int kKSteps = kRowBytes / 32;  // wgmmas per k-tile, 32 bytes of K each
   static constexpr int kClusterM = kClusterBlocksM;
@@ -69,7 +76,7 @@ struct Sm90Policy {
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kTileABytes = kBM * kRowBytes, kTileBBytes = kBN * kRowBytes;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
-  // 4 for 128x256, 6 for 128x128, 8 for 128x64, 8 for 64x128, 12 for 64x64.
+  // 4 for 128x256, 6 for 128x128, 8 for 128x64, 8 for 64x128, 12 for 64x64, 4 for 192x128.
   static constexpr int kStages = (192 * 1024) / kStageBytes;
   // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop).
   static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
@@ -87,14 +94,14 @@ struct Sm90Policy {
   // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
   static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasStageBytes + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
-  // 2 x 232 + 40 registers x 128 threads fill the 64 K register file. ptxas compiles the
-  // consumers' code for the raised budget (the SASS uses up to R229), but each single
-  // instruction must fit the entry budget of 65536 / 384 = 168 (NOTES.md, session 10).
-  // One consumer needs no setmaxnreg: 256 threads enter with the most registers a thread
-  // can have.
+  // 2 x 232 + 40 (3 x 152 + 40) registers x 128 threads fill the 64 K register file. ptxas
+  // compiles the consumers' code for the raised budget (the SASS uses up to R229), but each
+  // single instruction must fit the entry budget of 65536 / kThreads = 168 (128 with three
+  // consumers; NOTES.md, session 10). One consumer needs no setmaxnreg: 256 threads enter
+  // with the most registers a thread can have.
   static constexpr bool kMovesRegisters = kConsumers > 1;
   static constexpr int kProducerRegisters = 40;
-  static constexpr int kConsumerRegisters = 232;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 152 : 232;
   static_assert(!kMovesRegisters || (kProducerRegisters + kConsumers * kConsumerRegisters) * 128 <= 65536,
                 "over the register file");
   // Bytes between 64-element blocks of an MN-major operand (one TMA box of 64 x 64; 16-bit
@@ -594,7 +601,7 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
   }
 }
 
-// Consumer warpgroup `wg` (0 or 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
+// Consumer warpgroup `wg` (0 .. kConsumers - 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
 // or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Schedule<P>& schedule, int wg,
@@ -915,7 +922,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     NamedBarrierSync(Handed::Free(wg, 0), Handed::kThreads);
     if (!(store.fused && store.with_aux)) NamedBarrierSync(Handed::Free(wg, 1), Handed::kThreads);
   }
-  if (tid == 0) timeline.Record(wg == 0 ? kTimelineConsumer0Exit : kTimelineConsumer1Exit);
+  if (tid == 0 && wg < 2) timeline.Record(wg == 0 ? kTimelineConsumer0Exit : kTimelineConsumer1Exit);
 }
 
 #endif  // JG_SM90_ENABLED
@@ -1143,6 +1150,8 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
     with_layout(Sm90Policy<128, false, 1, kBytes, 1>{});
   } else if (tile_m == 64 && tile_n == 64) {
     with_layout(Sm90Policy<64, false, 1, kBytes, 1>{});
+  } else if (tile_m == 192 && tile_n == 128 && !kTf32) {  // (16-bit only: not built for tf32)
+    with_layout(Sm90Policy<128, false, 1, kBytes, 3>{});
   } else {
     return cudaErrorInvalidValue;
   }

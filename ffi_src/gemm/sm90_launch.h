@@ -95,9 +95,9 @@ inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64
 }
 
 // The blocks behind a named sm90 schedule, whose name is the output area one block (or
-// cluster) covers: 64 x 64, 64 x 128, 128 x 64, 128 x 128 and 128 x 256 are single blocks;
-// 256 x 256 is a cluster of two 128 x 256 blocks, one above the other. A block has one
-// consumer warpgroup per 64 rows.
+// cluster) covers: 64 x 64, 64 x 128, 128 x 64, 128 x 128, 128 x 256 and 192 x 128 are
+// single blocks; 256 x 256 is a cluster of two 128 x 256 blocks, one above the other. A
+// block has one consumer warpgroup per 64 rows.
 struct Sm90Shape {
   int block_m = 0, block_n = 0, cluster_m = 0;
   int Consumers() const { return block_m / 64; }
@@ -108,6 +108,7 @@ inline bool Sm90ShapeOf(int tile_m, int tile_n, Sm90Shape* shape) {
   if (tile_m == 128 && (narrow || tile_n == 256)) *shape = {128, tile_n, 1};
   else if (tile_m == 64 && narrow) *shape = {64, tile_n, 1};
   else if (tile_m == 256 && tile_n == 256) *shape = {128, 256, 2};
+  else if (tile_m == 192 && tile_n == 128) *shape = {192, 128, 1};
   else return false;
   return true;
 }
@@ -189,7 +190,8 @@ inline size_t Sm90StreamKBytes(const GemmProblem& p, int tile_m, int tile_n, int
 //     other's mainloop);
 //   128 x 256: cooperative (both consumers on each tile, 64 rows each);
 //   256 x 256: cooperative 128 x 256 tiles in clusters of two blocks sharing B (multicast);
-//   64 x 64, 64 x 128: one consumer (few rows: more stages of B in flight).
+//   64 x 64, 64 x 128: one consumer (few rows: more stages of B in flight);
+//   192 x 128: cooperative with three consumers (129-192 rows: one block row; 16-bit only).
 // tf32 with A MN-major (Sm90RegisterA) runs on the cooperative and one-consumer schedules
 // only; a pingpong tile then returns cudaErrorInvalidValue.
 // With `workspace` of at least Sm90StreamKBytes, a last partly filled wave is shared out

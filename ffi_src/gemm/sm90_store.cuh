@@ -203,8 +203,9 @@ struct Sm90HandedStores {
   static constexpr int kBoxes = P::kMmaM * (P::kBN / kSm90BoxCols<TOut>);  // per consumer and tile
   static constexpr bool kUsed = !P::kPingpong && kBoxes % 2 == 0;
   static constexpr int kThreads = 128 + 32;
-  __device__ __forceinline__ static int Written(int wg, int box) { return 3 + 4 * wg + box; }
-  __device__ __forceinline__ static int Free(int wg, int box) { return 5 + 4 * wg + box; }
+  // Named barrier ids 4-15 (1-3 are the consumers' own, 1 + wg; 0 is __syncthreads).
+  __device__ __forceinline__ static int Written(int wg, int box) { return 4 + 4 * wg + box; }
+  __device__ __forceinline__ static int Free(int wg, int box) { return 6 + 4 * wg + box; }
 };
 
 // The consumer's side of Sm90HandedStores for box c: once the store warp has freed slot
