@@ -188,10 +188,11 @@ constexpr bool IsNarrow(Sm90Tile t) { return t.m == 64 || t.n == 64; }
 // split): 192 x 6144 x 14336 0.509 -> 0.826, 192 x 14336 x 4096 0.556 -> 0.894,
 // 192 x 8192^2 0.747 -> 0.991, 160 x 8192^2 0.481 -> 0.796, 192 x 4096 x 14336 0.634 -> 0.846,
 // 384 x 8192^2 0.827 -> 0.960. It lost at 256 rows (two row blocks, one a third full: 0.42
-// against 0.87) and at 320 (0.62 against 0.66): a last row block of at most 128 rows skips
-// its third consumer's wgmmas, runs ahead of the full blocks and no longer shares their B
-// tiles in L2, so it is considered only where the last row block keeps all three consumers
-// busy (129-192 rows, 321-384). Its speeds are fitted to single waves, whole or shared
+// against 0.87) and 288 (0.57 against 0.63, 128 x 256), and won at 320 only by 7% once the
+// last row block multiplied its empty m64 block too (0.62 -> 0.73 against 0.68; before, that
+// block ran ahead of the full ones and stopped sharing their B tiles in L2), so it is
+// considered where the last row block has rows for all three consumers (129-192 rows,
+// 321-384). Its speeds are fitted to single waves, whole or shared
 // stream-K (0.95 / 0.90); over two waves it ran 4% behind the pingpong (384 x 16384 x 1024:
 // 0.917 against 0.956), hence a lower speed beyond one wave. Larger products are unmeasured
 // (session 12's 192 x 256 ran 7% behind 128 x 256 on them), hence the bound on rows.

@@ -156,6 +156,8 @@ struct Sm90Schedule {
   int32_t total;         // work items (< 2^31: Items() is checked before launch)
   int32_t sk_first;      // the first stream-K item (total: none)
   int32_t item_k_tiles;  // k-tiles of a whole item (stream-K needs split_k == 1)
+  // Whether consumers multiply m64 blocks at or past row M too (see Sm90Consume).
+  bool multiply_empty;
   int64_t sk_k_tiles;    // k-tiles of the stream-K items together (< 2^31)
   int64_t k_chunk;       // split-K: K of each chunk (p.KChunk())
   FastDivmod per_slab;   // cluster tiles per slab: item -> (slab, cluster tile)
@@ -186,6 +188,7 @@ struct Sm90Schedule {
     s.total = static_cast<int32_t>(Items(p));
     s.sk_first = static_cast<int32_t>(s.total - stream_k_items);
     s.item_k_tiles = static_cast<int32_t>((p.k + P::kBK - 1) / P::kBK);
+    s.multiply_empty = false;
     s.sk_k_tiles = stream_k_items * s.item_k_tiles;
     s.k_chunk = p.KChunk();
     s.per_slab = FastDivmod(static_cast<int32_t>(groups_m * tiles_n));
@@ -801,7 +804,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     };
     // m64 blocks of the tile at or past row M are not multiplied (their A rows are not
     // loaded, nothing of them is stored): with few rows, half or more of the tensor work.
-    const int64_t rows_left = p.m - (w.m0 + first_row);
+    // (Unless the schedule multiplies them all: their stage rows hold zeros or stale values,
+    // whose products land in rows that are never stored.)
+    const int64_t rows_left = schedule.multiply_empty ? 64 * P::kMmaM : p.m - (w.m0 + first_row);
     if (rows_left > 64 * (P::kMmaM - 1)) {
       mainloop(std::integral_constant<int, P::kMmaM>{});
     } else if (P::kMmaM == 2 && rows_left > 0) {
@@ -1061,7 +1066,13 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     if (status != cudaSuccess) return status;
   }
   if (stream_k.items == 0) workers = std::min(workers, items);
-  const Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items);
+  Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items);
+  // With more than one row of work items, a last row block that skipped its empty m64 blocks
+  // would run ahead of the full blocks over the same B tiles and stop sharing them in L2
+  // (NOTES.md, session 33: 960 x 8192^2 on 128 x 128 tiles 611 -> 740 TFLOP/s, 448 x 8192 x
+  // 4096 531 -> 667, 320 x 8192^2 on 192 x 128 491 -> 572, multiplying them). Measured on
+  // GEMMs only, so the convolutions' loads keep skipping.
+  schedule.multiply_empty = std::is_same_v<Loads, Sm90MatrixLoads> && Sm90Schedule<P>::GroupsM(p) > 1;
   const int64_t blocks = workers * P::kClusterM;
   const Sm90Timeline timeline = BeginSm90Timeline(blocks, stream);
   if constexpr (P::kClusterM == 1) {
