@@ -192,10 +192,11 @@ constexpr bool IsNarrow(Sm90Tile t) { return t.m == 64 || t.n == 64; }
 // last row block multiplied its empty m64 block too (0.62 -> 0.73 against 0.68; before, that
 // block ran ahead of the full ones and stopped sharing their B tiles in L2), so it is
 // considered where the last row block has rows for all three consumers (129-192 rows,
-// 321-384). Its speeds are fitted to single waves, whole or shared
-// stream-K (0.95 / 0.90); over two waves it ran 4% behind the pingpong (384 x 16384 x 1024:
-// 0.917 against 0.956), hence a lower speed beyond one wave. Larger products are unmeasured
-// (session 12's 192 x 256 ran 7% behind 128 x 256 on them), hence the bound on rows.
+// 321-384). Its speeds are fitted to single waves, whole or shared stream-K (0.95 / 0.90;
+// no tf32 figures: not built for it); over two waves it ran 4% behind the pingpong
+// (384 x 16384 x 1024: 0.917 against 0.956), hence a lower speed beyond one wave. Larger
+// products are unmeasured (session 12's 192 x 256 ran 7% behind 128 x 256 on them), hence
+// the bound on rows.
 constexpr int64_t kTallTileMaxRows = 384;
 constexpr double kTallManyWaveSpeed = 0.85;
 constexpr bool IsTall(Sm90Tile t) { return t.m == 192; }
@@ -207,8 +208,9 @@ bool TallTileFits(const GemmProblem& p) {
 constexpr int64_t kFewRows = 64;
 
 // Whether the heuristic's wave model considers a schedule for a problem. Convolutions have
-// neither the narrow, the 64-row nor the 192-row tiles (they pick 128 x 64 by their own rule); with at
-// most 64 rows they keep 128 x 256. GEMMs with at most 64 rows take FewRowsSm90 instead.
+// neither the narrow, the 64-row nor the 192-row tiles (they pick 128 x 64 by their own
+// rule); with at most 64 rows they keep 128 x 256. GEMMs with at most 64 rows take
+// FewRowsSm90 instead.
 bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narrow) {
   if (IsNarrow(c.tile) && !with_narrow) return false;
   if (IsTall(c.tile) && (!with_narrow || p.in_type == ElementType::kF32 || !TallTileFits(p))) return false;

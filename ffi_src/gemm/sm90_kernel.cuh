@@ -604,8 +604,8 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
   }
 }
 
-// Consumer warpgroup `wg` (0 .. kConsumers - 1): rows [64 wg, 64 wg + 64) of each tile (cooperative),
-// or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
+// Consumer warpgroup `wg` (0 .. kConsumers - 1): rows [64 wg, 64 wg + 64) of each tile
+// (cooperative), or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Schedule<P>& schedule, int wg,
                                             unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
@@ -1070,9 +1070,11 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   // With more than one row of work items, a last row block that skipped its empty m64 blocks
   // would run ahead of the full blocks over the same B tiles and stop sharing them in L2
   // (NOTES.md, session 33: 960 x 8192^2 on 128 x 128 tiles 611 -> 740 TFLOP/s, 448 x 8192 x
-  // 4096 531 -> 667, 320 x 8192^2 on 192 x 128 491 -> 572, multiplying them). Measured on
-  // GEMMs only, so the convolutions' loads keep skipping.
-  schedule.multiply_empty = std::is_same_v<Loads, Sm90MatrixLoads> && Sm90Schedule<P>::GroupsM(p) > 1;
+  // 4096 531 -> 667, 320 x 8192^2 on 192 x 128 491 -> 572, multiplying them). A cluster's
+  // blocks free their stages together, so they stay in step anyway and keep skipping; and
+  // this was measured on GEMMs only, so the convolutions' loads keep skipping too.
+  schedule.multiply_empty =
+      std::is_same_v<Loads, Sm90MatrixLoads> && P::kClusterM == 1 && Sm90Schedule<P>::GroupsM(p) > 1;
   const int64_t blocks = workers * P::kClusterM;
   const Sm90Timeline timeline = BeginSm90Timeline(blocks, stream);
   if constexpr (P::kClusterM == 1) {
