@@ -197,12 +197,11 @@ constexpr bool IsNarrow(Sm90Tile t) { return t.m == 64 || t.n == 64; }
 // (384 x 16384 x 1024: 0.917 against 0.956), hence a lower speed beyond one wave. Larger
 // products are unmeasured (session 12's 192 x 256 ran 7% behind 128 x 256 on them), hence
 // the bound on rows.
-constexpr int64_t kTallTileMaxRows = 384;
+constexpr int64_t kTallRows = 192, kTallTileMaxRows = 384;
 constexpr double kTallManyWaveSpeed = 0.85;
-constexpr bool IsTall(Sm90Tile t) { return t.m == 192; }
-bool TallTileFits(const GemmProblem& p) {
-  return p.m <= kTallTileMaxRows && (p.m - 1) % 192 >= 128;
-}
+constexpr bool IsTall(Sm90Tile t) { return t.m == kTallRows; }
+// The last row block holds more than 128 rows: all three consumers have some.
+bool TallTileFits(const GemmProblem& p) { return p.m <= kTallTileMaxRows && (p.m - 1) % kTallRows >= 128; }
 
 // Products of at most this many rows (one m64 block) stream B: see FewRowsSm90.
 constexpr int64_t kFewRows = 64;
@@ -557,7 +556,7 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
     const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};
     if (p.in_type == E::kF32 && p.out_type == E::kF32) {
-      if (sm90 && tile.m == 192) {
+      if (sm90 && IsTall(tile)) {
         *unsupported = "the 192x128 tile takes 16-bit inputs only";
         return cudaErrorInvalidValue;
       }

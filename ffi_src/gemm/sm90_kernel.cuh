@@ -182,13 +182,20 @@ struct Sm90Schedule {
   }
 
   // For a problem with Items(p) < 2^31 and, with stream-K, stream_k_items * item_k_tiles < 2^31.
-  static Sm90Schedule For(const GemmProblem& p, int64_t stream_k_items) {
+  // `keep_in_step`: the loads allow multiplying a last row block's empty m64 blocks (below).
+  static Sm90Schedule For(const GemmProblem& p, int64_t stream_k_items, bool keep_in_step) {
     Sm90Schedule s;
     const int64_t groups_m = GroupsM(p), tiles_n = TilesN(p);
     s.total = static_cast<int32_t>(Items(p));
     s.sk_first = static_cast<int32_t>(s.total - stream_k_items);
     s.item_k_tiles = static_cast<int32_t>((p.k + P::kBK - 1) / P::kBK);
-    s.multiply_empty = false;
+    // With more than one row of work items, a last row block that skipped its empty m64
+    // blocks would run ahead of the full blocks over the same B tiles and stop sharing them
+    // in L2 (NOTES.md, session 33: 960 x 8192^2 on 128 x 128 tiles 611 -> 740 TFLOP/s,
+    // 448 x 8192 x 4096 531 -> 667, 320 x 8192^2 on 192 x 128 491 -> 572, multiplying them).
+    // A cluster's blocks free their stages together, so they stay in step anyway and keep
+    // skipping.
+    s.multiply_empty = keep_in_step && P::kClusterM == 1 && groups_m > 1;
     s.sk_k_tiles = stream_k_items * s.item_k_tiles;
     s.k_chunk = p.KChunk();
     s.per_slab = FastDivmod(static_cast<int32_t>(groups_m * tiles_n));
@@ -1066,15 +1073,9 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     if (status != cudaSuccess) return status;
   }
   if (stream_k.items == 0) workers = std::min(workers, items);
-  Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items);
-  // With more than one row of work items, a last row block that skipped its empty m64 blocks
-  // would run ahead of the full blocks over the same B tiles and stop sharing them in L2
-  // (NOTES.md, session 33: 960 x 8192^2 on 128 x 128 tiles 611 -> 740 TFLOP/s, 448 x 8192 x
-  // 4096 531 -> 667, 320 x 8192^2 on 192 x 128 491 -> 572, multiplying them). A cluster's
-  // blocks free their stages together, so they stay in step anyway and keep skipping; and
-  // this was measured on GEMMs only, so the convolutions' loads keep skipping too.
-  schedule.multiply_empty =
-      std::is_same_v<Loads, Sm90MatrixLoads> && P::kClusterM == 1 && Sm90Schedule<P>::GroupsM(p) > 1;
+  // (Keeping row blocks in step was measured on GEMMs only: the convolutions' loads skip.)
+  const Sm90Schedule<P> schedule =
+      Sm90Schedule<P>::For(p, stream_k.items, std::is_same_v<Loads, Sm90MatrixLoads>);
   const int64_t blocks = workers * P::kClusterM;
   const Sm90Timeline timeline = BeginSm90Timeline(blocks, stream);
   if constexpr (P::kClusterM == 1) {
