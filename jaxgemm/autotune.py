@@ -55,8 +55,9 @@ def candidates(dtype, compute_capability: int, tf32: bool = False) -> list[dict]
         if tf32:
             tiles = sm90 + tiles
     else:
-        # (192 x 128, three consumers, is built for 16-bit inputs only.)
-        tiles = sm90 + ([("sm90", (192, 128))] if sm90 else []) + [("sm80", None)]
+        # (192 x 128, three consumers, and 160 x 128, the swapped product, are built for
+        # 16-bit inputs only; the swapped one takes A stored (m, k) only, and fails otherwise.)
+        tiles = sm90 + ([("sm90", (192, 128)), ("sm90", (160, 128))] if sm90 else []) + [("sm80", None)]
     return [
         {"kernel": kernel, "tile": tile, "split_k": split}
         for kernel, tile in tiles

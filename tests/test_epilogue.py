@@ -241,7 +241,8 @@ def test_bad_dense_arguments():
     "kernel_tile,dtype",
     [(("simt", t), jnp.float32) for t in [(256, 128), (128, 128), (128, 64), (64, 64)]]
     + [(k, d) for k in [("simt", (128, 128)), ("sm80", None), ("sm90", (128, 128)), ("sm90", (128, 256)),
-                        ("sm90", (256, 256)), ("sm90", (64, 128)), ("sm90", (192, 128)), (None, None)]
+                        ("sm90", (256, 256)), ("sm90", (64, 128)), ("sm90", (192, 128)), ("sm90", (160, 128)),
+                        (None, None)]
        for d in (jnp.float16, jnp.bfloat16)],
 )
 def test_gpu_epilogue_on_every_kernel(kernel_tile, dtype):

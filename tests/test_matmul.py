@@ -472,11 +472,13 @@ def _skip_unless_hopper(kernel):
 
 # (kernel family, tile): every tensor-core kernel the heuristic can pick (the 64-row sm90
 # tiles, one consumer warpgroup, for products of few rows; 192 x 128, three consumers, for
-# 129-192 rows and 16-bit inputs only).
+# 129-192 rows, and 160 x 128, the product multiplied transposed, for 257-320 rows: 16-bit
+# inputs only, and the swapped one with A stored (m, k) only).
 TENSOR_CORE_KERNELS = [("sm80", None)] + [
-    ("sm90", t) for t in ((128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128), (192, 128))
+    ("sm90", t) for t in ((128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128), (192, 128), (160, 128))
 ]
-SM90_16BIT_ONLY_TILES = {(192, 128)}
+SM90_16BIT_ONLY_TILES = {(192, 128), (160, 128)}
+SM90_A_MK_ONLY_TILES = {(160, 128)}
 
 
 @pytest.mark.gpu
@@ -494,6 +496,8 @@ def test_gpu_every_tensor_core_kernel(kernel, tile, dtype):
     shapes = [(8, 8, 8), (136, 264, 72), (296, 520, 200), (392, 200, 1000), (1000, 520, 4104), (4104, 4104, 264)]
     batches = [((), ()), ((3,), (3,)), ((), (2,)), ((2,), ())]
     for i, ((m, n, k), (ta, tb)) in enumerate(itertools.product(shapes, LAYOUTS)):
+        if ta and tile in SM90_A_MK_ONLY_TILES:
+            continue
         batch_a, batch_b = batches[i % len(batches)]
         out_dtype = jnp.dtype(dtype) if i % 2 == 0 else jnp.dtype(jnp.float32)
         split_k = 3 if i % 3 == 2 else 1
@@ -528,6 +532,8 @@ def test_gpu_few_rows_on_every_sm90_tile(tile, dtype):
     tolerance = TF32_TOLERANCE if tf32 else TOLERANCE[jnp.dtype(dtype)]
     rows = [1, 16, 63, 65, 136]
     for i, (m, (ta, tb)) in enumerate(itertools.product(rows, LAYOUTS)):
+        if ta and tile in SM90_A_MK_ONLY_TILES:
+            continue
         n, k = (264, 1000) if i % 2 else (520, 4104)
         if ta and not tf32:
             m = -(-m // 8) * 8  # a forced kernel gets no padding: 16-byte rows of stored A
@@ -664,7 +670,7 @@ def test_gpu_sm90_tma_stores_scale_by_alpha(tile):
              (jnp.float32, jnp.float32, False), (jnp.float32, jnp.float32, True)]
     for (m, n, k), (dtype, out_dtype, ta) in itertools.product([(296, 520, 200), (4104, 1032, 264)], cases):
         tf32 = dtype == jnp.float32
-        if tf32 and tile in SM90_16BIT_ONLY_TILES:
+        if (tf32 and tile in SM90_16BIT_ONLY_TILES) or (ta and tile in SM90_A_MK_ONLY_TILES):
             continue
         a, b = _operands(rng, m, n, k, dtype, ta, False)
         config = GemmConfig(ta, False, tf32, jnp.dtype(out_dtype), kernel="sm90", tile=tile, alpha=-0.75)
@@ -799,6 +805,24 @@ def test_sm90_heuristic_takes_the_192_row_tile():
 
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_takes_the_swapped_tile():
+    """Session 34 (bf16, H200, x XLA, old pick -> 160 x 128, the product multiplied as D^T in
+    128 x 160 tiles): 257-320 rows in two column blocks of D^T instead of three 128-row
+    blocks (288 x 8192^2 0.476 -> 0.855, 320 x 8192^2 0.679 -> 0.903, 272 x 8192^2 0.472 ->
+    0.762, 300 x 14336 x 4096 0.634 -> 0.779). Not where it lost (288 x 4096^2), at other row
+    counts, for tf32 (not built) or with A stored (k, m) (not its layout)."""
+    for m, n, k in ((288, 8192, 8192), (320, 8192, 8192), (272, 8192, 8192), (257, 8192, 8192),
+                    (300, 14336, 4096), (320, 8192, 2048)):
+        assert _ffi.sm90_choice(m, n, k, 1, 132)[:2] == (160, 128), (m, n, k)
+        assert _ffi.sm90_choice(m, n, k, 1, 132, True)[:2] != (160, 128), (m, n, k)
+        assert _ffi.sm90_choice(m, n, k, 1, 132, False, True, False)[:2] != (160, 128), (m, n, k)
+        assert _ffi.sm90_choice(m, n, k, 1, 132, False, False, True)[:2] == (160, 128), (m, n, k)
+    assert _ffi.sm90_choice(288, 4096, 4096, 1, 132)[:2] != (160, 128)
+    for m in (128, 192, 256, 321, 384, 1024):
+        assert _ffi.sm90_choice(m, 8192, 8192, 1, 132)[:2] != (160, 128), m
+
+
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
 def test_sm90_heuristic_hides_epilogues_in_few_waves_of_short_k():
     """Session 28 (bf16, H200, against XLA): with K <= 4096 and a few waves, 128 x 128
     pingpong tiles (one consumer's epilogue under the other's mainloop) beat the cooperative
@@ -863,6 +887,14 @@ def test_gpu_forced_kernel_that_cannot_run_is_an_error():
         config = GemmConfig(transpose_b=True, tf32=True, out_dtype=jnp.dtype(jnp.float32), kernel="sm90", tile=(192, 128))
         with pytest.raises(Exception, match="the 192x128 tile takes 16-bit inputs only"):
             jax.block_until_ready(_gemm(f, f, config))
+        config = dataclasses.replace(config, tile=(160, 128))
+        with pytest.raises(Exception, match="the 160x128 tile takes 16-bit inputs only"):
+            jax.block_until_ready(_gemm(f, f, config))
+        # The swapped tile multiplies A^T as its K-major B: A stored (k, m) is refused.
+        h = jnp.ones((64, 64), jnp.bfloat16)
+        config = GemmConfig(transpose_a=True, out_dtype=jnp.dtype(jnp.bfloat16), kernel="sm90", tile=(160, 128))
+        with pytest.raises(Exception, match=r"the 160x128 tile takes A stored \(m, k\) only"):
+            jax.block_until_ready(_gemm(h, h, config))
 
 
 def test_unknown_kernel_family_is_a_value_error():

@@ -68,6 +68,9 @@ for n in (64, 128, 256):
     for dt in ("bf16", "f16", "tf32"):
         body.append(wrapper(n, dt))
     body.append(register_a_wrapper(n))
+# The swapped tiles' width (16-bit only): 160 rows of D as the kernel's columns.
+for dt in ("bf16", "f16"):
+    body.append(wrapper(160, dt))
 print(head)
 print("\n\n".join(body))
 print("\n}  // namespace jaxgemm")

@@ -136,7 +136,8 @@ constexpr Sm90Candidate kSm90Candidates[] = {{{256, 256}, 1.00, 0.96, 1.00, 0.96
                                              {{128, 128}, 0.89, 0.94, 0.84, 0.94},
                                              {{128, 64}, 0.60, 0.99, 0.60, 0.99},
                                              {{64, 128}, 0.50, 0.85, 0.50, 1.05},
-                                             {{192, 128}, 0.90, 0.95, 0.0, 0.0}};
+                                             {{192, 128}, 0.90, 0.95, 0.0, 0.0},
+                                             {{160, 128}, 0.88, 0.84, 0.0, 0.0}};
 
 // The pingpong schedules read MN-major operands more slowly; the cooperative tiles' times
 // do not depend on the layout (within 1%). Against the layout of the fit above (K-major A,
@@ -203,16 +204,36 @@ constexpr bool IsTall(Sm90Tile t) { return t.m == kTallRows; }
 // The last row block holds more than 128 rows: all three consumers have some.
 bool TallTileFits(const GemmProblem& p) { return p.m <= kTallTileMaxRows && (p.m - 1) % kTallRows >= 128; }
 
+// 160 x 128 (swapped: the kernel multiplies D^T in 128 x 160 tiles; 16-bit inputs, A stored
+// (m, k), GEMMs only) is for 257-320 rows, which 128-row tiles cover with three row blocks
+// (the last at most half full) and 192-row ones with two (the last at most two thirds):
+// its two column blocks of D^T hold 320 rows. Measured (H200, bf16, forced against the
+// heuristic's old pick, x XLA; session 34): 288 x 8192^2 0.476 -> 0.855, 320 x 8192^2
+// 0.679 -> 0.903, 272 x 8192^2 0.472 -> 0.762, 257 x 8192^2 0.398 -> 0.585,
+// 320 x 6144 x 4096 0.664 -> 0.860, 300 x 14336 x 4096 0.634 -> 0.779, 320 x 8192 x 2048
+// 0.594 -> 0.776, split 2 at 288 x 4096 x 14336 0.580 -> 0.833; lost at 288 x 4096^2 (0.797
+// against 0.748 split 2, 0.604 whole) and 160 x 8192^2 (0.750 against the 192-row tile's
+// 0.776). The speeds are fitted to these: whole single waves 0.84 (against 128 x 256),
+// shared out stream-K or over more than one wave 0.88, between what 320 x 6144 x 4096 (a
+// shared wave of 96 items) and 300 x 14336 x 4096 (two waves) need to take it (with 0.84 the
+// pingpong and 128 x 256 kept them) and what 288 x 4096 x 14336 needs to keep split 2 (its
+// shared wave of 64 items ran 0.679). Other row counts are unmeasured, hence the bounds.
+constexpr int64_t kSwappedMinRows = 257, kSwappedMaxRows = 320;
+bool SwappedTileFits(const GemmProblem& p) {
+  return p.m >= kSwappedMinRows && p.m <= kSwappedMaxRows && !p.trans_a && p.in_type != ElementType::kF32;
+}
+
 // Products of at most this many rows (one m64 block) stream B: see FewRowsSm90.
 constexpr int64_t kFewRows = 64;
 
 // Whether the heuristic's wave model considers a schedule for a problem. Convolutions have
-// neither the narrow, the 64-row nor the 192-row tiles (they pick 128 x 64 by their own
+// neither the narrow, the 64-row, the 192-row nor the swapped tiles (they pick 128 x 64 by their own
 // rule); with at most 64 rows they keep 128 x 256. GEMMs with at most 64 rows take
 // FewRowsSm90 instead.
 bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narrow) {
   if (IsNarrow(c.tile) && !with_narrow) return false;
   if (IsTall(c.tile) && (!with_narrow || p.in_type == ElementType::kF32 || !TallTileFits(p))) return false;
+  if (Sm90SwappedTile(c.tile.m, c.tile.n) && (!with_narrow || !SwappedTileFits(p))) return false;
   if (Sm90RegisterA(p) && Sm90PingpongTile(c.tile.m, c.tile.n)) return false;
   if (p.m <= kFewRows) return c.tile.m == 128 && c.tile.n == 256;
   return true;
@@ -556,8 +577,8 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
     const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};
     if (p.in_type == E::kF32 && p.out_type == E::kF32) {
-      if (sm90 && IsTall(tile)) {
-        *unsupported = "the 192x128 tile takes 16-bit inputs only";
+      if (sm90 && (IsTall(tile) || Sm90SwappedTile(tile.m, tile.n))) {
+        *unsupported = "the " + std::to_string(tile.m) + "x" + std::to_string(tile.n) + " tile takes 16-bit inputs only";
         return cudaErrorInvalidValue;
       }
       if (sm90 && tile.n != 0 && Sm90RegisterA(oriented) && Sm90PingpongTile(tile.m, tile.n)) {
@@ -566,6 +587,10 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
         return cudaErrorInvalidValue;
       }
       return RunTensorCore<float, float>(oriented, stream, sm90, tile, sm_count, workspace);  // (float: sm90 only)
+    }
+    if (sm90 && Sm90SwappedTile(tile.m, tile.n) && p.trans_a) {
+      *unsupported = "the 160x128 tile takes A stored (m, k) only";
+      return cudaErrorInvalidValue;
     }
     if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunTensorCore<__half, __half>(p, stream, sm90, tile, sm_count, workspace);
     if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunTensorCore<__half, float>(p, stream, sm90, tile, sm_count, workspace);

@@ -98,7 +98,8 @@ struct GemmEpilogue {
                                                    const bool (&live)[kRows], int64_t col, float (&v)[kRows][kWidth],
                                                    bool vector_ok) {
     const EpilogueParams& e = p.epilogue;
-    const int cols = p.n - col < kWidth ? static_cast<int>(p.n - col) : kWidth;
+    const int64_t n = p.transposed_d ? p.m : p.n;  // D's columns
+    const int cols = n - col < kWidth ? static_cast<int>(n - col) : kWidth;
     int valid[kRows];
     int64_t idx[kRows];
 #pragma unroll

@@ -58,12 +58,22 @@ namespace jaxgemm {
 // one half empty: every B tile then feeds a single block (NOTES.md, session 33). 512 threads
 // enter with 128 registers each, and ptxas holds every instruction to that entry budget:
 // an m64n128 wgmma's 64 accumulators fit it, an m64n256's 128 did not (session 11).
+// kSwapped (cooperative, two consumers, 16-bit, no cluster): the kernel multiplies the
+// product transposed, D^T = op(B)^T op(A)^T (Sm90Swapped), so that D's few rows are the
+// columns of its tiles, whose width (kBN = 160) needs no multiple of 64; the general
+// epilogue writes each tile of D^T transposed into D (every epilogue; no TMA stores).
+// For 257-320 rows: two column blocks of 160 instead of three 128-row blocks, one at most
+// half full (NOTES.md, session 34).
 template <int kTileN, bool kPingpongTiles = false, int kClusterBlocksM = 1, int kElementBytes = 2,
-          int kConsumerWarpgroups = 2>
+          int kConsumerWarpgroups = 2, bool kSwappedOperands = false>
 struct Sm90Policy {
   static constexpr int kRowBytes = 128;  // one k-tile row: one 128 B swizzle row
   static constexpr int kConsumers = kConsumerWarpgroups;
   static constexpr bool kPingpong = kPingpongTiles;
+  static constexpr bool kSwapped = kSwappedOperands;
+  static_assert(!kSwapped || (kConsumers == 2 && !kPingpong && kClusterBlocksM == 1 && kElementBytes == 2),
+                "swapped tiles: cooperative, two consumers, one block, 16-bit inputs");
+  static_assert(kSwapped || kTileN % 64 == 0, "tiles of D: whole 64-column output boxes");
   static_assert(kConsumers == 2 || (kConsumers == 1 && !kPingpong) ||
                     (kConsumers == 3 && !kPingpong && kClusterBlocksM == 1 && kTileN <= 128),
                 "1 consumer: cooperative schedule; 3 consumers: cooperative, one block, at most 128 columns");
@@ -391,7 +401,8 @@ struct Sm90MatrixLoads {
 
 template <class TIn, int kN, int kTransA, int kTransB>
 __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  static_assert(kN == 64 || kN == 128 || kN == 256, "no wgmma wrapper generated for this N");
+  static_assert(kN == 64 || kN == 128 || kN == 256 || (kN == 160 && sizeof(TIn) == 2),
+                "no wgmma wrapper generated for this N");
   if constexpr (std::is_same_v<TIn, float>) {
     static_assert(!kTransA && !kTransB, "tf32 wgmma takes K-major operands only");
     if constexpr (kN == 256) WgmmaM64N256K8Tf32(d, desc_a, desc_b, scale_d);
@@ -399,11 +410,13 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
     if constexpr (kN == 64) WgmmaM64N64K8Tf32(d, desc_a, desc_b, scale_d);
   } else if constexpr (std::is_same_v<TIn, __nv_bfloat16>) {
     if constexpr (kN == 256) WgmmaM64N256K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 160) WgmmaM64N160K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 64) WgmmaM64N64K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   } else {
     static_assert(std::is_same_v<TIn, __half>, "wgmma inputs: bf16, f16 or tf32");
     if constexpr (kN == 256) WgmmaM64N256K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 160) WgmmaM64N160K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 64) WgmmaM64N64K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   }
@@ -829,44 +842,46 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     }
     if (w.fixup == kSm90AddPartial) Sm90AddPartial<P>(stream_k, acc, first_row / 64, wg, w.partners);
 
-    if (store.enabled) {
-      if (store.fused) {  // 16-bit outputs only (MakeSm90Store)
-        if constexpr (sizeof(TOut) == 2) {
-          Sm90StoreTileFused<P, TOut, Handed::kUsed>(store, acc, w.m0 + first_row, w.n0, slab, wg,
-                                                      reinterpret_cast<unsigned char*>(scratch), bias_word, bias_stage,
-                                                      boxes_in_use);
-          boxes_in_use = Handed::kUsed;
-        }
-      } else if constexpr (Handed::kUsed) {
-        if constexpr (kRegisterA) {
-          if (store.transposed) {
-            Sm90WriteTransposedBoxes<P>(acc[0], p.epilogue.alpha, wg, reinterpret_cast<unsigned char*>(scratch),
-                                        boxes_in_use);
-            boxes_in_use = true;
-            note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
-            continue;
+    if constexpr (!P::kSwapped) {  // (swapped tiles: the general epilogue, transposed)
+      if (store.enabled) {
+        if (store.fused) {  // 16-bit outputs only (MakeSm90Store)
+          if constexpr (sizeof(TOut) == 2) {
+            Sm90StoreTileFused<P, TOut, Handed::kUsed>(store, acc, w.m0 + first_row, w.n0, slab, wg,
+                                                        reinterpret_cast<unsigned char*>(scratch), bias_word, bias_stage,
+                                                        boxes_in_use);
+            boxes_in_use = Handed::kUsed;
           }
-        }
-        const Sm90BoxWriter<TOut> writer = box_writer();
+        } else if constexpr (Handed::kUsed) {
+          if constexpr (kRegisterA) {
+            if (store.transposed) {
+              Sm90WriteTransposedBoxes<P>(acc[0], p.epilogue.alpha, wg, reinterpret_cast<unsigned char*>(scratch),
+                                          boxes_in_use);
+              boxes_in_use = true;
+              note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
+              continue;
+            }
+          }
+          const Sm90BoxWriter<TOut> writer = box_writer();
 #pragma unroll
-        for (int c = 0; c < Handed::kBoxes; ++c) {
-          if (c < Handed::kBoxes - kLateBoxes) {
-            uint32_t box_words[16];
-            Sm90PackBox<P, TOut>(acc, c, p.epilogue.alpha, box_words);
-            Sm90WriteBoxWords<P, TOut>(writer, box_words, c, wg, reinterpret_cast<unsigned char*>(scratch),
-                                       boxes_in_use || c >= 2);
-          } else if constexpr (kLateBoxes > 0) {
-            Sm90PackBox<P, TOut>(acc, c, p.epilogue.alpha, late_words[c - 2]);
+          for (int c = 0; c < Handed::kBoxes; ++c) {
+            if (c < Handed::kBoxes - kLateBoxes) {
+              uint32_t box_words[16];
+              Sm90PackBox<P, TOut>(acc, c, p.epilogue.alpha, box_words);
+              Sm90WriteBoxWords<P, TOut>(writer, box_words, c, wg, reinterpret_cast<unsigned char*>(scratch),
+                                         boxes_in_use || c >= 2);
+            } else if constexpr (kLateBoxes > 0) {
+              Sm90PackBox<P, TOut>(acc, c, p.epilogue.alpha, late_words[c - 2]);
+            }
           }
+          boxes_in_use = true;
+          pending = kLateBoxes > 0;
+        } else {
+          Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
+                                 reinterpret_cast<unsigned char*>(scratch), box_writer());
         }
-        boxes_in_use = true;
-        pending = kLateBoxes > 0;
-      } else {
-        Sm90StoreTile<P, TOut>(store, acc, w.m0 + first_row, w.n0, slab, p.epilogue.alpha, wg,
-                               reinterpret_cast<unsigned char*>(scratch), box_writer());
+        note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
+        continue;
       }
-      note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
-      continue;
     }
 
     // Epilogue through shared memory, kEpilogueCols columns of one 64-row block at a time:
@@ -880,6 +895,11 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     constexpr int kChunks = P::kBN / P::kEpilogueCols;
     constexpr int kPieces = 64 * P::kEpilogueCols / 4 / 128;  // 4-column pieces per thread
     constexpr int kPiecesPerRow = P::kEpilogueCols / 4;
+    constexpr int kSwappedPitch = 68;  // floats per scratch row of a swapped tile's chunk
+    static_assert(!P::kSwapped || (P::kEpilogueCols == 32 && kPieces == 4 &&
+                                   P::kEpilogueCols * kSwappedPitch * 4 <= P::kEpilogueRegionBytes),
+                  "a swapped chunk: 32 rows of D by 64 columns, four pieces per thread");
+    static_assert(!P::kSwapped || !Loads::kMapsRows, "swapped tiles: GEMMs only");
     // A runtime loop keeps one copy of the store code; the fragment writes pick the
     // chunk's registers with compile-time indices (one guarded block per chunk).
 #pragma unroll 1
@@ -896,8 +916,17 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int r = tile_row(warp * 16 + lane / 4 + 8 * h);
-              *reinterpret_cast<float2*>(&scratch[r * P::kEpiloguePitch + 8 * jj + 2 * (lane % 4)]) =
-                  make_float2(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+              if constexpr (P::kSwapped) {
+                // Transposed: a scratch row per chunk column (a row of D); a warp's 32
+                // values of one store land in 32 banks (2 (lane % 4) rows of 68 floats).
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  scratch[(8 * jj + 2 * (lane % 4) + e) * kSwappedPitch + r] = acc[mi][4 * j + 2 * h + e];
+                }
+              } else {
+                *reinterpret_cast<float2*>(&scratch[r * P::kEpiloguePitch + 8 * jj + 2 * (lane % 4)]) =
+                    make_float2(acc[mi][4 * j + 2 * h], acc[mi][4 * j + 2 * h + 1]);
+              }
             }
           }
         }
@@ -905,6 +934,26 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       NamedBarrierSync(1 + wg, 128);
       const int64_t block_row = w.m0 + first_row + 64 * (c / kChunks);
       const int64_t chunk_col = w.n0 + (c % kChunks) * P::kEpilogueCols;
+      if constexpr (P::kSwapped) {
+        // The chunk is D's rows chunk_col ... (32) by its columns block_row ... (64): 16
+        // four-column pieces per row, rows 8 apart per piece. (p is the swapped problem: D
+        // has p.n rows and p.m columns.)
+        const int64_t col = block_row + tid % 16 * 4;
+        if (col >= p.m) continue;
+        int64_t rows[kPieces];
+        bool live[kPieces];
+        float v[kPieces][4];
+#pragma unroll
+        for (int piece = 0; piece < kPieces; ++piece) {
+          const int r = piece * 8 + tid / 16;
+          rows[piece] = chunk_col + r;
+          live[piece] = rows[piece] < p.n;
+          const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * kSwappedPitch + tid % 16 * 4]);
+          v[piece][0] = v4.x, v[piece][1] = v4.y, v[piece][2] = v4.z, v[piece][3] = v4.w;
+        }
+        GemmEpilogue<TOut>::StoreRows(p, off, rows, live, col, v, vector_store);
+        continue;
+      }
       if (chunk_col + tid % kPiecesPerRow * 4 >= p.n) continue;
       // All of this thread's pieces at once (same columns, rows 128 / kPiecesPerRow apart).
       int64_t rows[kPieces];
@@ -1015,15 +1064,14 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads>;
   cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes);
   if (status != cudaSuccess) return status;
-  Sm90Store store = MakeSm90Store<TOut>(p);
+  Sm90Store store = P::kSwapped ? Sm90Store{} : MakeSm90Store<TOut>(p);  // (swapped: the general epilogue)
   if constexpr (Loads::kMapsRows) {
     if (loads.MapsRows()) store = Sm90Store{};  // D's rows are not a TMA box: the general epilogue
   }
-  // Only the handed TMA stores (the cooperative schedules) of register A write a transposed
-  // D (Sm90WriteTransposedBoxes).
-  if (p.transposed_d && !(store.enabled && !P::kPingpong && std::is_same_v<TIn, float> && kTransA)) {
-    return cudaErrorInvalidValue;
-  }
+  // A transposed D is written by the swapped tiles' general epilogue, or by the handed TMA
+  // stores (the cooperative schedules) of register A (Sm90WriteTransposedBoxes).
+  const bool transposed_boxes = store.enabled && !P::kPingpong && std::is_same_v<TIn, float> && kTransA;
+  if (p.transposed_d != P::kSwapped && !(p.transposed_d && transposed_boxes)) return cudaErrorInvalidValue;
   const int64_t items = Sm90Schedule<P>::Items(p);
   if (items >= (int64_t{1} << 31)) return cudaErrorInvalidValue;  // the schedule's indices are 32-bit
   // Workers of the persistent grid: blocks, or clusters. A cluster's blocks must share a
@@ -1062,7 +1110,7 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   // loads walk their filter taps from the first), and the grid the plan was made for (with
   // a single shared wave, more workers than items).
   Sm90StreamK stream_k{};
-  const Sm90StreamKPlan plan = PlanSm90StreamK(p, {P::kBM, P::kBN, P::kClusterM}, sm_count);
+  const Sm90StreamKPlan plan = PlanSm90StreamK(p, {P::kBM, P::kBN, P::kClusterM, P::kSwapped}, sm_count);
   const int64_t k_tiles = (p.k + P::kBK - 1) / P::kBK;
   if (std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && plan.workers == workers && workspace.data &&
       workspace.bytes >= plan.bytes && plan.items * k_tiles < (int64_t{1} << 31)) {
@@ -1099,8 +1147,12 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
 }
 
 template <class TIn, class TOut>
-cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_count, cudaStream_t stream,
+cudaError_t LaunchSm90Gemm(const GemmProblem& given, int tile_m, int tile_n, int sm_count, cudaStream_t stream,
                            Sm90Workspace workspace) {
+  // The swapped schedule multiplies D^T: A stored (m, k) becomes its K-major B.
+  const bool swapped = Sm90SwappedTile(tile_m, tile_n);
+  if (swapped && (sizeof(TIn) != 2 || given.trans_a || given.transposed_d)) return cudaErrorInvalidValue;
+  const GemmProblem p = swapped ? Sm90Swapped(given) : given;
   int64_t stride_a = 0, stride_b = 0;
   if (!SingleBatchStride(p.batch, kOperandA, &stride_a) || !SingleBatchStride(p.batch, kOperandB, &stride_b)) {
     return cudaErrorInvalidValue;
@@ -1137,7 +1189,9 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
   auto with_layout = [&](auto policy) {
     using T = std::true_type;
     using F = std::false_type;
-    if constexpr (kTf32) {
+    if constexpr (decltype(policy)::kSwapped) {  // (B is K-major: LaunchSm90Gemm's check)
+      p.trans_a ? launch(policy, T{}, T{}) : launch(policy, F{}, T{});
+    } else if constexpr (kTf32) {
       // An MN-major tf32 A comes from registers: one m64 block per consumer only.
       if (!p.trans_a) {
         launch(policy, F{}, T{});
@@ -1152,7 +1206,9 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_
       p.trans_b ? launch(policy, F{}, T{}) : launch(policy, F{}, F{});
     }
   };
-  if (tile_m == 256 && tile_n == 256) {
+  if (swapped) {
+    if constexpr (!kTf32) with_layout(Sm90Policy<160, false, 1, kBytes, 2, true>{});
+  } else if (tile_m == 256 && tile_n == 256) {
     with_layout(Sm90Policy<256, false, 2, kBytes>{});
   } else if (tile_m == 128 && tile_n == 256) {
     with_layout(Sm90Policy<256, false, 1, kBytes>{});

@@ -30,19 +30,26 @@ inline bool SingleBatchStride(const BatchLayout& batch, int operand, int64_t* st
 // writes each tile of D^T transposed into D (GemmProblem::transposed_d). Only for the plain
 // epilogue (alpha * product) into a float32 D with 16-byte rows, unsplit; other problems
 // come back unchanged (the lowering transposes B for those, NOTES.md session 22).
-inline GemmProblem Sm90Transposed(const GemmProblem& p) {
-  const bool takes = p.in_type == ElementType::kF32 && p.out_type == ElementType::kF32 && p.tf32 && !p.trans_a &&
-                     !p.trans_b && !p.transposed_d && p.split_k == 1 && p.epilogue.IsIdentity() &&
-                     p.ldd % 4 == 0 && reinterpret_cast<uintptr_t>(p.d) % 16 == 0;
-  if (!takes) return p;
+// D^T = op(B)^T op(A)^T as a problem of its own: A and B trade places, each stored as it
+// was (so each one's transposition flips), and D holds the product transposed. The
+// epilogue's operands keep D's layout (GemmProblem::transposed_d).
+inline GemmProblem Sm90Swapped(const GemmProblem& p) {
   GemmProblem q = p;
   std::swap(q.m, q.n);
   std::swap(q.a, q.b);
   std::swap(q.lda, q.ldb);
   for (int d = 0; d < kMaxBatchDims; ++d) std::swap(q.batch.stride[kOperandA][d], q.batch.stride[kOperandB][d]);
-  q.trans_a = q.trans_b = true;
+  q.trans_a = !p.trans_b;
+  q.trans_b = !p.trans_a;
   q.transposed_d = true;
   return q;
+}
+
+inline GemmProblem Sm90Transposed(const GemmProblem& p) {
+  const bool takes = p.in_type == ElementType::kF32 && p.out_type == ElementType::kF32 && p.tf32 && !p.trans_a &&
+                     !p.trans_b && !p.transposed_d && p.split_k == 1 && p.epilogue.IsIdentity() &&
+                     p.ldd % 4 == 0 && reinterpret_cast<uintptr_t>(p.d) % 16 == 0;
+  return takes ? Sm90Swapped(p) : p;
 }
 
 // Whether tf32 A comes from registers (MN-major A): the cooperative schedules only (one
@@ -95,13 +102,15 @@ inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64
 }
 
 // The blocks behind a named sm90 schedule, whose name is the output area one block (or
-// cluster) covers: 64 x 64, 64 x 128, 128 x 64, 128 x 128, 128 x 256 and 192 x 128 are
+// cluster) covers: 64 x 64, 64 x 128, 128 x 64, 128 x 128, 128 x 256, 192 x 128 and 160 x 128 are
 // single blocks; 256 x 256 is a cluster of two 128 x 256 blocks, one above the other. A
-// block has one consumer warpgroup per 64 rows.
+// block has one consumer warpgroup per 64 rows, except the swapped one (160 x 128 of D, or
+// 128 x 160 of D^T as the launch sees it), which has two, one per 64 columns of D.
 struct Sm90Shape {
   int block_m = 0, block_n = 0, cluster_m = 0;
-  int Consumers() const { return block_m / 64; }
-  bool Pingpong() const { return cluster_m == 1 && block_m == 128 && block_n < 256; }
+  bool swapped = false;
+  int Consumers() const { return swapped ? 2 : block_m / 64; }
+  bool Pingpong() const { return !swapped && cluster_m == 1 && block_m == 128 && block_n < 256; }
 };
 inline bool Sm90ShapeOf(int tile_m, int tile_n, Sm90Shape* shape) {
   const bool narrow = tile_n == 64 || tile_n == 128;
@@ -109,9 +118,15 @@ inline bool Sm90ShapeOf(int tile_m, int tile_n, Sm90Shape* shape) {
   else if (tile_m == 64 && narrow) *shape = {64, tile_n, 1};
   else if (tile_m == 256 && tile_n == 256) *shape = {128, 256, 2};
   else if (tile_m == 192 && tile_n == 128) *shape = {192, 128, 1};
+  else if (tile_m == 160 && tile_n == 128) *shape = {160, 128, 1, true};
   else return false;
   return true;
 }
+
+// The swapped schedule (Sm90Policy::kSwapped), named by the area of D a block covers:
+// 160 x 128, run as 128 x 160 tiles of D^T (Sm90Swapped). 16-bit inputs with A stored
+// (m, k) only (its transpose is then the kernel's K-major B).
+inline bool Sm90SwappedTile(int tile_m, int tile_n) { return tile_m == 160 && tile_n == 128; }
 
 // Whether a named schedule is a pingpong one (128 x 64, 128 x 128: two m64 blocks per
 // consumer), which has no tf32 register A (Sm90RegisterA).
@@ -191,7 +206,8 @@ inline size_t Sm90StreamKBytes(const GemmProblem& p, int tile_m, int tile_n, int
 //   128 x 256: cooperative (both consumers on each tile, 64 rows each);
 //   256 x 256: cooperative 128 x 256 tiles in clusters of two blocks sharing B (multicast);
 //   64 x 64, 64 x 128: one consumer (few rows: more stages of B in flight);
-//   192 x 128: cooperative with three consumers (129-192 rows: one block row; 16-bit only).
+//   192 x 128: cooperative with three consumers (129-192 rows: one block row; 16-bit only);
+//   160 x 128: swapped (the product transposed in 128 x 160 tiles; 16-bit, A stored (m, k)).
 // tf32 with A MN-major (Sm90RegisterA) runs on the cooperative and one-consumer schedules
 // only; a pingpong tile then returns cudaErrorInvalidValue.
 // With `workspace` of at least Sm90StreamKBytes, a last partly filled wave is shared out

@@ -201,7 +201,7 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, const floa
 template <class P, class TOut>
 struct Sm90HandedStores {
   static constexpr int kBoxes = P::kMmaM * (P::kBN / kSm90BoxCols<TOut>);  // per consumer and tile
-  static constexpr bool kUsed = !P::kPingpong && kBoxes % 2 == 0;
+  static constexpr bool kUsed = !P::kPingpong && !P::kSwapped && kBoxes % 2 == 0;
   static constexpr int kThreads = 128 + 32;
   // Named barrier ids 4-15 (1-3 are the consumers' own, 1 + wg; 0 is __syncthreads).
   __device__ __forceinline__ static int Written(int wg, int box) { return 4 + 4 * wg + box; }
