@@ -887,7 +887,7 @@ def test_gpu_forced_kernel_that_cannot_run_is_an_error():
         config = GemmConfig(transpose_b=True, tf32=True, out_dtype=jnp.dtype(jnp.float32), kernel="sm90", tile=(192, 128))
         with pytest.raises(Exception, match="the 192x128 tile takes 16-bit inputs only"):
             jax.block_until_ready(_gemm(f, f, config))
-        config = dataclasses.replace(config, tile=(160, 128))
+        config = GemmConfig(transpose_b=True, tf32=True, out_dtype=jnp.dtype(jnp.float32), kernel="sm90", tile=(160, 128))
         with pytest.raises(Exception, match="the 160x128 tile takes 16-bit inputs only"):
             jax.block_until_ready(_gemm(f, f, config))
         # The swapped tile multiplies A^T as its K-major B: A stored (k, m) is refused.
