@@ -809,8 +809,8 @@ def test_sm90_heuristic_takes_the_swapped_tile():
     """Session 34 (bf16, H200, x XLA, old pick -> 160 x 128, the product multiplied as D^T in
     128 x 160 tiles): 257-320 rows in two column blocks of D^T instead of three 128-row
     blocks (288 x 8192^2 0.476 -> 0.855, 320 x 8192^2 0.679 -> 0.903, 272 x 8192^2 0.472 ->
-    0.762, 300 x 14336 x 4096 0.634 -> 0.779). Not where it lost (288 x 4096^2), at other row
-    counts, for tf32 (not built) or with A stored (k, m) (not its layout)."""
+    0.762, 300 x 14336 x 4096 0.634 -> 0.779). Not where it lost (288 x 4096^2; K < 2048), at
+    other row counts, for tf32 (not built) or with A stored (k, m) (not its layout)."""
     for m, n, k in ((288, 8192, 8192), (320, 8192, 8192), (272, 8192, 8192), (257, 8192, 8192),
                     (300, 14336, 4096), (320, 8192, 2048)):
         assert _ffi.sm90_choice(m, n, k, 1, 132)[:2] == (160, 128), (m, n, k)
@@ -818,6 +818,9 @@ def test_sm90_heuristic_takes_the_swapped_tile():
         assert _ffi.sm90_choice(m, n, k, 1, 132, False, True, False)[:2] != (160, 128), (m, n, k)
         assert _ffi.sm90_choice(m, n, k, 1, 132, False, False, True)[:2] == (160, 128), (m, n, k)
     assert _ffi.sm90_choice(288, 4096, 4096, 1, 132)[:2] != (160, 128)
+    # Short K, where its general epilogue costs more than the rows it saves.
+    assert _ffi.sm90_choice(288, 16384, 1024, 1, 132)[:2] != (160, 128)
+    assert _ffi.sm90_choice(288, 8192, 256, 1, 132)[:2] != (160, 128)
     for m in (128, 192, 256, 321, 384, 1024):
         assert _ffi.sm90_choice(m, 8192, 8192, 1, 132)[:2] != (160, 128), m
 

@@ -218,9 +218,14 @@ bool TallTileFits(const GemmProblem& p) { return p.m <= kTallTileMaxRows && (p.m
 // shared wave of 96 items) and 300 x 14336 x 4096 (two waves) need to take it (with 0.84 the
 // pingpong and 128 x 256 kept them) and what 288 x 4096 x 14336 needs to keep split 2 (its
 // shared wave of 64 items ran 0.679). Other row counts are unmeasured, hence the bounds.
-constexpr int64_t kSwappedMinRows = 257, kSwappedMaxRows = 320;
+// Below K = 2048 its general epilogue (no TMA stores) costs more than the rows it saves:
+// 288 x 16384 x 1024 0.579 against the pingpong's 0.608, 288 x 8192 x 256 0.490 against 0.674;
+// at K = 2048 it still won (320 x 8192 x 2048 0.771 against 0.590, 288 x 2048 x 8192 split 4
+// 0.734 against 0.664 for 128 x 128 split 2).
+constexpr int64_t kSwappedMinRows = 257, kSwappedMaxRows = 320, kSwappedMinK = 2048;
 bool SwappedTileFits(const GemmProblem& p) {
-  return p.m >= kSwappedMinRows && p.m <= kSwappedMaxRows && !p.trans_a && p.in_type != ElementType::kF32;
+  return p.m >= kSwappedMinRows && p.m <= kSwappedMaxRows && p.k >= kSwappedMinK && !p.trans_a &&
+         p.in_type != ElementType::kF32;
 }
 
 // Products of at most this many rows (one m64 block) stream B: see FewRowsSm90.
