@@ -76,6 +76,9 @@ def test_candidates_cover_the_kernel_families():
     # The three-consumer tile is built for 16-bit inputs only.
     assert (192, 128) in {c["tile"] for c in autotune.candidates(jnp.bfloat16, 90)}
     assert (192, 128) not in {c["tile"] for c in autotune.candidates(jnp.float32, 90, tf32=True)}
+    # So is the swapped one (A stored (k, m) makes it fail, and tuning skips it then).
+    assert (160, 128) in {c["tile"] for c in autotune.candidates(jnp.bfloat16, 90)}
+    assert (160, 128) not in {c["tile"] for c in autotune.candidates(jnp.float32, 90, tf32=True)}
     assert autotune.problem_key("H", jnp.float32, False, False, 1, 2, 3, 4, tf32=True) != autotune.problem_key(
         "H", jnp.float32, False, False, 1, 2, 3, 4)
 

@@ -232,9 +232,9 @@ bool SwappedTileFits(const GemmProblem& p) {
 constexpr int64_t kFewRows = 64;
 
 // Whether the heuristic's wave model considers a schedule for a problem. Convolutions have
-// neither the narrow, the 64-row, the 192-row nor the swapped tiles (they pick 128 x 64 by their own
-// rule); with at most 64 rows they keep 128 x 256. GEMMs with at most 64 rows take
-// FewRowsSm90 instead.
+// neither the narrow, the 64-row, the 192-row nor the swapped tiles (they pick 128 x 64 by
+// their own rule); with at most 64 rows they keep 128 x 256. GEMMs with at most 64 rows
+// take FewRowsSm90 instead.
 bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narrow) {
   if (IsNarrow(c.tile) && !with_narrow) return false;
   if (IsTall(c.tile) && (!with_narrow || p.in_type == ElementType::kF32 || !TallTileFits(p))) return false;

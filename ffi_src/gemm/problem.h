@@ -67,8 +67,9 @@ struct GemmProblem {
   EpilogueParams epilogue;
   int64_t split_k = 1;
   // D holds the product transposed: element (i, j) of op(A) op(B) at D's row j, column i
-  // (ldd is D's pitch, >= m). Set by Sm90Transposed only, for the sm90 kernel's plain
-  // TMA-store epilogue; the decoded call always has it false.
+  // (ldd is D's pitch, >= m; C, bias, residual and Aux are laid out as D). Set by
+  // Sm90Swapped only (the sm90 kernel's tf32 plain TMA-store epilogue and its swapped
+  // tiles' general epilogue); the decoded call always has it false.
   bool transposed_d = false;
 
   // K elements per split chunk: a multiple of 64, so every chunk starts vector-aligned and

@@ -24,12 +24,6 @@ inline bool SingleBatchStride(const BatchLayout& batch, int operand, int64_t* st
   return true;
 }
 
-// tf32 with A stored (m, k) and B stored (k, n) as the sm90 kernel runs it: wgmma reads a
-// 32-bit B only K-major, so the kernel computes D^T = B^T A^T, where B^T is an A stored
-// (k, m) (from registers, Sm90RegisterA) and A^T a K-major B, and its TMA-store epilogue
-// writes each tile of D^T transposed into D (GemmProblem::transposed_d). Only for the plain
-// epilogue (alpha * product) into a float32 D with 16-byte rows, unsplit; other problems
-// come back unchanged (the lowering transposes B for those, NOTES.md session 22).
 // D^T = op(B)^T op(A)^T as a problem of its own: A and B trade places, each stored as it
 // was (so each one's transposition flips), and D holds the product transposed. The
 // epilogue's operands keep D's layout (GemmProblem::transposed_d).
@@ -45,6 +39,12 @@ inline GemmProblem Sm90Swapped(const GemmProblem& p) {
   return q;
 }
 
+// tf32 with A stored (m, k) and B stored (k, n) as the sm90 kernel runs it: wgmma reads a
+// 32-bit B only K-major, so the kernel computes D^T = B^T A^T, where B^T is an A stored
+// (k, m) (from registers, Sm90RegisterA) and A^T a K-major B, and its TMA-store epilogue
+// writes each tile of D^T transposed into D (GemmProblem::transposed_d). Only for the plain
+// epilogue (alpha * product) into a float32 D with 16-byte rows, unsplit; other problems
+// come back unchanged (the lowering transposes B for those, NOTES.md session 22).
 inline GemmProblem Sm90Transposed(const GemmProblem& p) {
   const bool takes = p.in_type == ElementType::kF32 && p.out_type == ElementType::kF32 && p.tf32 && !p.trans_a &&
                      !p.trans_b && !p.transposed_d && p.split_k == 1 && p.epilogue.IsIdentity() &&
@@ -102,10 +102,11 @@ inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64
 }
 
 // The blocks behind a named sm90 schedule, whose name is the output area one block (or
-// cluster) covers: 64 x 64, 64 x 128, 128 x 64, 128 x 128, 128 x 256, 192 x 128 and 160 x 128 are
-// single blocks; 256 x 256 is a cluster of two 128 x 256 blocks, one above the other. A
-// block has one consumer warpgroup per 64 rows, except the swapped one (160 x 128 of D, or
-// 128 x 160 of D^T as the launch sees it), which has two, one per 64 columns of D.
+// cluster) covers: 64 x 64, 64 x 128, 128 x 64, 128 x 128, 128 x 256, 192 x 128 and
+// 160 x 128 are single blocks; 256 x 256 is a cluster of two 128 x 256 blocks, one above
+// the other. A block has one consumer warpgroup per 64 rows, except the swapped one
+// (160 x 128 of D, or 128 x 160 of D^T as the launch sees it), which has two, one per 64
+// columns of D.
 struct Sm90Shape {
   int block_m = 0, block_n = 0, cluster_m = 0;
   bool swapped = false;
