@@ -934,43 +934,31 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       NamedBarrierSync(1 + wg, 128);
       const int64_t block_row = w.m0 + first_row + 64 * (c / kChunks);
       const int64_t chunk_col = w.n0 + (c % kChunks) * P::kEpilogueCols;
-      if constexpr (P::kSwapped) {
-        // The chunk is D's rows chunk_col ... (32) by its columns block_row ... (64): 16
-        // four-column pieces per row, rows 8 apart per piece. (p is the swapped problem: D
-        // has p.n rows and p.m columns.)
-        const int64_t col = block_row + tid % 16 * 4;
-        if (col >= p.m) continue;
-        int64_t rows[kPieces];
-        bool live[kPieces];
-        float v[kPieces][4];
-#pragma unroll
-        for (int piece = 0; piece < kPieces; ++piece) {
-          const int r = piece * 8 + tid / 16;
-          rows[piece] = chunk_col + r;
-          live[piece] = rows[piece] < p.n;
-          const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * kSwappedPitch + tid % 16 * 4]);
-          v[piece][0] = v4.x, v[piece][1] = v4.y, v[piece][2] = v4.z, v[piece][3] = v4.w;
-        }
-        GemmEpilogue<TOut>::StoreRows(p, off, rows, live, col, v, vector_store);
-        continue;
-      }
-      if (chunk_col + tid % kPiecesPerRow * 4 >= p.n) continue;
-      // All of this thread's pieces at once (same columns, rows 128 / kPiecesPerRow apart).
+      // The chunk by rows of D: the tile's rows block_row ... (64) by its columns chunk_col ...
+      // (32), or, swapped, D's rows chunk_col ... (32) by its columns block_row ... (64) (p is
+      // then the swapped problem: D has p.n rows and p.m columns), so that each thread's
+      // pieces lie along rows of D either way.
+      constexpr int kRowPieces = P::kSwapped ? 16 : kPiecesPerRow;  // 4-column pieces per row
+      constexpr int kPitch = P::kSwapped ? kSwappedPitch : P::kEpiloguePitch;
+      const int64_t row0 = P::kSwapped ? chunk_col : block_row, col0 = P::kSwapped ? block_row : chunk_col;
+      const int64_t rows_of_d = P::kSwapped ? p.n : p.m, cols_of_d = P::kSwapped ? p.m : p.n;
+      if (col0 + tid % kRowPieces * 4 >= cols_of_d) continue;
+      // All of this thread's pieces at once (same columns, rows 128 / kRowPieces apart).
       int64_t rows[kPieces];
       bool live[kPieces];
       float v[kPieces][4];
 #pragma unroll
       for (int piece = 0; piece < kPieces; ++piece) {
-        const int r = piece * (128 / kPiecesPerRow) + tid / kPiecesPerRow;
-        rows[piece] = block_row + r;
-        live[piece] = rows[piece] < p.m;
+        const int r = piece * (128 / kRowPieces) + tid / kRowPieces;
+        rows[piece] = row0 + r;
+        live[piece] = rows[piece] < rows_of_d;
         if constexpr (Loads::kMapsRows) {
           if (live[piece]) rows[piece] = loads.OutputRow(rows[piece]);
         }
-        const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * P::kEpiloguePitch + tid % kPiecesPerRow * 4]);
+        const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * kPitch + tid % kRowPieces * 4]);
         v[piece][0] = v4.x, v[piece][1] = v4.y, v[piece][2] = v4.z, v[piece][3] = v4.w;
       }
-      GemmEpilogue<TOut>::StoreRows(p, off, rows, live, chunk_col + tid % kPiecesPerRow * 4, v, vector_store);
+      GemmEpilogue<TOut>::StoreRows(p, off, rows, live, col0 + tid % kRowPieces * 4, v, vector_store);
     }
     note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
   }
