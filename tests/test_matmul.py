@@ -826,6 +826,26 @@ def test_sm90_heuristic_takes_the_swapped_tile():
 
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_writes_shallow_products_with_the_192_row_tile():
+    """Session 35 (bf16, H200, x XLA, old pick -> 192 x 128): with K <= 128 a product is bound
+    by writing its output, which 192 x 128 did fastest (8192^2 x 64 0.797 -> 0.974, 16384 x
+    4096 x 64 0.798 -> 0.965, 8192^2 x 128 0.794 -> 0.839; attention's q k^T, B stored (n, k):
+    32 x 2048^2 x 64 0.863 -> 0.939, 64 x 1024^2 x 64 0.814 -> 0.950). Not at K = 256 (it
+    lost), for tf32 (not built), for less than a wave of its items or rows it pads by over 1/8."""
+    for m, n, k, batch, trans_b in ((8192, 8192, 64, 1, False), (16384, 4096, 64, 1, False),
+                                    (8192, 8192, 32, 1, False), (8192, 8192, 128, 1, False),
+                                    (2048, 2048, 64, 32, True), (1024, 1024, 64, 64, True),
+                                    (512, 512, 64, 128, True), (4096, 4096, 128, 8, True)):
+        assert _ffi.sm90_choice(m, n, k, batch, 132, False, False, trans_b) == (192, 128, 1), (m, n, k, batch)
+        assert _ffi.sm90_choice(m, n, k, batch, 132, False, True, trans_b)[:2] == (192, 128), (m, n, k, batch)
+        assert _ffi.sm90_choice(m, n, k, batch, 132, True, False, trans_b)[:2] != (192, 128), (m, n, k, batch)
+    assert _ffi.sm90_choice(4096, 4096, 256, 1, 132)[:2] != (192, 128)
+    assert _ffi.sm90_choice(2048, 2048, 256, 8, 132)[:2] != (192, 128)
+    assert _ffi.sm90_choice(1024, 1024, 64, 1, 132)[:2] != (192, 128)  # 48 items
+    assert _ffi.sm90_choice(640, 8192, 64, 4, 132)[:2] != (192, 128)  # 4 x 192 rows for 640
+
+
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
 def test_sm90_heuristic_hides_epilogues_in_few_waves_of_short_k():
     """Session 28 (bf16, H200, against XLA): with K <= 4096 and a few waves, 128 x 128
     pingpong tiles (one consumer's epilogue under the other's mainloop) beat the cooperative
@@ -874,6 +894,26 @@ def test_gpu_tensor_core_heuristic_choices():
         a, b = _operands(rng, m, n, k, jnp.bfloat16, False, False)
         out = jaxgemm.matmul(a, b)
         assert rel_error(out, _reference(a, b)) <= TOLERANCE[jnp.dtype(jnp.bfloat16)], (m, n, k)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [40, 64, 72, 128])
+def test_gpu_shallow_batched_products_on_the_heuristic(k):
+    """Attention-like shallow products (q k^T: B stored (n, k), batched), which the heuristic
+    gives the 192 x 128 tile: ragged rows and K, bias, gelu and the pre-activation output."""
+    batch, m, n = 12, 520, 500
+    assert _ffi.sm90_choice(m, n, k, batch, 132, False, False, True)[:2] == (192, 128)
+    rng = np.random.default_rng(k)
+    a = jnp.asarray(rng.standard_normal((batch, m, k)), jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((batch, n, k)), jnp.bfloat16)
+    bias = jnp.asarray(rng.standard_normal(n), jnp.bfloat16)
+    y, z = jaxgemm.matmul(a, b, transpose_b=True, bias=bias, activation="gelu", return_pre_activation=True)
+    z64 = np.einsum("bmk,bnk->bmn", to64(a), to64(b)) + to64(bias)
+    tol = TOLERANCE[jnp.dtype(jnp.bfloat16)]
+    assert rel_error(z, z64) <= tol
+    assert rel_error(y, np.asarray(jax.nn.gelu(jnp.asarray(z64, jnp.float32)), np.float64)) <= tol
+    plain = jaxgemm.matmul(a, b, transpose_b=True)
+    assert rel_error(plain, z64 - to64(bias)) <= tol
 
 
 @pytest.mark.gpu

@@ -1,8 +1,9 @@
 """Which kernels XLA (cuBLAS) runs for a product, beside jaxgemm's heuristic choice: full
 kernel names and CUPTI times (nvjet names carry cuBLAS's tile, stages and cluster shape).
-    python3 -P tools/xla_kernels.py [dtype:M,N,K[:NT] ...]
+    python3 -P tools/xla_kernels.py [dtype:M,N,K[,B][:NT] ...]
 dtype: bf16, f16 or tf32 (float32 at XLA's default precision vs jaxgemm's tensorfloat32);
-the layout suffix transposes the stored operands (NT: B stored (n, k)). Default: the bench's
+the layout suffix transposes the stored operands (NT: B stored (n, k)); B is a batch dimension
+of both operands. Default: the bench's
 tensor-core shapes."""
 
 import statistics
@@ -28,14 +29,14 @@ def kernels(fn, args, iterations=30):
 def main(specs):
     for spec in specs:
         dtype, dims, *layout = spec.split(":")
-        m, n, k = map(int, dims.split(","))
+        m, n, k, *batch = map(int, dims.split(","))
         ta, tb = (layout[0][0] == "T", layout[0][1] == "T") if layout else (False, False)
         stored = jnp.float32 if dtype == "tf32" else {"bf16": jnp.bfloat16, "f16": jnp.float16}[dtype]
         ka, kb = jax.random.split(jax.random.key(0))
-        a = jax.random.normal(ka, (k, m) if ta else (m, k), stored)
-        b = jax.random.normal(kb, (n, k) if tb else (k, n), stored)
-        op_a = (lambda x: x.T) if ta else (lambda x: x)
-        op_b = (lambda x: x.T) if tb else (lambda x: x)
+        a = jax.random.normal(ka, (*batch, *((k, m) if ta else (m, k))), stored)
+        b = jax.random.normal(kb, (*batch, *((n, k) if tb else (k, n))), stored)
+        op_a = (lambda x: x.mT) if ta else (lambda x: x)
+        op_b = (lambda x: x.mT) if tb else (lambda x: x)
         ours_precision = "tensorfloat32" if dtype == "tf32" else None
         rows = {
             "XLA": kernels(lambda a, b: op_a(a) @ op_b(b), (a, b)),
@@ -45,7 +46,7 @@ def main(specs):
         print(f"{spec}:")
         for who, ks in rows.items():
             total = sum(ms for _, ms in ks)
-            print(f"  {who:<8} {total * 1e3:9.1f} us  {2 * m * n * k / total / 1e9:6.0f} TFLOP/s")
+            print(f"  {who:<8} {total * 1e3:9.1f} us  {2 * m * n * k * (batch[0] if batch else 1) / total / 1e9:6.0f} TFLOP/s")
             for name, ms in ks:
                 print(f"           {ms * 1e3:9.1f} us  {name[:110]}")
 
