@@ -422,13 +422,16 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
 
 // The cheapest considered sm90 schedule for p (at its split_k), and its cost.
 const Sm90Candidate& CheapestSm90(const GemmProblem& p, int sm_count, bool with_narrow, double* cost) {
-  const Sm90Candidate* best = nullptr;
-  for (const Sm90Candidate& c : kSm90Candidates) {
-    if (with_narrow && IsTall(c.tile) && ShallowTallFits(p, sm_count)) {
+  // Shallow products take the 192-row tile (ShallowTallFits): their time is writing the
+  // output, which the wave model does not count.
+  if (with_narrow && ShallowTallFits(p, sm_count)) {
+    for (const Sm90Candidate& c : kSm90Candidates) {
+      if (!IsTall(c.tile)) continue;
       *cost = Sm90Cost(p, sm_count, c);
       return c;
     }
   }
+  const Sm90Candidate* best = nullptr;
   for (const Sm90Candidate& c : kSm90Candidates) {
     if (!Sm90Considered(c, p, with_narrow)) continue;
     const double c_cost = Sm90Cost(p, sm_count, c);
