@@ -228,7 +228,7 @@ constexpr int64_t kShallowMaxK = 128;
 bool ShallowTallFits(const GemmProblem& p, int sm_count) {
   if (p.k > kShallowMaxK || p.in_type == ElementType::kF32 || p.m <= 128) return false;
   const int64_t row_blocks = (p.m + kTallRows - 1) / kTallRows;
-  const double items = double(row_blocks) * double((p.n + 127) / 128) * double(p.batch.count);
+  const double items = double(row_blocks) * double((p.n + 127) / 128) * double(p.batch.count);  // 128 columns each
   return 8 * row_blocks * kTallRows <= 9 * p.m && items >= sm_count;
 }
 
@@ -262,8 +262,10 @@ constexpr int64_t kFewRows = 64;
 // Whether the heuristic's wave model considers a schedule for a problem. Convolutions have
 // neither the narrow, the 64-row, the 192-row nor the swapped tiles (they pick 128 x 64 by
 // their own rule); with at most 64 rows they keep 128 x 256. GEMMs with at most 64 rows
-// take FewRowsSm90 instead.
-bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, bool with_narrow) {
+// take FewRowsSm90 instead. Shallow GEMMs that ShallowTallFits consider the 192-row tile
+// only: their time is writing the output, which the wave model does not count.
+bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, int sm_count, bool with_narrow) {
+  if (with_narrow && ShallowTallFits(p, sm_count)) return IsTall(c.tile);
   if (IsNarrow(c.tile) && !with_narrow) return false;
   if (IsTall(c.tile) && (!with_narrow || p.in_type == ElementType::kF32 || !TallTileFits(p))) return false;
   if (Sm90SwappedTile(c.tile.m, c.tile.n) && (!with_narrow || !SwappedTileFits(p))) return false;
@@ -422,18 +424,9 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
 
 // The cheapest considered sm90 schedule for p (at its split_k), and its cost.
 const Sm90Candidate& CheapestSm90(const GemmProblem& p, int sm_count, bool with_narrow, double* cost) {
-  // Shallow products take the 192-row tile (ShallowTallFits): their time is writing the
-  // output, which the wave model does not count.
-  if (with_narrow && ShallowTallFits(p, sm_count)) {
-    for (const Sm90Candidate& c : kSm90Candidates) {
-      if (!IsTall(c.tile)) continue;
-      *cost = Sm90Cost(p, sm_count, c);
-      return c;
-    }
-  }
   const Sm90Candidate* best = nullptr;
   for (const Sm90Candidate& c : kSm90Candidates) {
-    if (!Sm90Considered(c, p, with_narrow)) continue;
+    if (!Sm90Considered(c, p, sm_count, with_narrow)) continue;
     const double c_cost = Sm90Cost(p, sm_count, c);
     if (!best || c_cost < *cost) {
       *cost = c_cost;
