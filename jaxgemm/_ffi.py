@@ -20,21 +20,22 @@ def simt_config(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int,
 
 
 # The tensor-core heuristics below take `tf32` (float32 inputs as tf32; otherwise 16-bit
-# inputs) and how the operands are stored (`transpose_a`: A stored (k, m); `transpose_b`: B
-# stored (n, k)), which they weigh.
+# inputs), how the operands are stored (`transpose_a`: A stored (k, m); `transpose_b`: B
+# stored (n, k)) and whether 16-bit inputs write a float32 product (`out_f32`; otherwise one
+# of their own type), which they weigh.
 
 
 def tensor_core_split_k(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = False,
-                        transpose_a: bool = False, transpose_b: bool = False) -> int:
+                        transpose_a: bool = False, transpose_b: bool = False, out_f32: bool = False) -> int:
     """split_k the CUDA heuristic picks for a tensor-core problem (16-bit, or tf32 on Hopper)."""
-    return int(_jaxgemm.tensor_core_split_k(m, n, k, batch, sm_count, tf32, transpose_a, transpose_b))
+    return int(_jaxgemm.tensor_core_split_k(m, n, k, batch, sm_count, tf32, transpose_a, transpose_b, out_f32))
 
 
 def sm90_choice(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = False,
-                transpose_a: bool = False, transpose_b: bool = False) -> tuple[int, int, int]:
+                transpose_a: bool = False, transpose_b: bool = False, out_f32: bool = False) -> tuple[int, int, int]:
     """(tile_m, tile_n, split_k) the Hopper heuristic picks for a tensor-core problem
     (computed on the host: no device needed)."""
-    return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count, tf32, transpose_a, transpose_b))
+    return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count, tf32, transpose_a, transpose_b, out_f32))
 
 
 def sm90_grid_sms(m: int, n: int, k: int, batch: int, sm_count: int, split_k: int, tf32: bool = False,
@@ -54,12 +55,12 @@ def decode_plan(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int,
 
 def gemm_workspace_bytes(m: int, n: int, k: int, batch: int, sm_count: int, split_k: int, kernel: int,
                          tile_m: int, tile_n: int, tf32: bool = False, transpose_a: bool = False,
-                         transpose_b: bool = False) -> int:
+                         transpose_b: bool = False, out_f32: bool = False) -> int:
     """Scratch bytes a jaxgemm_gemm call can use (stream-K on Hopper; computed on the host):
     the problem's shape and split, a kernel family id and tile (0: the heuristic's), for the
     operands as stored (a plain tf32 NN product runs as D^T, over n x m tiles)."""
     return int(_jaxgemm.gemm_workspace_bytes(m, n, k, batch, sm_count, split_k, kernel, tile_m, tile_n, tf32,
-                                             transpose_a, transpose_b))
+                                             transpose_a, transpose_b, out_f32))
 
 
 def sm90_stream_k_walk(sk_items: int, item_k_tiles: int, workers: int) -> list[tuple[int, int, int, int, int, int]]:

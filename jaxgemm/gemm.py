@@ -103,7 +103,7 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     # (A tf32 NN product runs as D^T over n x m tiles: the host query orients it as the kernel does.)
     return int(_ffi.gemm_workspace_bytes(m, n, k, batch, _ffi.cuda_sm_count(), split_k,
                                          KERNEL_FAMILIES[config.kernel], *tile, runs_as_tf32(dtype, config, platform),
-                                         config.transpose_a, config.transpose_b))
+                                         config.transpose_a, config.transpose_b, _float_output(dtype, config)))
 
 
 def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig, out_shape, split_k: int = 1,
@@ -247,6 +247,11 @@ def _aligned_rows_for_simt(a, b, config: GemmConfig):
     return _pad_axis(a, -1, m_pad), _pad_axis(b, -1, n_pad), m_pad, n_pad
 
 
+def _float_output(in_dtype, config: GemmConfig) -> bool:
+    """Whether 16-bit inputs write a float32 product (the heuristics weigh its bytes)."""
+    return jnp.dtype(in_dtype) != jnp.float32 and jnp.dtype(config.out_dtype) == jnp.float32
+
+
 def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
     if config.split_k is not None:
         return max(1, int(config.split_k))
@@ -259,7 +264,8 @@ def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
     batch = math.prod(_broadcast_batch(a_aval.shape[:-2], b_aval.shape[:-2]))
     tf32 = runs_as_tf32(a_aval.dtype, config, platform)
     if (a_aval.dtype != jnp.float32 or tf32) and config.kernel != "simt":
-        return _ffi.tensor_core_split_k(m, n, k, batch, sm_count, tf32, config.transpose_a, config.transpose_b)
+        return _ffi.tensor_core_split_k(m, n, k, batch, sm_count, tf32, config.transpose_a, config.transpose_b,
+                                        _float_output(a_aval.dtype, config))
     return int(_ffi.simt_config(m, n, k, batch, sm_count)[2])
 
 

@@ -846,6 +846,44 @@ def test_sm90_heuristic_writes_shallow_products_with_the_192_row_tile():
 
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_weighs_float32_outputs_of_16_bit_inputs():
+    """Session 36 (bf16 inputs, float32 outputs, H200, x XLA, the old pick -> the new):
+    a float32 product's epilogue writes twice the bytes, which the cooperative tiles expose
+    and the pingpong hides: 8192^2 x 64 0.900 -> 0.915, 4096^2 x 256 0.795 -> 0.847,
+    8192^2 x 1024 0.852 -> 0.869, 1024 x 16384 x 1024 0.835 -> 0.885. 16-bit outputs keep
+    their picks; so do deep products (4096^3) and splits (their partials are float32 anyway)."""
+    out_f32 = lambda m, n, k, batch=1, ta=False: _ffi.sm90_choice(m, n, k, batch, 132, False, ta, False, True)
+    for m, n, k in ((8192, 8192, 64), (4096, 4096, 64), (4096, 4096, 256), (8192, 8192, 1024), (1024, 16384, 1024)):
+        assert out_f32(m, n, k) == (128, 128, 1), (m, n, k)
+        assert _ffi.sm90_choice(m, n, k, 1, 132) != (128, 128, 1), (m, n, k)
+    assert out_f32(1030, 1000, 64, 16) == (128, 128, 1)
+    assert _ffi.sm90_choice(1030, 1000, 64, 16, 132)[:2] == (192, 128)
+    for m, n, k in ((4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 14336)):
+        assert out_f32(m, n, k) == _ffi.sm90_choice(m, n, k, 1, 132), (m, n, k)
+    assert out_f32(2048, 2048, 2048, ta=True)[:2] == (128, 256)  # the pingpong reads A stored (k, m) slowly
+    # tf32 products are float32 throughout: the flag changes nothing.
+    assert _ffi.sm90_choice(8192, 8192, 64, 1, 132, True, False, False, True) == _ffi.sm90_choice(8192, 8192, 64, 1, 132, True)
+    # The lowering's workspace query asks with the same flag the kernel sees.
+    from jaxgemm.gemm import GemmConfig, gemm_workspace_bytes
+    config = GemmConfig(out_dtype=jnp.dtype(jnp.float32))
+    assert gemm_workspace_bytes((8192, 64), (64, 8192), jnp.bfloat16, config, 1, "cpu") == 0
+
+
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_fills_a_wave_with_192_row_tiles():
+    """Session 36 (bf16, H200, x XLA, the old pick -> 192 x 128): 768-3072 rows with deep K
+    make 96 items of 128 x 256 (0.73 of a wave) or two waves of 128 x 128, but 128 items of
+    192 x 128: 768 x 4096 x 8192 0.826 -> 0.975, 3072 x 1024 x 8192 0.819 -> 0.970,
+    1536 x 2048 x 8192 0.818 -> 0.969, 768 x 4096 x 14336 0.890 -> 0.985. Not where it pads
+    the rows by more than 1/8 (2048, 4096) or over many waves (8192^3)."""
+    for m, n, k in ((768, 4096, 8192), (3072, 1024, 8192), (1536, 2048, 8192), (768, 4096, 14336), (700, 4100, 1000)):
+        for ta in (False, True):
+            assert _ffi.sm90_choice(m, n, k, 1, 132, False, ta) == (192, 128, 1), (m, n, k, ta)
+    for m in (2048, 4096, 8192):
+        assert _ffi.sm90_choice(m, 8192, 8192, 1, 132)[:2] != (192, 128), m
+
+
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
 def test_sm90_heuristic_hides_epilogues_in_few_waves_of_short_k():
     """Session 28 (bf16, H200, against XLA): with K <= 4096 and a few waves, 128 x 128
     pingpong tiles (one consumer's epilogue under the other's mainloop) beat the cooperative
@@ -914,6 +952,41 @@ def test_gpu_shallow_batched_products_on_the_heuristic(k):
     assert rel_error(y, np.asarray(jax.nn.gelu(jnp.asarray(z64, jnp.float32)), np.float64)) <= tol
     plain = jaxgemm.matmul(a, b, transpose_b=True)
     assert rel_error(plain, z64 - to64(bias)) <= tol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("transpose_a", [False, True])
+def test_gpu_192_row_tiles_over_many_row_blocks_on_the_heuristic(transpose_a):
+    """The heuristic's 192 x 128 tile beyond 384 rows (session 36): four row blocks, the last
+    with 124 rows (its third consumer's rows all out of range), ragged N and K, both ways of
+    storing A, bias, relu and the pre-activation output."""
+    m, n, k = 700, 4100, 1000
+    assert _ffi.sm90_choice(m, n, k, 1, 132, False, transpose_a)[:2] == (192, 128)
+    rng = np.random.default_rng(7)
+    a64 = rng.standard_normal((m, k))
+    a = jnp.asarray(a64.T if transpose_a else a64, jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((k, n)), jnp.bfloat16)
+    bias = jnp.asarray(rng.standard_normal(n), jnp.bfloat16)
+    y, z = jaxgemm.matmul(a, b, transpose_a=transpose_a, bias=bias, activation="relu", return_pre_activation=True)
+    a_ = to64(a).T if transpose_a else to64(a)
+    z64 = a_ @ to64(b) + to64(bias)
+    tol = TOLERANCE[jnp.dtype(jnp.bfloat16)]
+    assert rel_error(z, z64) <= tol
+    assert rel_error(y, np.maximum(z64, 0.0)) <= tol
+
+
+@pytest.mark.gpu
+def test_gpu_float32_outputs_of_shallow_products_on_the_heuristic():
+    """bf16 inputs with a float32 product: the heuristic's pingpong for shallow K (session 36),
+    batched, ragged rows, the lowering sizing its workspace with the same output type."""
+    batch, m, n, k = 16, 1030, 1000, 64
+    assert _ffi.sm90_choice(m, n, k, batch, 132, False, False, False, True) == (128, 128, 1)
+    rng = np.random.default_rng(3)
+    a = jnp.asarray(rng.standard_normal((batch, m, k)), jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((batch, k, n)), jnp.bfloat16)
+    out = jaxgemm.matmul(a, b, out_dtype=jnp.float32)
+    assert out.dtype == jnp.float32
+    assert rel_error(out, np.einsum("bmk,bkn->bmn", to64(a), to64(b))) <= TOLERANCE[jnp.dtype(jnp.float32)]
 
 
 @pytest.mark.gpu

@@ -4,7 +4,8 @@ then diff the two dumps to see which problems the change moves.
     python3 -P tools/heuristic_picks.py dump before.json
     (rebuild)
     python3 -P tools/heuristic_picks.py dump after.json
-    python3 -P tools/heuristic_picks.py diff before.json after.json [--layout NN]"""
+    python3 -P tools/heuristic_picks.py diff before.json after.json [--layout NN]
+`dump --out-f32` asks for 16-bit inputs writing float32 products (default: 16-bit products)."""
 
 import argparse
 import collections
@@ -18,12 +19,12 @@ KS = [64, 256, 512, 1024, 2048, 4096, 8192, 14336]
 LAYOUTS = {"NN": (False, False), "TN": (True, False), "NT": (False, True), "TT": (True, True)}
 
 
-def dump(path: str, sms: int) -> None:
+def dump(path: str, sms: int, out_f32: bool = False) -> None:
     picks = {}
     for m, n, k in itertools.product(SIZES, SIZES, KS):
         for layout, (ta, tb) in LAYOUTS.items():
             for tf32 in (False, True):
-                tile_m, tile_n, split = _ffi.sm90_choice(m, n, k, 1, sms, tf32, ta, tb)
+                tile_m, tile_n, split = _ffi.sm90_choice(m, n, k, 1, sms, tf32, ta, tb, out_f32)
                 grid = _ffi.sm90_grid_sms(m, n, k, 1, sms, split, tf32, ta, tb)
                 key = f"{m}x{n}x{k} {layout}{' tf32' if tf32 else ''}"
                 picks[key] = [tile_m, tile_n, split, grid]
@@ -53,13 +54,14 @@ def main() -> None:
     d = sub.add_parser("dump")
     d.add_argument("path")
     d.add_argument("--sms", type=int, default=132)
+    d.add_argument("--out-f32", action="store_true", help="16-bit inputs write float32 products")
     c = sub.add_parser("diff")
     c.add_argument("before")
     c.add_argument("after")
     c.add_argument("--layout", choices=sorted(LAYOUTS))
     args = parser.parse_args()
     if args.command == "dump":
-        dump(args.path, args.sms)
+        dump(args.path, args.sms, args.out_f32)
     else:
         diff(args.before, args.after, args.layout)
 

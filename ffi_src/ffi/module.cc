@@ -21,12 +21,14 @@ nb::capsule EncapsulateFfiHandler(T* fn) {
 
 #if defined(JAXGEMM_WITH_CUDA)
 // A problem with only what the heuristics look at set: its shape, and for tensor cores
-// whether float32 inputs run as tf32 (otherwise 16-bit inputs) and how A and B are stored
-// (tf32 with A stored (k, m) takes it from registers: no pingpong schedules).
+// whether float32 inputs run as tf32 (otherwise 16-bit inputs), how A and B are stored
+// (tf32 with A stored (k, m) takes it from registers: no pingpong schedules) and whether
+// 16-bit inputs write a float32 product (twice the output bytes) or a 16-bit one.
 jaxgemm::GemmProblem ShapeOnly(int64_t m, int64_t n, int64_t k, int64_t batch, bool tf32 = false,
-                               bool trans_a = false, bool trans_b = false) {
+                               bool trans_a = false, bool trans_b = false, bool out_f32 = false) {
   jaxgemm::GemmProblem p;
   p.in_type = tf32 ? jaxgemm::ElementType::kF32 : jaxgemm::ElementType::kBF16;
+  p.out_type = tf32 || out_f32 ? jaxgemm::ElementType::kF32 : jaxgemm::ElementType::kBF16;
   p.tf32 = tf32;
   p.trans_a = trans_a;
   p.trans_b = trans_b;
@@ -91,8 +93,8 @@ NB_MODULE(_jaxgemm, m) {
     return nb::make_tuple(c.bm, c.bn, p.split_k);
   });
   m.def("tensor_core_split_k", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, bool tf32,
-                                  bool trans_a, bool trans_b) {
-    return jaxgemm::ChooseTensorCoreSplitK(ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b), sm_count,
+                                  bool trans_a, bool trans_b, bool out_f32) {
+    return jaxgemm::ChooseTensorCoreSplitK(ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b, out_f32), sm_count,
                                            jaxgemm::CurrentDeviceComputeCapability() == 90);
   });
   // The decode kernel's launch plan for a 16-bit problem: (column blocks, cluster size).
@@ -102,8 +104,8 @@ NB_MODULE(_jaxgemm, m) {
   });
   // The sm90 heuristic's choice for a problem, without a device: (tile_m, tile_n, split_k).
   m.def("sm90_choice", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, bool tf32, bool trans_a,
-                          bool trans_b) {
-    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b);
+                          bool trans_b, bool out_f32) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b, out_f32);
     p.split_k = jaxgemm::ChooseTensorCoreSplitK(p, sm_count, true);
     const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
     return nb::make_tuple(t.m, t.n, p.split_k);
@@ -119,8 +121,9 @@ NB_MODULE(_jaxgemm, m) {
   // The workspace a GEMM call may use (stream-K), for the lowering to allocate: the call's
   // shape, split, requested kernel family id and tile (0: the heuristic's), as stored.
   m.def("gemm_workspace_bytes", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, int64_t split_k,
-                                   int kernel, int tile_m, int tile_n, bool tf32, bool trans_a, bool trans_b) {
-    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b);
+                                   int kernel, int tile_m, int tile_n, bool tf32, bool trans_a, bool trans_b,
+                                   bool out_f32) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b, out_f32);
     p.split_k = split_k;
     const jaxgemm::KernelRequest request{static_cast<jaxgemm::KernelFamily>(kernel), tile_m, tile_n};
     return jaxgemm::GemmWorkspaceBytes(p, sm_count, request);

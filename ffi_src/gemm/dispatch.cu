@@ -168,6 +168,23 @@ constexpr double kPingpongManyWaveSpeed = 0.84;
 constexpr double kCooperativeEpilogueK = 128;
 constexpr double kCooperativeTailK = 128;
 
+// float32 products of 16-bit inputs (an unsplit GEMM's: a split's partials are costed by
+// kSplitPartialCost) write twice the bytes at the same per-SM pace of TMA stores (session
+// 23: ~4.3 us per 128 x 256 float tile against ~1.6 us for bf16), so the cooperative tiles'
+// exposed epilogue per wave grows, at any K, while the pingpong still writes one consumer's
+// tile under the other's mainloop. 192 per wave (and the 16-bit tail once) fits a sweep of
+// 44 shapes (H200, bf16 inputs, float32 outputs, session 36): 256 put the pingpong on
+// products of K = 8192 where it ran 5-6% behind 128 x 256, 384 also on the large squares at
+// K = 2048-4096 (4% behind). Measured, x XLA, the old pick -> the new: 8192^2 x 64
+// 0.900 -> 0.915, 4096^2 x 256 0.795 -> 0.847, 256 x 12288 x 256 0.886 -> 0.975,
+// 8192^2 x 1024 0.852 -> 0.869, 1024 x 16384 x 1024 0.835 -> 0.885, 1536 x 16384 x 512 with A
+// stored (k, m) 0.763 -> 0.796; deep products keep theirs (4096^3: 256 x 256 0.986, the
+// pingpong 0.947), as does 2048^3 with A stored (k, m) (128 x 256 0.904, the pingpong 0.847).
+constexpr double kCooperativeFloatEpilogueK = 192;
+bool FloatOutput(const GemmProblem& p) {
+  return p.in_type != ElementType::kF32 && p.out_type == ElementType::kF32 && p.split_k == 1;
+}
+
 // The narrow tiles' single-wave speeds hold where streaming B bounds the product (at most
 // 128 rows). With more rows a single wave is bound by the tensor cores, which one consumer
 // warpgroup (64 x 128) or a 64-column tile keeps less busy: both then ran at ~0.62 of
@@ -195,14 +212,30 @@ constexpr bool IsNarrow(Sm90Tile t) { return t.m == 64 || t.n == 64; }
 // considered where the last row block has rows for all three consumers (129-192 rows,
 // 321-384). Its speeds are fitted to single waves, whole or shared stream-K (0.95 / 0.90;
 // no tf32 figures: not built for it); over two waves it ran 4% behind the pingpong
-// (384 x 16384 x 1024: 0.917 against 0.956), hence a lower speed beyond one wave. Larger
-// products are unmeasured (session 12's 192 x 256 ran 7% behind 128 x 256 on them), hence
-// the bound on rows.
+// (384 x 16384 x 1024: 0.917 against 0.956), hence a lower speed beyond one wave.
+// Beyond 384 rows (unsplit; rows padded to 192 by at most 1/8) it is for waves it fills
+// better: 768 x 4096 x 8192 makes 96 items of 128 x 256 (0.73 of a wave), 384 of 128 x 128,
+// 128 of 192 x 128. Measured (H200, bf16, x XLA, the old pick -> 192 x 128; session 36):
+// 768 x 4096 x 8192 0.826 -> 0.975, 3072 x 1024 x 8192 0.819 -> 0.970, 768 x 4096 x 14336
+// 0.883 -> 0.984 (128 x 128 split 2), 768 x 4096 x 2048 / 4096 0.807 / 0.764 -> 0.995 / 0.951,
+// 768 x 1536 x 14336 0.733 -> 0.885, 3072 x 384 x 14336 0.708 -> 0.847, 12288 x 192 x 4096
+// 0.714 -> 0.804, and at short K 768 x 12288 x 256 0.936 -> 1.028, 768 x 4096 x 512
+// 0.709 -> 0.837. There its epilogue counts as the cooperative tiles' beyond one wave. With A
+// stored (k, m) it ran ~6% slower than A stored (m, k) (768 x 4096 x 8192 0.919 against
+// 0.975, 1536 x 2048 x 14336 0.915 against 0.972), and lost 6144 x 384 x 8192 to the
+// pingpong's shared wave (0.805 against 0.851), hence kTallMnMajorASpeed. The session-33
+// picks at 129-384 rows stand as they were fitted (the figures above are not applied there).
 constexpr int64_t kTallRows = 192, kTallTileMaxRows = 384;
 constexpr double kTallManyWaveSpeed = 0.85;
+constexpr double kTallMnMajorASpeed = 0.94;
 constexpr bool IsTall(Sm90Tile t) { return t.m == kTallRows; }
-// The last row block holds more than 128 rows: all three consumers have some.
-bool TallTileFits(const GemmProblem& p) { return p.m <= kTallTileMaxRows && (p.m - 1) % kTallRows >= 128; }
+// Up to 384 rows: the last row block holds more than 128 rows (all three consumers have
+// some); beyond, an unsplit product whose rows 192-row blocks pad by at most 1/8.
+bool TallTileFits(const GemmProblem& p) {
+  if (p.m <= kTallTileMaxRows) return (p.m - 1) % kTallRows >= 128;
+  const int64_t row_blocks = (p.m + kTallRows - 1) / kTallRows;
+  return p.split_k == 1 && 8 * row_blocks * kTallRows <= 9 * p.m;
+}
 
 // Shallow products (K <= 128, 16-bit inputs) are bound by writing the output: an item is
 // one or two k-tiles, then its boxes. There 192 x 128 ran fastest over a wave or more of its
@@ -227,6 +260,7 @@ bool TallTileFits(const GemmProblem& p) { return p.m <= kTallTileMaxRows && (p.m
 constexpr int64_t kShallowMaxK = 128;
 bool ShallowTallFits(const GemmProblem& p, int sm_count) {
   if (p.k > kShallowMaxK || p.in_type == ElementType::kF32 || p.m <= 128) return false;
+  if (FloatOutput(p) && p.m > kTallTileMaxRows) return false;
   const int64_t row_blocks = (p.m + kTallRows - 1) / kTallRows;
   const double items = double(row_blocks) * double((p.n + 127) / 128) * double(p.batch.count);  // 128 columns each
   return 8 * row_blocks * kTallRows <= 9 * p.m && items >= sm_count;
@@ -366,7 +400,7 @@ constexpr double kSharedWavePartialK = 280;
 // over whole waves the 2-block clusters ran ~0.5% slower than single blocks at 8192^3, and
 // less steadily, and 1.2% slower at 4096^3 (H200, NOTES.md session 23); they stay tf32's
 // choice where a stream-K phase pays (Sm90StreamKMaxFillPercent).
-double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
+double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool float_outputs) {
   const double slabs = double(p.batch.count) * double(p.split_k);
   const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;
   Sm90Shape shape;
@@ -405,15 +439,22 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c) {
   // 4096 x 2048 / 1024 x 8192 / 8192 x 1024 x 1024, 3072 x 4096 x 1024, 4096 x 2048 x 2048).
   if (single_waves == 2 && items / workers > kPingpongManyWaves) speed = std::min(speed, kPingpongManyWaveSpeed);
   if (shape.Pingpong()) speed *= PingpongLayoutSpeed(p);
-  if (IsTall(c.tile) && !stream_k && waves > 1) speed = kTallManyWaveSpeed;
+  // (The 192-row tile's speed beyond one wave holds with a shared last wave too: 384 x 12288
+  // x 4096 ran 0.78 on it, against 0.90 for 128 x 256 with one.)
+  if (IsTall(c.tile) && waves > 1) speed = kTallManyWaveSpeed;
+  const bool many_tall_rows = IsTall(c.tile) && p.m > kTallTileMaxRows;
+  if (many_tall_rows && p.trans_a) speed *= kTallMnMajorASpeed;
   const int64_t streaming_rows = tf32 ? kTf32StreamingRows : kStreamingRows;
   if (waves <= 1 && IsNarrow(c.tile) && p.m > streaming_rows) speed *= kNarrowComputeBound;
   if (tf32 && shape.cluster_m > 1) speed -= 0.02;
   const double split_pass = 1.0 + 0.05 * std::log2(double(p.split_k));
-  // (Not at K <= 256: a few k-tiles per item, where both schedules are bound by writing the
-  // output and the cooperative tiles measured 0-10% faster: 8192^2 x 64 and x 256.)
-  const bool exposed_epilogue = !tf32 && c.tile.n == 256 && k > 256;
-  const double epilogue_k = exposed_epilogue ? kCooperativeEpilogueK : 0.0;
+  // (Not at K <= 256 for 16-bit outputs: a few k-tiles per item, where both schedules are
+  // bound by writing the output and the cooperative tiles measured 0-10% faster: 8192^2 x 64
+  // and x 256. float32 outputs: kCooperativeFloatEpilogueK.)
+  const bool float_out = float_outputs && FloatOutput(p);
+  const bool cooperative = c.tile.n == 256 || (many_tall_rows && waves > 1);
+  const bool exposed_epilogue = !tf32 && cooperative && (k > 256 || float_out);
+  const double epilogue_k = !exposed_epilogue ? 0.0 : float_out ? kCooperativeFloatEpilogueK : kCooperativeEpilogueK;
   const double tail_k = exposed_epilogue ? kCooperativeTailK : 0.0;
   // A shared single wave's heads wait for their partners' partial tiles and add them.
   const double fixup_k = shared_wave ? kSharedWavePartialK * (std::ceil(workers / items) + 1) : 0.0;
@@ -427,7 +468,7 @@ const Sm90Candidate& CheapestSm90(const GemmProblem& p, int sm_count, bool with_
   const Sm90Candidate* best = nullptr;
   for (const Sm90Candidate& c : kSm90Candidates) {
     if (!Sm90Considered(c, p, sm_count, with_narrow)) continue;
-    const double c_cost = Sm90Cost(p, sm_count, c);
+    const double c_cost = Sm90Cost(p, sm_count, c, with_narrow);
     if (!best || c_cost < *cost) {
       *cost = c_cost;
       best = &c;
