@@ -250,10 +250,10 @@ bool TallTileFits(const GemmProblem& p) {
 // against 0.764, 8 x 2048^2 0.761 against 0.793), where the mainloop counts again and the
 // wave model decides. Every measured row count padded to 192 by at most 1/8 (512, 1024, ...);
 // others are left to the wave model, as are products of less than a wave of such items.
-// With float32 outputs it was no slower than the old picks (8192^2 x 64 0.864 -> 0.902,
-// 32 x 2048^2 x 64 0.857 -> 0.853, 8 x 4096^2 x 128 0.865 -> 0.866), but there the pingpong
-// 128 x 128 ran faster still (0.916 / 0.899 / 0.933); the heuristic does not see the output
-// type yet.
+// With float32 outputs (16-bit inputs) the pingpong 128 x 128 ran faster (8192^2 x 64 0.916
+// against 0.902, 8 x 4096^2 x 128 0.933 against 0.866, 1024 x 8192 x 64 1.031 against 1.005),
+// so those products are left to the wave model (kCooperativeFloatEpilogueK) beyond 384 rows;
+// at 384 rows 192 x 128 still won (384 x 12288 x 64: 0.809 against 0.737; session 36).
 // (A likely reason, not yet tested on its own: each of its consumers' 64 x 128 block fills
 // exactly its two output boxes, so no box waits for an earlier store within an item, while
 // 128 x 256's consumers write four boxes through two slots.)
