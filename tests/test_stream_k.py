@@ -118,6 +118,19 @@ def test_sm90_heuristic_shares_few_deep_tiles():
     assert stream_k(4096, 4096, 4096, False, False) == ((256, 256, 1), False)
 
 
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_weighs_a_full_shared_last_wave():
+    """Session 36 (bf16, H200, x XLA, the old pick -> the new): 1.45 waves of the cooperative
+    tiles shared out stream-K ran far behind the pingpong's whole tiles: 768 x 8192 x 4096
+    0.80 -> 0.96, 512 x 12288 x 4096 0.814 -> 0.983, 384 x 16384 x 4096 0.682 -> 0.971,
+    768 x 8192 x 8192 0.912 -> 0.976. Many waves with a half-full last one keep stream-K."""
+    for m, n, k in ((768, 8192, 4096), (1024, 6144, 4096), (512, 12288, 4096), (384, 16384, 4096),
+                    (768, 8192, 8192), (384, 16384, 14336)):
+        assert _ffi.sm90_choice(m, n, k, 1, 132) == (128, 128, 1), (m, n, k)
+    assert _ffi.sm90_choice(8192, 8192, 8192, 1, 132) == (256, 256, 1)
+    assert _ffi.gemm_workspace_bytes(8192, 8192, 8192, 1, 132, 1, SM90, 256, 256) > 0
+
+
 # (workers, last wave's items, k-tiles per item): clusters at 8192^3 / 4096^3, 132 blocks,
 # few workers, and item lengths that are prime or barely longer than a range's share.
 WALKS = [(66, 34, 128), (66, 58, 64), (132, 68, 128), (2, 1, 4), (3, 2, 5), (7, 1, 129), (66, 65, 128),

@@ -381,8 +381,17 @@ constexpr double kSplitPartialCost = 8.8;
 // - a single wave shared out (fewer items than workers): the work runs 1.11x as long, and
 //   each head waits for its partners' partial tiles and adds them: ~280 K units per partner
 //   and one (8 shapes, 2-4 workers per item; ~10 us for a 128 x 256 tile's partners at once).
+// - plus, for the 16-bit 128 x 256 and 256 x 256 tiles, half a wave per full last wave
+//   (kStreamKFillWaves x its fill): over 1.45 waves (96 items of 2-block clusters on 66) they
+//   ran 15-21% behind the pingpong (768 x 8192 / 1024 x 6144 / 2048 x 3072 / 4096 x 1536 x
+//   4096: 0.80-0.83 against 0.95-0.96 x XLA; whole waves 0.76), 6% at K = 8192
+//   (1024 x 6144 x 8192: 0.916 against 0.973) and even at 2816 x 2304 x 8192 (1.5 waves, a
+//   full grid of pingpong tiles); as one more item there they cost ~0.45 (K = 4096) and
+//   ~0.3 waves (K = 8192), not 0.1 (session 36). At 8192^3 (fill 0.5) they stay the pick,
+//   as measured (shared and whole waves within 1%, session 23).
 constexpr double kStreamKExtraWaves = 0.1;
 constexpr double kPingpongStreamKExtraWaves = 0.2;
+constexpr double kStreamKFillWaves = 0.5;
 constexpr double kSharedWaveRate = 1.11;
 constexpr double kSharedWavePartialK = 280;
 
@@ -408,12 +417,15 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool
   const int workers = std::max(1, sm_count / shape.cluster_m);
   const bool stream_k = PlanSm90StreamK(p, shape, sm_count).items > 0;
   const bool shared_wave = stream_k && items < workers;  // every item shared by 2 or more workers
-  const double extra_waves = shape.Pingpong() ? kPingpongStreamKExtraWaves : kStreamKExtraWaves;
+  const bool tf32 = p.in_type == ElementType::kF32;
+  const double fill = items / workers - std::floor(items / workers);
+  const double extra_waves = shape.Pingpong()                   ? kPingpongStreamKExtraWaves
+                             : !tf32 && c.tile.n == 256 ? kStreamKExtraWaves + kStreamKFillWaves * fill
+                                                                : kStreamKExtraWaves;
   const double waves = !stream_k    ? std::ceil(items / workers)
                        : shared_wave ? kSharedWaveRate * items / workers
                                      : items / workers + extra_waves;
   const double k = double(p.split_k > 1 ? p.KChunk() : p.k);
-  const bool tf32 = p.in_type == ElementType::kF32;
   // A 128 x 128 pingpong block's two tiles at once (fitted for 16-bit inputs only; 128 x 64's
   // single-wave speed is for few rows streaming B).
   const double single_waves = c.tile.m == 128 && c.tile.n == 128 && !tf32 ? 2 : 1;
