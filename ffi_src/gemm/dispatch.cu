@@ -409,7 +409,9 @@ constexpr double kSharedWavePartialK = 280;
 // over whole waves the 2-block clusters ran ~0.5% slower than single blocks at 8192^3, and
 // less steadily, and 1.2% slower at 4096^3 (H200, NOTES.md session 23); they stay tf32's
 // choice where a stream-K phase pays (Sm90StreamKMaxFillPercent).
-double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool float_outputs) {
+// `gemm`: a GEMM's schedule (convolutions keep the figures from before session 36: their
+// stream-K and float32 outputs were not measured with the terms fitted since).
+double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool gemm) {
   const double slabs = double(p.batch.count) * double(p.split_k);
   const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;
   Sm90Shape shape;
@@ -418,10 +420,9 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool
   const bool stream_k = PlanSm90StreamK(p, shape, sm_count).items > 0;
   const bool shared_wave = stream_k && items < workers;  // every item shared by 2 or more workers
   const bool tf32 = p.in_type == ElementType::kF32;
-  const double fill = items / workers - std::floor(items / workers);
-  const double extra_waves = shape.Pingpong()                   ? kPingpongStreamKExtraWaves
-                             : !tf32 && c.tile.n == 256 ? kStreamKExtraWaves + kStreamKFillWaves * fill
-                                                                : kStreamKExtraWaves;
+  const double fill = items / workers - std::floor(items / workers);  // of the last wave
+  double extra_waves = shape.Pingpong() ? kPingpongStreamKExtraWaves : kStreamKExtraWaves;
+  if (gemm && !tf32 && c.tile.n == 256) extra_waves += kStreamKFillWaves * fill;
   const double waves = !stream_k    ? std::ceil(items / workers)
                        : shared_wave ? kSharedWaveRate * items / workers
                                      : items / workers + extra_waves;
@@ -463,7 +464,7 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool
   // (Not at K <= 256 for 16-bit outputs: a few k-tiles per item, where both schedules are
   // bound by writing the output and the cooperative tiles measured 0-10% faster: 8192^2 x 64
   // and x 256. float32 outputs: kCooperativeFloatEpilogueK.)
-  const bool float_out = float_outputs && FloatOutput(p);
+  const bool float_out = gemm && FloatOutput(p);
   const bool cooperative = c.tile.n == 256 || (many_tall_rows && waves > 1);
   const bool exposed_epilogue = !tf32 && cooperative && (k > 256 || float_out);
   const double epilogue_k = !exposed_epilogue ? 0.0 : float_out ? kCooperativeFloatEpilogueK : kCooperativeEpilogueK;
