@@ -863,10 +863,20 @@ def test_sm90_heuristic_weighs_float32_outputs_of_16_bit_inputs():
     assert out_f32(2048, 2048, 2048, ta=True)[:2] == (128, 256)  # the pingpong reads A stored (k, m) slowly
     # tf32 products are float32 throughout: the flag changes nothing.
     assert _ffi.sm90_choice(8192, 8192, 64, 1, 132, True, False, False, True) == _ffi.sm90_choice(8192, 8192, 64, 1, 132, True)
-    # The lowering's workspace query asks with the same flag the kernel sees.
-    from jaxgemm.gemm import GemmConfig, gemm_workspace_bytes
-    config = GemmConfig(out_dtype=jnp.dtype(jnp.float32))
-    assert gemm_workspace_bytes((8192, 64), (64, 8192), jnp.bfloat16, config, 1, "cpu") == 0
+    # The workspace query sizes stream-K for the pick of the output type the kernel writes
+    # (384 x 12288 x 4096: 128 x 256 tiles for bf16, the pingpong's for float32), and the
+    # lowering passes that type.
+    from jaxgemm.gemm import KERNEL_FAMILIES, GemmConfig, _float_output
+
+    def workspace(out_f32, kernel=0, tile=(0, 0)):
+        return _ffi.gemm_workspace_bytes(384, 12288, 4096, 1, 132, 1, kernel, *tile, False, False, False, out_f32)
+
+    sm90 = KERNEL_FAMILIES["sm90"]
+    assert workspace(True) == workspace(True, sm90, (128, 128)) > 0
+    assert workspace(False) == workspace(False, sm90, (128, 256)) != workspace(True)
+    assert _float_output(jnp.bfloat16, GemmConfig(out_dtype=jnp.dtype(jnp.float32)))
+    assert not _float_output(jnp.bfloat16, GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16)))
+    assert not _float_output(jnp.float32, GemmConfig(out_dtype=jnp.dtype(jnp.float32)))
 
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
