@@ -229,12 +229,14 @@ constexpr int64_t kTallRows = 192, kTallTileMaxRows = 384;
 constexpr double kTallManyWaveSpeed = 0.85;
 constexpr double kTallMnMajorASpeed = 0.94;
 constexpr bool IsTall(Sm90Tile t) { return t.m == kTallRows; }
+int64_t TallRowBlocks(const GemmProblem& p) { return (p.m + kTallRows - 1) / kTallRows; }
+// The 192-row blocks pad the rows by at most 1/8.
+bool TallRowsPadLittle(const GemmProblem& p) { return 8 * TallRowBlocks(p) * kTallRows <= 9 * p.m; }
 // Up to 384 rows: the last row block holds more than 128 rows (all three consumers have
-// some); beyond, an unsplit product whose rows 192-row blocks pad by at most 1/8.
+// some); beyond, an unsplit product whose rows the blocks pad little.
 bool TallTileFits(const GemmProblem& p) {
   if (p.m <= kTallTileMaxRows) return (p.m - 1) % kTallRows >= 128;
-  const int64_t row_blocks = (p.m + kTallRows - 1) / kTallRows;
-  return p.split_k == 1 && 8 * row_blocks * kTallRows <= 9 * p.m;
+  return p.split_k == 1 && TallRowsPadLittle(p);
 }
 
 // Shallow products (K <= 128, 16-bit inputs) are bound by writing the output: an item is
@@ -261,9 +263,8 @@ constexpr int64_t kShallowMaxK = 128;
 bool ShallowTallFits(const GemmProblem& p, int sm_count) {
   if (p.k > kShallowMaxK || p.in_type == ElementType::kF32 || p.m <= 128) return false;
   if (FloatOutput(p) && p.m > kTallTileMaxRows) return false;
-  const int64_t row_blocks = (p.m + kTallRows - 1) / kTallRows;
-  const double items = double(row_blocks) * double((p.n + 127) / 128) * double(p.batch.count);  // 128 columns each
-  return 8 * row_blocks * kTallRows <= 9 * p.m && items >= sm_count;
+  const double items = double(TallRowBlocks(p)) * double((p.n + 127) / 128) * double(p.batch.count);  // 128 columns each
+  return TallRowsPadLittle(p) && items >= sm_count;
 }
 
 // 160 x 128 (swapped: the kernel multiplies D^T in 128 x 160 tiles; 16-bit inputs, A stored
