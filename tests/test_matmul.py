@@ -909,6 +909,26 @@ def test_sm90_heuristic_hides_epilogues_in_few_waves_of_short_k():
 
 
 @pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
+def test_sm90_heuristic_hides_shallow_epilogues_within_two_waves():
+    """Session 37 (bf16, H200, x XLA, the old pick -> 128 x 128): at K <= 256, within two
+    waves of 128 x 256 / 256 x 256 items, the pingpong's hidden epilogue wins by 10-18%
+    (1024 x 4096 x 256 0.722 -> 0.852, 2048^2 x 256 0.738 -> 0.866, 256 x 12288 x 64
+    0.640 -> 0.748, batched 64 x 256^3 0.835 -> 0.937). Over many waves the cooperative tiles
+    stay (8192 x 4096 x 256: 0.795 against the pingpong's 0.751); float32 outputs and the
+    192-row tile keep their own rules."""
+    shallow = ((1024, 4096, 256, 1), (2048, 2048, 256, 1), (512, 8192, 256, 1), (8192, 512, 256, 1),
+               (256, 12288, 64, 1), (2048, 4096, 256, 1), (2048, 2048, 192, 1), (256, 256, 256, 64),
+               (512, 512, 256, 16), (1024, 1024, 256, 8))
+    for m, n, k, batch in shallow:
+        for ta, tb in itertools.product((False, True), repeat=2):
+            assert _ffi.sm90_choice(m, n, k, batch, 132, False, ta, tb) == (128, 128, 1), (m, n, k, batch, ta, tb)
+    for m, n in ((8192, 4096), (8192, 8192), (4096, 4096)):
+        assert _ffi.sm90_choice(m, n, 256, 1, 132) == (256, 256, 1), (m, n)
+    # The session-36 192-row pick at 768 rows stands.
+    assert _ffi.sm90_choice(768, 12288, 256, 1, 132) == (192, 128, 1)
+
+
+@pytest.mark.skipif(not _ffi.WITH_CUDA, reason="the heuristic is built with the CUDA kernels")
 def test_sm90_heuristic_weighs_the_pingpongs_operand_layouts():
     """Session 29 (bf16, H200, against XLA): the pingpong 128 x 128 runs 1.115x as long with
     both operands MN-major (A stored (k, m), B (k, n)) and 1.04x with A MN-major only, while
@@ -962,6 +982,26 @@ def test_gpu_shallow_batched_products_on_the_heuristic(k):
     assert rel_error(y, np.asarray(jax.nn.gelu(jnp.asarray(z64, jnp.float32)), np.float64)) <= tol
     plain = jaxgemm.matmul(a, b, transpose_b=True)
     assert rel_error(plain, z64 - to64(bias)) <= tol
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_gpu_shallow_products_within_two_waves_on_the_heuristic(transpose_b):
+    """Batched products of K = 248 within two waves, which the heuristic gives the pingpong
+    128 x 128 (session 37): ragged rows, columns and K, both ways of storing B, bias, silu
+    and the pre-activation output."""
+    batch, m, n, k = 32, 250, 250, 248  # (K: 16-byte rows, not a multiple of 64)
+    assert _ffi.sm90_choice(m, n, k, batch, 132, False, False, transpose_b) == (128, 128, 1)
+    rng = np.random.default_rng(248)
+    a = jnp.asarray(rng.standard_normal((batch, m, k)), jnp.bfloat16)
+    b64 = rng.standard_normal((batch, k, n))
+    b = jnp.asarray(b64.transpose(0, 2, 1) if transpose_b else b64, jnp.bfloat16)
+    bias = jnp.asarray(rng.standard_normal(n), jnp.bfloat16)
+    y, z = jaxgemm.matmul(a, b, transpose_b=transpose_b, bias=bias, activation="silu", return_pre_activation=True)
+    z64 = np.einsum("bmk,bkn->bmn", to64(a), to64(b).transpose(0, 2, 1) if transpose_b else to64(b)) + to64(bias)
+    tol = TOLERANCE[jnp.dtype(jnp.bfloat16)]
+    assert rel_error(z, z64) <= tol
+    assert rel_error(y, np.asarray(jax.nn.silu(jnp.asarray(z64, jnp.float32)), np.float64)) <= tol
 
 
 @pytest.mark.gpu

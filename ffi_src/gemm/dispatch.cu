@@ -167,6 +167,20 @@ constexpr double kPingpongManyWaveSpeed = 0.84;
 // slower (4096 x 2048, 2048 x 4096, 512 x 16384 x 2048).
 constexpr double kCooperativeEpilogueK = 128;
 constexpr double kCooperativeTailK = 128;
+// At K <= 256 an item is a few k-tiles and then its boxes, so over many waves both schedules
+// are bound by writing the output, and the cooperative tiles ran 0-10% faster (8192^2 x 64
+// and x 256, session 28; 8192 x 4096 x 256 0.795 against the pingpong's 0.751, 8192^2 x 256
+// 0.830 against 0.767, session 37): no epilogue term there. Within two waves of their items
+// the pingpong's hidden epilogue won instead, by 10-18% (H200, bf16, x XLA, 128 x 256 or
+// 256 x 256 -> 128 x 128; session 37): 1024 x 4096 x 256 0.722 -> 0.852, 2048^2 x 256
+// 0.738 -> 0.866, 512 x 8192 x 256 0.721 -> 0.844, 8192 x 512 x 256 0.743 -> 0.866,
+// 256 x 16384 x 256 0.789 -> 0.920, 256 x 12288 x 64 0.640 -> 0.748, 2048 x 4096 x 256
+// 0.878 -> 0.972, 2048^2 x 192 0.720 -> 0.858, and batched 64 x 256^3 0.835 -> 0.937,
+// 16 x 512^2 x 256 0.787 -> 0.913, 8 x 1024^2 x 256 1.012 -> 1.109. At about four waves
+// they tied (4096^2 x 256 0.770 against 0.777, 2048 x 8192 x 256, 16384 x 1024 x 256), so
+// the term applies up to two. The 192-row tile keeps its session-36 picks (none at K <= 256
+// measured slower than the pingpong: 768 x 12288 x 256 1.028 against 0.936).
+constexpr double kShallowExposedMaxWaves = 2;
 
 // float32 products of 16-bit inputs (an unsplit GEMM's: a split's partials are costed by
 // kSplitPartialCost) write twice the bytes at the same per-SM pace of TMA stores (session
@@ -462,12 +476,11 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool
   if (waves <= 1 && IsNarrow(c.tile) && p.m > streaming_rows) speed *= kNarrowComputeBound;
   if (tf32 && shape.cluster_m > 1) speed -= 0.02;
   const double split_pass = 1.0 + 0.05 * std::log2(double(p.split_k));
-  // (Not at K <= 256 for 16-bit outputs: a few k-tiles per item, where both schedules are
-  // bound by writing the output and the cooperative tiles measured 0-10% faster: 8192^2 x 64
-  // and x 256. float32 outputs: kCooperativeFloatEpilogueK.)
+  // At K <= 256 (16-bit outputs) only for GEMMs of up to kShallowExposedMaxWaves waves of
+  // 128 x 256 / 256 x 256 items: see there. (float32 outputs: kCooperativeFloatEpilogueK.)
   const bool float_out = gemm && FloatOutput(p);
   const bool cooperative = c.tile.n == 256 || (many_tall_rows && waves > 1);
-  const bool exposed_epilogue = !tf32 && cooperative && (k > 256 || float_out);
+  const bool exposed_epilogue = !tf32 && cooperative && (k > 256 || float_out || (gemm && c.tile.n == 256 && waves <= kShallowExposedMaxWaves));
   const double epilogue_k = !exposed_epilogue ? 0.0 : float_out ? kCooperativeFloatEpilogueK : kCooperativeEpilogueK;
   const double tail_k = exposed_epilogue ? kCooperativeTailK : 0.0;
   // A shared single wave's heads wait for their partners' partial tiles and add them.
