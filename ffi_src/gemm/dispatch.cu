@@ -480,7 +480,8 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool
   // 128 x 256 / 256 x 256 items: see there. (float32 outputs: kCooperativeFloatEpilogueK.)
   const bool float_out = gemm && FloatOutput(p);
   const bool cooperative = c.tile.n == 256 || (many_tall_rows && waves > 1);
-  const bool exposed_epilogue = !tf32 && cooperative && (k > 256 || float_out || (gemm && c.tile.n == 256 && waves <= kShallowExposedMaxWaves));
+  const bool few_shallow_waves = gemm && c.tile.n == 256 && waves <= kShallowExposedMaxWaves;
+  const bool exposed_epilogue = !tf32 && cooperative && (k > 256 || float_out || few_shallow_waves);
   const double epilogue_k = !exposed_epilogue ? 0.0 : float_out ? kCooperativeFloatEpilogueK : kCooperativeEpilogueK;
   const double tail_k = exposed_epilogue ? kCooperativeTailK : 0.0;
   // A shared single wave's heads wait for their partners' partial tiles and add them.
