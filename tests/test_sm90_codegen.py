@@ -19,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (policy, input type, output type, A stored (k, m), B stored (n, k)): the cooperative
 # 128 x 256 tile, its 2-block cluster, the pingpong 128 x 128 tile and the one-consumer
 # 64 x 128 tile; tf32 with A from shared memory and from registers, 16-bit products with
-# 16-bit and float outputs; and the conv wgrad instances (float outputs, other loads).
+# 16-bit and float outputs, each in every epilogue set it is built with; and the conv wgrad
+# instances (float outputs, other loads).
 KERNELS = [
     ("Sm90Policy<256, false, 1, 4>", "float", "float", "false", "true"),
     ("Sm90Policy<256, false, 1, 4>", "float", "float", "true", "true"),
@@ -34,9 +35,18 @@ KERNELS = [
 ]
 
 
+def _epilogue_sets(t_in, t_out):
+    """The Sm90Epilogues instances the launcher builds for these types (kSm90EpilogueInstances)."""
+    if t_in == "float":
+        return ["kAll"]
+    return ["kPlain", "kAll"] + (["kTmaStores"] if t_out != "float" else [])
+
+
 def _source():
     kernels = ",\n".join(
-        f"      (void*)Sm90GemmKernel<{p}, {ti}, {to}, {ta}, {tb}, Sm90MatrixLoads>" for p, ti, to, ta, tb in KERNELS
+        f"      (void*)Sm90GemmKernel<{p}, {ti}, {to}, {ta}, {tb}, Sm90MatrixLoads, Sm90Epilogues::{e}>"
+        for p, ti, to, ta, tb in KERNELS
+        for e in _epilogue_sets(ti, to)
     )
     return f"""#include "gemm/sm90_kernel.cuh"
 #include "conv/sm90_conv_launch.cuh"

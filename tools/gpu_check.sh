@@ -57,10 +57,11 @@ counts() {
 }
 # The SIMT flagship: 128x128x16, 3 stages, f32 NN.
 sass_of flagship SimtGemmKernel SimtPolicyILi128ELi128ELi16ELi0ELi3E EffLb0ELb0ELb1EE
-# The sm90 GEMM's clustered 128x256 bf16 NN instance, and the one-consumer 64x128 one.
+# The sm90 GEMM's clustered 128x256 bf16 NN instance, and the one-consumer 64x128 one (their
+# plain-epilogue instances, Sm90Epilogues::kPlain).
 # Policy arguments: tile N, pingpong, cluster blocks, element bytes, consumer warpgroups.
-sass_of sm90 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi256ELb0ELi2ELi2ELi2EE nv_bfloat16S3_Lb0ELb0E
-sass_of sm90_1 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi128ELb0ELi1ELi2ELi1EE nv_bfloat16S3_Lb0ELb0E
+sass_of sm90 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi256ELb0ELi2ELi2ELi2EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
+sass_of sm90_1 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi128ELb0ELi1ELi2ELi1EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
 # The conv fprop instance of the same kernel (pingpong bf16).
 sass_of sm90_conv Sm90GemmKernel Sm90ConvFpropLoads Sm90PolicyILi128ELb1E nv_bfloat16S3_
 local_access='LDL/STL=LDL|STL' tma='HGMMA=HGMMA UTMALDG=UTMALDG UTMASTG=UTMASTG'

@@ -64,6 +64,13 @@ namespace jaxgemm {
 // epilogue writes each tile of D^T transposed into D (every epilogue; no TMA stores).
 // For 257-320 rows: two column blocks of 160 instead of three 128-row blocks, one at most
 // half full (NOTES.md, session 34).
+// The epilogues an instance of the kernel holds: kPlain, D = alpha * acc through TMA stores
+// (Sm90StoreTile, or the handed boxes); kTmaStores, those and the fused bias / activation /
+// Aux TMA-store epilogue (Sm90StoreTileFused); kAll, also the general epilogue through
+// shared memory (C, residual, float32 outputs with a fused epilogue, D's rows mapped or
+// transposed; MakeSm90Store says which problems need it).
+enum class Sm90Epilogues { kPlain, kTmaStores, kAll };
+
 template <int kTileN, bool kPingpongTiles = false, int kClusterBlocksM = 1, int kElementBytes = 2,
           int kConsumerWarpgroups = 2, bool kSwappedOperands = false>
 struct Sm90Policy {
@@ -626,7 +633,8 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
 
 // Consumer warpgroup `wg` (0 .. kConsumers - 1): rows [64 wg, 64 wg + 64) of each tile
 // (cooperative), or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
-template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
+// kEpilogues: which of the epilogues this instance holds (Sm90Epilogues).
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads, Sm90Epilogues kEpilogues>
 __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Schedule<P>& schedule, int wg,
                                             unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
                                             uint64_t* empty, uint64_t* order, float* scratch,
@@ -637,6 +645,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   // The leading byte offset matters only for MN-major tiles (the 64-wide block stride).
   constexpr uint32_t kStepA = kTransA ? 2048 : 32, kStepB = kTransB ? 32 : 2048;
   constexpr uint32_t kLeadA = kTransA ? P::kMnBlockBytes : 16, kLeadB = kTransB ? 16 : P::kMnBlockBytes;
+  // The launcher takes a TMA-store instance only for problems whose store is enabled.
+  constexpr bool kTmaStoresOnly = kEpilogues != Sm90Epilogues::kAll;
+  constexpr bool kWithFused = kEpilogues != Sm90Epilogues::kPlain;
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   const bool vector_store = p.ldd % 4 == 0 && IsAligned(p.d, 4 * sizeof(TOut)) &&
                             IsAligned(p.epilogue.aux, 4 * sizeof(TOut));
@@ -738,7 +749,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     note(kTimelineConsumerItem);
     uint32_t bias_word = 0;
     if constexpr (sizeof(TOut) == 2) {
-      if (store.fused && store.bias && tid < P::kBN / 2) bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);
+      if (kWithFused && store.fused && store.bias && tid < P::kBN / 2) {
+        bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);
+      }
     }
     // The mainloop over the tile's first kBlocks m64 blocks (a compile-time count: a wgmma
     // under a runtime condition makes ptxas serialize the wgmmas); the others hold zeros.
@@ -843,8 +856,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     if (w.fixup == kSm90AddPartial) Sm90AddPartial<P>(stream_k, acc, first_row / 64, wg, w.partners);
 
     if constexpr (!P::kSwapped) {  // (swapped tiles: the general epilogue, transposed)
-      if (store.enabled) {
-        if (store.fused) {  // 16-bit outputs only (MakeSm90Store)
+      if (kTmaStoresOnly || store.enabled) {
+        if (kWithFused && store.fused) {  // 16-bit outputs only (MakeSm90Store)
           if constexpr (sizeof(TOut) == 2) {
             Sm90StoreTileFused<P, TOut, Handed::kUsed>(store, acc, w.m0 + first_row, w.n0, slab, wg,
                                                         reinterpret_cast<unsigned char*>(scratch), bias_word, bias_stage,
@@ -976,8 +989,18 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 
 #endif  // JG_SM90_ENABLED
 
+// Whether the GEMMs of 16-bit inputs get an instance of the kernel per epilogue set
+// (Sm90Epilogues), of which the launcher takes the smallest that holds the problem's. Code
+// a launch never runs still costs: with all the epilogues the 128 x 256 instances spill
+// 130-140 bytes and are ~130 KB; the plain ones are ~50 KB, the fused ones ~85 KB, neither
+// spills, and they run plain products 1-2% and fused ones 2-3% faster (NOTES.md, session
+// 38). Convolutions, tf32 and the swapped tiles keep one instance with all of them.
+template <class P, class TIn, class Loads>
+inline constexpr bool kSm90EpilogueInstances =
+    sizeof(TIn) == 2 && !P::kSwapped && std::is_same_v<Loads, Sm90MatrixLoads>;
+
 // The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores.
-template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads, Sm90Epilogues kEpilogues>
 __global__ void __launch_bounds__(P::kThreads, 1)
     Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p, const Sm90Schedule<P> schedule,
                    const __grid_constant__ Sm90Store store, const Sm90StreamK stream_k, const Sm90Timeline timeline) {
@@ -1036,8 +1059,9 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   } else {
     if constexpr (P::kMovesRegisters) SetMaxRegistersIncrease<P::kConsumerRegisters>();
     if (threadIdx.x == 128) timeline.Record(kTimelineConsumerRegisters);
-    Sm90Consume<P, TIn, TOut, kTransA, kTransB>(p, schedule, warpgroup - 1, tiles_a, tiles_b, full, empty, order,
-                                                scratch, store, stream_k, loads, timeline);
+    Sm90Consume<P, TIn, TOut, kTransA, kTransB, Loads, kEpilogues>(p, schedule, warpgroup - 1, tiles_a, tiles_b,
+                                                                   full, empty, order, scratch, store, stream_k,
+                                                                   loads, timeline);
   }
   // A block leaves only when its peers no longer arrive on its barriers.
   if constexpr (P::kClusterM > 1) ClusterSync();
@@ -1049,13 +1073,23 @@ __global__ void __launch_bounds__(P::kThreads, 1)
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_count, cudaStream_t stream,
                              Sm90Workspace workspace = {}) {
-  auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads>;
-  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes);
-  if (status != cudaSuccess) return status;
   Sm90Store store = P::kSwapped ? Sm90Store{} : MakeSm90Store<TOut>(p);  // (swapped: the general epilogue)
   if constexpr (Loads::kMapsRows) {
     if (loads.MapsRows()) store = Sm90Store{};  // D's rows are not a TMA box: the general epilogue
   }
+  auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kAll>;
+  if constexpr (kSm90EpilogueInstances<P, TIn, Loads>) {
+    if (store.enabled && !store.transposed && !store.fused) {
+      kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kPlain>;
+    }
+    if constexpr (sizeof(TOut) == 2) {  // (the fused TMA-store epilogue is 16-bit outputs' only)
+      if (store.enabled && !store.transposed && store.fused) {
+        kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kTmaStores>;
+      }
+    }
+  }
+  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, P::kSmemBytes);
+  if (status != cudaSuccess) return status;
   // A transposed D is written by the swapped tiles' general epilogue, or by the handed TMA
   // stores (the cooperative schedules) of register A (Sm90WriteTransposedBoxes).
   const bool transposed_boxes = store.enabled && !P::kPingpong && std::is_same_v<TIn, float> && kTransA;
