@@ -37,8 +37,6 @@ KERNELS = [
 
 def _epilogue_sets(t_in, t_out):
     """The Sm90Epilogues instances the launcher builds for these types (kSm90EpilogueInstances)."""
-    if t_in == "float":
-        return ["kAll"]
     return ["kPlain", "kAll"] + (["kTmaStores"] if t_out != "float" else [])
 
 

@@ -989,15 +989,15 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 
 #endif  // JG_SM90_ENABLED
 
-// Whether the GEMMs of 16-bit inputs get an instance of the kernel per epilogue set
-// (Sm90Epilogues), of which the launcher takes the smallest that holds the problem's. Code
-// a launch never runs still costs: with all the epilogues the 128 x 256 instances spill
-// 130-140 bytes and are ~130 KB; the plain ones are ~50 KB, the fused ones ~85 KB, neither
-// spills, and they run plain products 1-2% and fused ones 2-3% faster (NOTES.md, session
-// 38). Convolutions, tf32 and the swapped tiles keep one instance with all of them.
+// Whether a GEMM schedule gets an instance of the kernel per epilogue set (Sm90Epilogues),
+// of which the launcher takes the smallest that holds the problem's. Code a launch never
+// runs still costs: with all the epilogues the 16-bit 128 x 256 instances spill 130-140
+// bytes and are ~130 KB; the plain ones are ~50 KB, the fused ones ~85 KB, neither spills,
+// and they run plain products 1-2% and fused ones 2-3% faster (NOTES.md, session 38).
+// (tf32's float outputs have no fused set.) Convolutions and the swapped tiles keep one
+// instance with all of them.
 template <class P, class TIn, class Loads>
-inline constexpr bool kSm90EpilogueInstances =
-    sizeof(TIn) == 2 && !P::kSwapped && std::is_same_v<Loads, Sm90MatrixLoads>;
+inline constexpr bool kSm90EpilogueInstances = !P::kSwapped && std::is_same_v<Loads, Sm90MatrixLoads>;
 
 // The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads, Sm90Epilogues kEpilogues>
@@ -1079,7 +1079,7 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   }
   auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kAll>;
   if constexpr (kSm90EpilogueInstances<P, TIn, Loads>) {
-    if (store.enabled && !store.transposed && !store.fused) {
+    if (store.enabled && !store.fused) {  // (with tf32's D written transposed, too)
       kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kPlain>;
     }
     if constexpr (sizeof(TOut) == 2) {  // (the fused TMA-store epilogue is 16-bit outputs' only)
