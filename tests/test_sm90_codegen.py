@@ -35,7 +35,7 @@ KERNELS = [
 ]
 
 
-def _epilogue_sets(t_in, t_out):
+def _epilogue_sets(t_out):
     """The Sm90Epilogues instances the launcher builds for these types (kSm90EpilogueInstances)."""
     return ["kPlain", "kAll"] + (["kTmaStores"] if t_out != "float" else [])
 
@@ -44,7 +44,7 @@ def _source():
     kernels = ",\n".join(
         f"      (void*)Sm90GemmKernel<{p}, {ti}, {to}, {ta}, {tb}, Sm90MatrixLoads, Sm90Epilogues::{e}>"
         for p, ti, to, ta, tb in KERNELS
-        for e in _epilogue_sets(ti, to)
+        for e in _epilogue_sets(to)
     )
     return f"""#include "gemm/sm90_kernel.cuh"
 #include "conv/sm90_conv_launch.cuh"

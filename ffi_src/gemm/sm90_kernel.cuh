@@ -67,8 +67,8 @@ namespace jaxgemm {
 // The epilogues an instance of the kernel holds: kPlain, D = alpha * acc through TMA stores
 // (Sm90StoreTile, or the handed boxes); kTmaStores, those and the fused bias / activation /
 // Aux TMA-store epilogue (Sm90StoreTileFused); kAll, also the general epilogue through
-// shared memory (C, residual, float32 outputs with a fused epilogue, D's rows mapped or
-// transposed; MakeSm90Store says which problems need it).
+// shared memory (C, residual, float32 outputs with a fused epilogue, the convolutions'
+// mapped rows, the swapped tiles' D^T; MakeSm90Store says which problems need it).
 enum class Sm90Epilogues { kPlain, kTmaStores, kAll };
 
 template <int kTileN, bool kPingpongTiles = false, int kClusterBlocksM = 1, int kElementBytes = 2,
@@ -996,7 +996,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 // and they run plain products 1-2% and fused ones 2-3% faster (NOTES.md, session 38).
 // (tf32's float outputs have no fused set.) Convolutions and the swapped tiles keep one
 // instance with all of them.
-template <class P, class TIn, class Loads>
+template <class P, class Loads>
 inline constexpr bool kSm90EpilogueInstances = !P::kSwapped && std::is_same_v<Loads, Sm90MatrixLoads>;
 
 // The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores.
@@ -1078,12 +1078,12 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     if (loads.MapsRows()) store = Sm90Store{};  // D's rows are not a TMA box: the general epilogue
   }
   auto* kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kAll>;
-  if constexpr (kSm90EpilogueInstances<P, TIn, Loads>) {
+  if constexpr (kSm90EpilogueInstances<P, Loads>) {
     if (store.enabled && !store.fused) {  // (with tf32's D written transposed, too)
       kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kPlain>;
     }
     if constexpr (sizeof(TOut) == 2) {  // (the fused TMA-store epilogue is 16-bit outputs' only)
-      if (store.enabled && !store.transposed && store.fused) {
+      if (store.enabled && store.fused) {
         kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kTmaStores>;
       }
     }
