@@ -1081,9 +1081,9 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   if constexpr (kSm90EpilogueInstances<P, Loads>) {
     if (store.enabled && !store.fused) {  // (with tf32's D written transposed, too)
       kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kPlain>;
-    }
-    if constexpr (sizeof(TOut) == 2) {  // (the fused TMA-store epilogue is 16-bit outputs' only)
-      if (store.enabled && store.fused) {
+    } else if (store.enabled) {
+      // (MakeSm90Store fuses 16-bit outputs only: no such instance for float ones)
+      if constexpr (sizeof(TOut) == 2) {
         kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kTmaStores>;
       }
     }
