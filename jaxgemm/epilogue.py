@@ -5,7 +5,8 @@
 The forward pass is one jaxgemm_gemm kernel. The backward pass computes
 dz = dy * act'(z) (+ the cotangent of aux) and the bias gradient in one fused kernel
 (jaxgemm_bias_act_grad), then dgrad and wgrad with jaxgemm's GEMMs in the input dtype with
-fp32 accumulation.
+fp32 accumulation. For relu without a residual act'(z) is read off y, so the forward keeps
+no z.
 """
 
 from __future__ import annotations
@@ -120,21 +121,32 @@ def _forward(config, epi, a, b, c, bias, residual, want_aux):
     return run(a, b, config)
 
 
+def _grad_from_output(epi: EpilogueConfig, residual) -> bool:
+    """Whether act'(z) can be read off the output y = act(z): for relu without a residual,
+    y > 0 exactly where z > 0. The backward then needs no pre-activation, so the forward
+    writes one output-sized array fewer and keeps none alive for the backward. (sigmoid's
+    and tanh's derivatives from a rounded y lose the small values: they keep z.)"""
+    return epi.activation == "relu" and residual is None
+
+
 def _fused_fwd(config, epi, a, b, c, bias, residual):
-    keep_z = epi.want_aux or epi.activation is not None
+    from_output = _grad_from_output(epi, residual)
+    keep_z = epi.want_aux or (epi.activation is not None and not from_output)
     y, z = _forward(config, epi, a, b, c, bias, residual, keep_z)
     out = (y, z) if epi.want_aux else y
-    return out, (a, b, c, bias, residual, z if epi.activation is not None else None)
+    # What act' is evaluated at in the backward (bias_act_grad): z, or y where it gives the same.
+    at = None if epi.activation is None else (y if from_output else z)
+    return out, (a, b, c, bias, residual, at)
 
 
 def _fused_bwd(config, epi, saved, ct):
-    a, b, c, bias, residual, z = saved
+    a, b, c, bias, residual, at = saved
     dy, daux = ct if epi.want_aux else (ct, None)
     if epi.activation is None:
         dz = dy if daux is None else dy + daux.astype(dy.dtype)
         dbias = None if bias is None else dz.astype(jnp.float32).sum(axis=-2)
     else:
-        dz, dbias = bias_act_grad(dy, z, daux, epi.activation)
+        dz, dbias = bias_act_grad(dy, at, daux, epi.activation)
     return (
         grad_lhs(dz, b, a.shape, a.dtype, config),
         grad_rhs(dz, a, b.shape, b.dtype, config),

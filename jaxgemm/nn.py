@@ -10,8 +10,9 @@ from jaxgemm.matmul import matmul
 def dense(x, w, bias=None, activation=None, *, precision=None, out_dtype=None):
     """A fully connected layer, `activation(x @ w + bias)`, in one fused kernel.
 
-    Its gradient keeps the pre-activation z from the forward epilogue; the backward pass
-    computes dz = dy * activation'(z) and the bias gradient in one fused kernel, then
+    Its gradient keeps the pre-activation z from the forward epilogue (relu: the output,
+    which says where z > 0); the backward pass computes dz = dy * activation'(z) and the
+    bias gradient in one fused kernel, then
     dx = dz @ w^T and dw = x^T @ dz on jaxgemm's GEMMs (input dtype, fp32 accumulation).
 
     Args:

@@ -2,13 +2,15 @@
 
 For x (M, K) @ w (K, N) + bias, activation (bf16 by default): each piece of jaxgemm.dense's
 forward and backward timed alone (CUPTI), next to XLA's version of the same piece.
-    python3 -P tools/dense_breakdown.py [--size 4096] [--activation gelu] [--dtype bfloat16]"""
+    python3 -P tools/dense_breakdown.py [--size 4096] [--activation gelu] [--dtype bfloat16] [--kernels]
+--kernels: also each kernel of the whole forward + backward, ours and XLA's, in launch order."""
 
 import argparse
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental.mosaic.gpu import profiler
 
 import jaxgemm
 from jaxgemm import activations
@@ -19,6 +21,7 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--size", type=int, default=4096)
 parser.add_argument("--activation", default="gelu")
 parser.add_argument("--dtype", default="bfloat16")
+parser.add_argument("--kernels", action="store_true")
 args = parser.parse_args()
 s, act, dtype = args.size, args.activation, jnp.dtype(args.dtype)
 keys = jax.random.split(jax.random.key(0), 5)
@@ -74,3 +77,11 @@ for name, (ours, xla, a) in pieces.items():
     o, _ = time_ms(ours, a, 50)
     r, _ = time_ms(xla, a, 50)
     print(f"{name:<34} {o:>8.4f} {r:>8.4f} {r / o:>9.3f}")
+
+if args.kernels:
+    for side, fn in zip(("ours", "XLA"), pieces["forward + backward"][:2]):
+        _, per_iter = profiler.measure(fn, aggregate=False, iterations=20)(x, w, b, dy)
+        names = [name for name, _ in per_iter[0]]
+        print(f"{side} forward + backward, kernels (median us):")
+        for i, name in enumerate(names):
+            print(f"  {np.median([it[i][1] for it in per_iter]) * 1e3:9.1f}  {name[:110]}")
