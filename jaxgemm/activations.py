@@ -35,3 +35,10 @@ def apply(name: str | None, z):
     """`name`(z) in JAX (float32 math for half inputs, like the kernels)."""
     activation_id(name)
     return _FUNCTIONS[name](z)
+
+
+def derivative_from_output(name: str | None) -> bool:
+    """Whether act'(z) is exactly a function of act(z) as stored: relu (y > 0 exactly where
+    z > 0), so a backward pass may keep y instead of z. sigmoid's y (1 - y) and tanh's
+    1 - y^2 are too, in exact arithmetic, but from a rounded y they lose the small values."""
+    return name == "relu"

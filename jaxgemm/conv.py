@@ -478,21 +478,24 @@ def _conv(config, x, w, bias, residual):
 
 
 def _conv_fwd(config, x, w, bias, residual):
-    want_aux = config.activation is not None
+    # act'(z) read off y where it can be (relu without a residual): then no z is written.
+    from_output = activations.derivative_from_output(config.activation) and residual is None
+    want_aux = config.activation is not None and not from_output
     outs = _fprop(config, x, w, bias, residual, want_aux)
+    at = outs[0] if from_output else (outs[1] if want_aux else None)
     # The residual's cotangent is dy: keep only its dtype, in an empty array.
     marker = None if residual is None else jnp.zeros((0,), residual.dtype)
-    return outs[0], (x, w, outs[1] if want_aux else None, bias, marker)
+    return outs[0], (x, w, at, bias, marker)
 
 
 def _conv_bwd(config, saved, dy):
-    x, w, z, bias, residual = saved
+    x, w, at, bias, residual = saved
     k = w.shape[3]
     if config.activation is None:
         dz = dy
         dbias = None if bias is None else dy.astype(jnp.float32).sum(axis=(0, 1, 2))
     else:
-        dz, dbias = bias_act_grad(dy.reshape(-1, k), z.reshape(-1, k), None, config.activation)
+        dz, dbias = bias_act_grad(dy.reshape(-1, k), at.reshape(-1, k), None, config.activation)
         dz = dz.reshape(dy.shape)
     dz_in = dz.astype(x.dtype)
     dx = conv2d_dgrad(dz_in, w, config, x.shape[1:3])

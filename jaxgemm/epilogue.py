@@ -121,16 +121,9 @@ def _forward(config, epi, a, b, c, bias, residual, want_aux):
     return run(a, b, config)
 
 
-def _grad_from_output(epi: EpilogueConfig, residual) -> bool:
-    """Whether act'(z) can be read off the output y = act(z): for relu without a residual,
-    y > 0 exactly where z > 0. The backward then needs no pre-activation, so the forward
-    writes one output-sized array fewer and keeps none alive for the backward. (sigmoid's
-    and tanh's derivatives from a rounded y lose the small values: they keep z.)"""
-    return epi.activation == "relu" and residual is None
-
-
 def _fused_fwd(config, epi, a, b, c, bias, residual):
-    from_output = _grad_from_output(epi, residual)
+    # act'(z) read off y (relu; not once a residual is added): the forward then writes no z.
+    from_output = activations.derivative_from_output(epi.activation) and residual is None
     keep_z = epi.want_aux or (epi.activation is not None and not from_output)
     y, z = _forward(config, epi, a, b, c, bias, residual, keep_z)
     out = (y, z) if epi.want_aux else y

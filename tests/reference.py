@@ -1,4 +1,4 @@
-"""float64 references and the error measure the tests share."""
+"""float64 references, the error measure and a jaxpr walk the tests share."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -66,3 +66,14 @@ ACTIVATIONS = {
     "sigmoid": _sigmoid,
     "tanh": np.tanh,
 }
+
+
+def jaxpr_equations(jaxpr):
+    """Every equation of a jaxpr, those of nested jaxprs (jit, custom VJP, cond) included."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from jaxpr_equations(inner)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from reference import TOLERANCE, random, rel_error
+from reference import TOLERANCE, jaxpr_equations, random, rel_error
 
 import jaxgemm
 from jaxgemm import activations
@@ -144,6 +144,20 @@ def test_epilogue_every_activation_and_dtype(act, dtype):
 @pytest.mark.parametrize("act", [None, "relu", "gelu", "silu"])
 def test_grads_with_epilogue(act, dtype):
     _check((2, 6, 7, 8, 8, 3, 3), dict(stride=2, padding="SAME"), dtype, act, with_residual=True, seed=4)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+def test_relu_gradient_is_read_off_the_output(act):
+    """relu without a residual: the backward takes relu'(z) from y > 0, so the forward
+    under vjp writes no pre-activation (gelu, the control, does); gradients still match."""
+    _check((2, 6, 7, 8, 8, 3, 3), dict(stride=2, padding="SAME"), jnp.float32, act, seed=27)
+    rng = np.random.default_rng(27)
+    x, w = random(rng, (2, 6, 7, 8), jnp.float32), random(rng, (3, 3, 8, 8), jnp.float32)
+    bias, ct = random(rng, (8,), jnp.float32), random(rng, (2, 6, 7, 8), jnp.float32)
+    f = lambda x, w, b: jaxgemm.conv2d(x, w, padding="SAME", bias=b, activation=act)  # noqa: E731
+    jaxpr = jax.make_jaxpr(lambda *a: jax.vjp(f, *a)[1](ct))(x, w, bias)
+    forward = [e.params["want_aux"] for e in jaxpr_equations(jaxpr.jaxpr) if e.primitive.name == "jaxgemm_conv2d"]
+    assert forward and all(want_aux == (act != "relu") for want_aux in forward), forward
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
