@@ -4,7 +4,7 @@ ABBA order, each for a few seconds. At the power cap a GEMM's time is its energy
 cap, so the energy per GEMM says what a schedule costs there; the clock and the multiply-adds
 per SM clock say whether a time difference is the clock or the work per clock.
     python tools/power_probe.py [M,N,K ...] [--tiles 256x256,128x256] [--f32] [--seconds 3]
-    python tools/power_probe.py --bench "8192^3 dense,tf32 8192^3" [--seconds 3]
+    python tools/power_probe.py --bench "bf16 8192^3 dense relu,tf32 8192^3" [--seconds 3]
 --f32: float32 at full precision (ours: SIMT, tiles forced on A stored as (K, M), as the
 heuristic stores large operands; XLA: precision="highest").
 --bench: jaxgemm.bench's cases with one of the comma-separated names (every kind), ours
@@ -25,7 +25,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-
 from jax.experimental.mosaic.gpu import profiler
 
 from jaxgemm.gemm import GemmConfig, _gemm
