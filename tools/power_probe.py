@@ -107,11 +107,28 @@ def kernels(fn, args, iterations=3):
     return statistics.median(totals), names
 
 
+HEADER = (f"{'case':40s} {'wall us':>8s} {'kernel us':>9s} {'mJ':>8s} {'W':>5s} {'MHz':>5s} {'MAC/SM/clk':>10s}"
+          "  reasons  kernels")
+
+
+def probe(nvml, case, runs, args, seconds, repeats, macs):
+    """Each (label, fn) of `runs` in ABBA order: one table row per window, per product
+    (a call runs `repeats` products of `macs` multiply-adds each)."""
+    sms = getattr(jax.devices()[0], "core_count", 132)
+    for label, fn in runs + runs[::-1]:
+        ms, joules, mhz, watts, reasons = measure(nvml, fn, args, seconds)
+        kernel_ms, names = kernels(fn, args)
+        wall_us, kernel_us = ms * 1e3 / repeats, kernel_ms * 1e3 / repeats
+        per_clock = macs / (kernel_us * 1e-6) / (mhz * 1e6) / sms
+        print(f"{f'{case} {label}':40s} {wall_us:8.1f} {kernel_us:9.1f} {joules * 1e3 / repeats:8.2f} "
+              f"{watts:5.0f} {mhz:5.0f} {per_clock:10.0f}  {reasons:#5x}  {' '.join(x[:40] for x in names[:3])}",
+              flush=True)
+
+
 def main(shapes, tiles, f32=False, seconds=3.0):
     nvml = Nvml()
     dtype = jnp.float32 if f32 else jnp.bfloat16
-    sms = getattr(jax.devices()[0], "core_count", 132)
-    print(f"{'case':30s} {'wall us':>8s} {'kernel us':>9s} {'mJ':>7s} {'W':>5s} {'MHz':>5s} {'MAC/SM/clk':>10s}  reasons  kernels")
+    print(HEADER)
     for m, n, k in shapes:
         est_ms = 2 * m * n * k / (45e12 if f32 else 700e12) * 1e3
         repeats = max(2, min(64, int(2.0 / est_ms) + 1))
@@ -133,39 +150,24 @@ def main(shapes, tiles, f32=False, seconds=3.0):
             config = GemmConfig(out_dtype=jnp.dtype(dtype), kernel="sm90" if tile else None, tile=tile)
             runs.append((label, jax.jit(lambda a_list, a_t_list, b_list, c=config: [
                 _gemm(a, b, c) for a, b in zip(a_list, b_list)])))
-        args = (a_list, a_t_list, b_list)
-        for label, fn in runs + runs[::-1]:
-            ms, joules, mhz, watts, reasons = measure(nvml, fn, args, seconds)
-            kernel_ms, names = kernels(fn, args)
-            wall_us, kernel_us = ms * 1e3 / repeats, kernel_ms * 1e3 / repeats
-            per_clock = m * n * k / (kernel_us * 1e-6) / (mhz * 1e6) / sms
-            print(f"{f'{m}x{n}x{k} {label}':30s} {wall_us:8.1f} {kernel_us:9.1f} {joules * 1e3 / repeats:7.2f} "
-                  f"{watts:5.0f} {mhz:5.0f} {per_clock:10.0f}  {reasons:#5x}  {' '.join(x[:40] for x in names)}",
-                  flush=True)
+        probe(nvml, f"{m}x{n}x{k}", runs, (a_list, a_t_list, b_list), seconds, repeats, m * n * k)
 
 
 def bench_cases(names, seconds):
     from jaxgemm import bench
 
     nvml = Nvml()
-    sms = getattr(jax.devices()[0], "core_count", 132)
     seen, cases = set(), []
     for suite in ("simt", "tc", "epilogue"):
         for case in bench.SUITES[suite]():
             if case.name in names and (case.name, case.kind) not in seen:
                 seen.add((case.name, case.kind))
                 cases.append(case)
-    print(f"{'case':34s} {'':6s} {'wall us':>8s} {'kernel us':>9s} {'mJ':>8s} {'W':>5s} {'MHz':>5s} {'MAC/SM/clk':>10s}  reasons")
+    print(HEADER)
     for case in cases:
-        args = bench._inputs(case, 0)
         ours, base = bench._functions(case)
         runs = [("ours", ours), (case.baseline, base)]
-        for label, fn in runs + runs[::-1]:
-            ms, joules, mhz, watts, reasons = measure(nvml, fn, args, seconds)
-            kernel_ms, _ = kernels(fn, args)
-            per_clock = case.flops / 2 / (kernel_ms * 1e-3) / (mhz * 1e6) / sms
-            print(f"{f'{case.name} ({case.kind})':34s} {label[:6]:6s} {ms * 1e3:8.1f} {kernel_ms * 1e3:9.1f} "
-                  f"{joules * 1e3:8.2f} {watts:5.0f} {mhz:5.0f} {per_clock:10.0f}  {reasons:#5x}", flush=True)
+        probe(nvml, f"{case.name} ({case.kind})", runs, bench._inputs(case, 0), seconds, 1, case.flops / 2)
 
 
 if __name__ == "__main__":
