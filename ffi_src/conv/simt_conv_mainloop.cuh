@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "gemm/simt_outer_product.cuh"
+
 namespace jaxgemm {
 
 template <class Policy>
@@ -64,11 +66,7 @@ struct SimtConvMainloop {
           read ^= 1;
         }
         LoadFragments(smem.a[read], smem.b[read], (kk + 1) % kBK, ty, tx, fa[(kk + 1) % 2], fb[(kk + 1) % 2]);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(fa[kk % 2][i], fb[kk % 2][j], acc[i][j]);
-        }
+        SimtOuterProduct(acc, fa[kk % 2], fb[kk % 2]);
       }
     }
   }

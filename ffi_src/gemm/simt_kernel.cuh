@@ -77,6 +77,10 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
     // written there as this thread's 4x4 fragments, then read back row-wise, each thread
     // taking 4-column vectors of rows kRowStep apart, in a loop that is not unrolled. With
     // split-K, slab z holds partial sums (no epilogue operands, by contract).
+    // Each 4-column group is staged pair-swapped (columns 1, 0, 3, 2) and swapped back when
+    // read: the 128-bit store then takes acc[i][j] from a register of the other bank than
+    // fb[j], whose quad comes from a 128-bit load in column order, so the mainloop's FFMAs
+    // do not read both from one bank (simt_outer_product.cuh; +6% with the serpentine order).
     constexpr int kVecsPerRow = kBN / 4, kRowStep = Policy::kThreads / kVecsPerRow;
     static_assert(Policy::kThreads % kVecsPerRow == 0 && kBM / 2 % (2 * kRowStep) == 0,
                   "each thread takes whole pairs of rows of a half tile");
@@ -98,7 +102,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
             const float* f = &acc[(half * kFragmentsM / 2 + g) * 4 + r][h * 4];
             const int row = g * (kBM / kFragmentsM) + ty * 4 + r;
             *reinterpret_cast<float4*>(&smem.epilogue[row * kBN + h * (kBN / 2) + tx * 4]) =
-                make_float4(f[0], f[1], f[2], f[3]);
+                make_float4(f[1], f[0], f[3], f[2]);
           }
         }
       }
@@ -114,7 +118,7 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kMinBlocksPerSm)
           for (int i = 0; i < 2; ++i) {
             const float4 x = *reinterpret_cast<const float4*>(
                 &smem.epilogue[(r + i * kRowStep) * kBN + (col - n0)]);
-            v[i][0] = x.x, v[i][1] = x.y, v[i][2] = x.z, v[i][3] = x.w;
+            v[i][0] = x.y, v[i][1] = x.x, v[i][2] = x.w, v[i][3] = x.z;
           }
           GemmEpilogue<TOut>::StoreRows(p, off, rows, live, col, v, vector_store);
         }

@@ -2,6 +2,7 @@
 // and register fragments, the next k-tile prefetched from global memory into registers
 // while the current one is multiplied, one __syncthreads per k-tile.
 #pragma once
+#include "gemm/simt_outer_product.cuh"
 #include "gemm/simt_tile_loader.cuh"
 
 namespace jaxgemm {
@@ -30,15 +31,6 @@ struct SimtMainloop {
     *reinterpret_cast<float4*>(&fa[4]) = *reinterpret_cast<const float4*>(pa + kBM / 2);
     *reinterpret_cast<float4*>(&fb[0]) = *reinterpret_cast<const float4*>(pb);
     *reinterpret_cast<float4*>(&fb[4]) = *reinterpret_cast<const float4*>(pb + kBN / 2);
-  }
-
-  __device__ __forceinline__ static void OuterProduct(Accumulators& acc, const float (&fa)[8],
-                                                      const float (&fb)[8]) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);
-    }
   }
 
   __device__ __forceinline__ static void Run(LoaderA& load_a, LoaderB& load_b, int64_t k_size,
@@ -75,7 +67,7 @@ struct SimtMainloop {
         // Drain: after the last k-slice of the last tile this re-reads valid, unused data.
         LoadFragments(smem.a[read], smem.b[read], (kk + 1) % kBK, ty, tx, fa[(kk + 1) % 2],
                       fb[(kk + 1) % 2]);
-        OuterProduct(acc, fa[kk % 2], fb[kk % 2]);
+        SimtOuterProduct(acc, fa[kk % 2], fb[kk % 2]);
       }
     }
   }

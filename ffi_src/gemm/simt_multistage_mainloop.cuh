@@ -5,6 +5,7 @@
 #pragma once
 #include "common/ptx.cuh"
 #include "gemm/simt_async_tile_loader.cuh"
+#include "gemm/simt_outer_product.cuh"
 
 namespace jaxgemm {
 
@@ -36,14 +37,6 @@ struct SimtMultistageMainloop {
     }
     *reinterpret_cast<float4*>(&fb[0]) = *reinterpret_cast<const float4*>(pb);
     *reinterpret_cast<float4*>(&fb[4]) = *reinterpret_cast<const float4*>(pb + kBN / 2);
-  }
-
-  __device__ __forceinline__ static void OuterProduct(Accumulators& acc, const float (&fa)[kTM], const float (&fb)[8]) {
-#pragma unroll
-    for (int i = 0; i < kTM; ++i) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);
-    }
   }
 
   __device__ __forceinline__ static void Run(LoaderA& load_a, LoaderB& load_b, int64_t k_size, SharedStorage& smem,
@@ -87,7 +80,7 @@ struct SimtMultistageMainloop {
           CpAsyncCommitGroup();
           write = write + 1 == kStages ? 0 : write + 1;
         }
-        OuterProduct(acc, fa[kk % 2], fb[kk % 2]);
+        SimtOuterProduct(acc, fa[kk % 2], fb[kk % 2]);
       }
     }
     CpAsyncWaitGroup<0>();  // no copy may land after the block moves on
