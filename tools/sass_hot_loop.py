@@ -38,20 +38,24 @@ def functions(path: str, pattern: str) -> dict[str, list[tuple[int, str]]]:
     return found
 
 
+def unpredicated(text: str) -> str:
+    return re.sub(r"^@!?U?P\w+\s+", "", text)
+
+
 def opcode(text: str) -> str:
-    return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0]
+    return unpredicated(text).split()[0]
 
 
 def hot_loop(code: list[tuple[int, str]]) -> list[str]:
-    best = []
+    best, best_density = [], 0.0
     for address, text in code:
         target = re.search(r"BRA\s+(?:\S+,\s*)?(0x[0-9a-f]+)", text)
         if not target or int(target.group(1), 16) >= address:
             continue
         body = [t for a, t in code if int(target.group(1), 16) <= a <= address]
         ffma = sum(opcode(t) == "FFMA" for t in body)
-        if ffma >= 256 and (not best or ffma / len(body) > sum(opcode(t) == "FFMA" for t in best) / len(best)):
-            best = body
+        if ffma >= 256 and ffma / len(body) > best_density:
+            best, best_density = body, ffma / len(body)
     return best
 
 
@@ -81,7 +85,7 @@ def bank_conflicts(body: list[str]) -> tuple[int, int]:
 def load_to_use(body: list[str]) -> list[int]:
     distances = []
     for i, text in enumerate(body):
-        m = re.match(r"LDS\S*\s+R(\d+)", re.sub(r"^@!?U?P\w+\s+", "", text))
+        m = re.match(r"LDS\S*\s+R(\d+)", unpredicated(text))
         if not m:
             continue
         width = 4 if ".128" in text else 2 if ".64" in text else 1
