@@ -111,7 +111,8 @@ def main() -> None:
                 continue
             mix = collections.Counter(opcode(t) for t in body)
             ffma = mix["FFMA"]
-            rotated = sum(1 for t in body if opcode(t) == "FFMA" and REGISTER.findall(t)[0][0] != REGISTER.findall(t)[3][0])
+            operands = [[r for r, _ in REGISTER.findall(t)] for t in body if opcode(t) == "FFMA"]
+            rotated = sum(regs[0] != regs[3] for regs in operands)
             reuse = sum(t.count(".reuse") for t in body if opcode(t) == "FFMA")
             conflicts, reads = bank_conflicts(body)
             distances = load_to_use(body)
