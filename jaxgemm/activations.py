@@ -42,3 +42,27 @@ def derivative_from_output(name: str | None) -> bool:
     z > 0), so a backward pass may keep y instead of z. sigmoid's y (1 - y) and tanh's
     1 - y^2 are too, in exact arithmetic, but from a rounded y they lose the small values."""
     return name == "relu"
+
+
+def _slope(f):
+    """x -> f'(x) elementwise, for an elementwise f."""
+    return lambda x: jax.jvp(f, (x,), (jnp.ones_like(x),))[1]
+
+
+def derivative(name: str | None, at):
+    """act'(at) in float32. For relu `at` may be z or y = relu(z): both are positive exactly
+    where z is (derivative_from_output)."""
+    at = jnp.asarray(at, jnp.float32)
+    if name is None:
+        return jnp.ones_like(at)
+    if name == "relu":
+        return (at > 0).astype(jnp.float32)
+    return _slope(_FUNCTIONS[name])(at)
+
+
+def second_derivative(name: str | None, at):
+    """act''(at) in float32 (0 for the identity and relu)."""
+    at = jnp.asarray(at, jnp.float32)
+    if name in (None, "relu"):
+        return jnp.zeros_like(at)
+    return _slope(_slope(_FUNCTIONS[name]))(at)

@@ -1,12 +1,21 @@
-"""GEMMs with a fused epilogue, and their gradient.
+"""GEMMs with a fused epilogue, and their derivatives.
 
     z = alpha * op(a) @ op(b) + beta * c + bias,   y = act(z) + residual,   aux = z
 
-The forward pass is one jaxgemm_gemm kernel. The backward pass computes
-dz = dy * act'(z) (+ the cotangent of aux) and the bias gradient in one fused kernel
-(jaxgemm_bias_act_grad), then dgrad and wgrad with jaxgemm's GEMMs in the input dtype with
-fp32 accumulation. For relu without a residual act'(z) is read off y, so the forward keeps
-no z.
+Three primitives (primitive.py's pattern):
+
+    gemm_epilogue_p     the forward pass: one jaxgemm_gemm kernel
+    epilogue_tangent_p  dy = act'(z) * (dz + dbias): the epilogue's tangent, linear in
+                        (dz, dbias); elementwise jnp
+    bias_act_grad_p     (dz, dbias) = (dy * act'(z), sum of dz over rows): its transpose,
+                        one fused kernel (jaxgemm_bias_act_grad)
+
+The JVP of the fused GEMM is the bilinear GEMM's tangents (gemm_p) through
+epilogue_tangent_p; reverse mode is JAX's transpose of it, so `grad` runs the fused
+forward, bias_act_grad_p, then dgrad and wgrad on jaxgemm's GEMMs (input dtype, fp32
+accumulation). The two epilogue primitives are each other's transposes and differentiate
+through act'' (activations.py), so every order of derivative composes. For relu without a
+residual act'(z) is read off y, so the forward keeps no z.
 """
 
 from __future__ import annotations
@@ -18,23 +27,28 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.interpreters import ad
 
 from jaxgemm import activations
 from jaxgemm.gemm import (
     GemmConfig,
     _broadcast_batch,
+    _gemm_abstract,
     _gemm_dims,
-    _tf32_operands,
     _kernel_out_dtype,
     _mn_major_for_simt,
+    _tf32_operands,
+    batch_factors,
     call_gemm_ffi,
+    gemm_local,
+    gemm_op,
+    gemm_rule,
     gemm_workspace_bytes,
-    grad_lhs,
-    grad_rhs,
     runs_as_tf32,
     runs_on_simt_f32,
     unbroadcast,
 )
+from jaxgemm.primitive import Op, Result, Rule, define, psum_over
 
 # Rows per block of the bias/activation backward: enough blocks to keep every SM streaming.
 _ROWS_PER_CHUNK = 64
@@ -43,37 +57,203 @@ _MAX_CHUNKS = 256
 
 @dataclasses.dataclass(frozen=True)
 class EpilogueConfig:
-    """Static epilogue options (hashable: a nondiff argument of the custom VJP)."""
+    """Static epilogue options (hashable: a primitive parameter)."""
 
     activation: str | None = None
     beta: float = 0.0
     want_aux: bool = False
 
 
-def bias_act_grad(dy, z, extra, activation: str | None):
-    """(dz, dbias) for dy, z of shape (*batch, rows, n): dz = dy * act'(z) (+ extra),
-    dbias (*batch, n) in float32, summed over rows in a fixed order."""
+    def __post_init__(self):
+        activations.activation_id(self.activation)
+
+
+def _present(operands, flags):
+    """The optional operands in `flags`'s order, None for the absent ones."""
+    it = iter(operands)
+    return [next(it) if flag else None for flag in flags]
+
+
+def _tangent_or_none(t):
+    return None if t is None or type(t) is ad.Zero else t
+
+
+def _sum_rows(x, like_shape):
+    """x (*batch, rows, n) summed over rows in float32, then over broadcast dims of like_shape."""
+    return unbroadcast(x.astype(jnp.float32).sum(axis=-2), like_shape)
+
+
+# ---------------------------------------------------------------------------------------
+# bias_act_grad_p: (dz, dbias) = (dy * act'(at) + extra, sum over rows of dz).
+
+
+def _bag_abstract(dy, at, *extra, activation, has_extra):
+    if dy.shape != at.shape or dy.ndim < 2 or dy.dtype != at.dtype:
+        raise ValueError(f"bias_act_grad_p: dy{dy.shape} {dy.dtype} and z{at.shape} {at.dtype} must match, rank >= 2")
+    return [Result(dy.shape, dy.dtype), Result(dy.shape[:-2] + dy.shape[-1:], jnp.float32)]
+
+
+def _bag_rule(dy, at, *extra, activation, has_extra):
+    dims = tuple(f"b{i}" for i in range(dy.ndim - 2)) + ("r", "n")
+    return Rule((dims,) * (2 + len(extra)), (dims, dims[:-2] + ("n",)))
+
+
+def _bag_local(dy, at, *extra, activation, has_extra, platform, axes):
     rows, n = dy.shape[-2:]
     chunks = max(1, min(_MAX_CHUNKS, math.ceil(rows / _ROWS_PER_CHUNK)))
     results = (
         jax.ShapeDtypeStruct(dy.shape, dy.dtype),
         jax.ShapeDtypeStruct(dy.shape[:-2] + (chunks, n), jnp.float32),
     )
-    # Under vmap dy may be unbatched (e.g. the cotangent of a sum) while z is batched; the
-    # kernel wants them alike, and both are output-sized anyway.
-    dz, partials = jax.ffi.ffi_call("jaxgemm_bias_act_grad", results, vmap_method="broadcast_all")(
-        dy,
-        z,
-        jnp.zeros((0,), dy.dtype) if extra is None else extra.astype(dy.dtype),
+    dz, partials = jax.ffi.ffi_call("jaxgemm_bias_act_grad", results)(
+        dy, at, extra[0] if has_extra else jnp.zeros((0,), dy.dtype),
         activation=np.int64(activations.activation_id(activation)),
-    )
-    return dz, partials.sum(axis=-2)
+    )  # fmt: skip
+    # Rows sharded: each device sums its rows; the bias gradient is their sum.
+    return [dz, psum_over(partials.sum(axis=-2), axes, ("r",))]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _fused(config: GemmConfig, epi: EpilogueConfig, a, b, c, bias, residual):
-    y, aux = _forward(config, epi, a, b, c, bias, residual, epi.want_aux)
-    return (y, aux) if epi.want_aux else y
+def _to_front(x, d, size):
+    """x with its vmapped axis first (broadcast to `size` when unbatched)."""
+    return jnp.broadcast_to(x, (size,) + x.shape) if d is None else jnp.moveaxis(x, d, 0)
+
+
+def _bag_batch(args, dims, **params):
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    return bias_act_grad_op.bind(*(_to_front(a, d, size) for a, d in zip(args, dims)), **params), [0, 0]
+
+
+def _bag_jvp(primals, tangents, *, activation, has_extra):
+    dy, at, *extra = primals
+    ddy, dat, *dextra = tangents
+    dz, dbias = bias_act_grad_op.bind(*primals, activation=activation, has_extra=has_extra)
+    t_dz = t_dbias = None
+    ddy, dextra = _tangent_or_none(ddy), [_tangent_or_none(t) for t in dextra]
+    if ddy is not None or any(t is not None for t in dextra):
+        ddy = jnp.zeros_like(dy) if ddy is None else ddy
+        lin = [e if e is not None else jnp.zeros_like(dy) for e in dextra]
+        t_dz, t_dbias = bias_act_grad_op.bind(ddy, at, *lin, activation=activation, has_extra=has_extra)
+    if _tangent_or_none(dat) is not None and activation is not None:
+        curve = (dy.astype(jnp.float32) * activations.second_derivative(activation, at) * dat.astype(jnp.float32))
+        t_dz = curve.astype(dy.dtype) if t_dz is None else t_dz + curve.astype(dy.dtype)
+        t_dbias = curve.sum(axis=-2) if t_dbias is None else t_dbias + curve.sum(axis=-2)
+    out = [dz, dbias]
+    if t_dz is None:
+        return out, [ad.Zero.from_primal_value(dz), ad.Zero.from_primal_value(dbias)]
+    return out, [t_dz, t_dbias]
+
+
+def _bag_transpose(cts, dy, at, *extra, activation, has_extra):
+    ct_dz, ct_dbias = (None if type(c) is ad.Zero else c for c in cts)
+    shape = dy.aval.shape if ad.is_undefined_primal(dy) else dy.shape
+    if ct_dz is None:
+        ct_dz = jnp.zeros(shape, (dy.aval if ad.is_undefined_primal(dy) else dy).dtype)
+    through = ct_dz if ct_dbias is None else ct_dz + jnp.expand_dims(ct_dbias, -2).astype(ct_dz.dtype)
+    ct_dy = epilogue_tangent(ct_dz, ct_dbias, at, activation) if ad.is_undefined_primal(dy) else None
+    ct_extra = [through if ad.is_undefined_primal(e) else None for e in extra]
+    return [ct_dy, None, *ct_extra]
+
+
+bias_act_grad_op = define(Op(
+    "jaxgemm_bias_act_grad", abstract=_bag_abstract, rule=_bag_rule, local=_bag_local,
+    batch=_bag_batch, jvp=_bag_jvp, transpose=_bag_transpose,
+))  # fmt: skip
+
+
+def bias_act_grad(dy, z, extra, activation: str | None):
+    """(dz, dbias) for dy, z of shape (*batch, rows, n): dz = dy * act'(z) (+ extra),
+    dbias (*batch, n) in float32, summed over rows in a fixed order."""
+    extra = () if extra is None else (extra.astype(dy.dtype),)
+    return tuple(bias_act_grad_op.bind(dy, z.astype(dy.dtype), *extra, activation=activation, has_extra=bool(extra)))
+
+
+# ---------------------------------------------------------------------------------------
+# epilogue_tangent_p: act'(at) * (t + dbias), linear in (t, dbias).
+
+
+def _et_abstract(t, *rest, activation, has_bias):
+    return [Result(t.shape, t.dtype)]
+
+
+def _et_rule(t, *rest, activation, has_bias):
+    dims = tuple(f"b{i}" for i in range(t.ndim - 2)) + ("r", "n")
+    operands = [dims]
+    if has_bias:
+        operands.append(batch_factors(rest[0].shape[:-1], t.shape[:-2], "s") + ("n",))
+    if activation is not None:
+        operands.append(dims)
+    return Rule(tuple(operands), (dims,))
+
+
+def _et_local(t, *rest, activation, has_bias, platform, axes):
+    dbias, at = _present(rest, (has_bias, activation is not None))
+    z = t.astype(jnp.float32)
+    if dbias is not None:
+        z = z + jnp.expand_dims(dbias.astype(jnp.float32), -2)
+    if activation is not None:
+        z = z * activations.derivative(activation, at)
+    return [z.astype(t.dtype)]
+
+
+def _et_batch(args, dims, *, activation, has_bias):
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    moved = [_to_front(a, d, size) for a, d in zip(args, dims)]
+    return epilogue_tangent_op.bind(*moved, activation=activation, has_bias=has_bias), [0]
+
+
+def _et_jvp(primals, tangents, *, activation, has_bias):
+    t, *rest = primals
+    dt, *drest = tangents
+    dbias, at = _present(rest, (has_bias, activation is not None))
+    ddbias, dat = _present(drest, (has_bias, activation is not None))
+    (out,) = epilogue_tangent_op.bind(*primals, activation=activation, has_bias=has_bias)
+    lin_t, lin_b = _tangent_or_none(dt), _tangent_or_none(ddbias)
+    tangent = None
+    if lin_t is not None or lin_b is not None:
+        tangent = epilogue_tangent(jnp.zeros_like(t) if lin_t is None else lin_t,
+                                   None if not has_bias else (jnp.zeros_like(dbias) if lin_b is None else lin_b),
+                                   at, activation)  # fmt: skip
+    if activation is not None and _tangent_or_none(dat) is not None:
+        z = t.astype(jnp.float32)
+        if dbias is not None:
+            z = z + jnp.expand_dims(dbias.astype(jnp.float32), -2)
+        curve = (z * activations.second_derivative(activation, at) * dat.astype(jnp.float32)).astype(t.dtype)
+        tangent = curve if tangent is None else tangent + curve
+    return [out], [ad.Zero.from_primal_value(out) if tangent is None else tangent]
+
+
+def _et_transpose(cts, t, *rest, activation, has_bias):
+    (ct,) = cts
+    dbias, at = _present(rest, (has_bias, activation is not None))
+    if type(ct) is ad.Zero:
+        return [None] * (1 + len(rest))
+    if activation is None:
+        dz, db = ct, ct.astype(jnp.float32).sum(axis=-2)
+    else:
+        dz, db = bias_act_grad(ct, at, None, activation)
+    ct_t = dz if ad.is_undefined_primal(t) else None
+    ct_b = None
+    if has_bias and ad.is_undefined_primal(dbias):
+        ct_b = unbroadcast(db, dbias.aval.shape).astype(dbias.aval.dtype)
+    return [ct_t] + ([ct_b] if has_bias else []) + ([None] if activation is not None else [])
+
+
+epilogue_tangent_op = define(Op(
+    "jaxgemm_epilogue_tangent", abstract=_et_abstract, rule=_et_rule, local=_et_local,
+    batch=_et_batch, jvp=_et_jvp, transpose=_et_transpose, custom_call=False,
+))  # fmt: skip
+
+
+def epilogue_tangent(t, dbias, at, activation: str | None):
+    """act'(at) * (t + dbias) (dbias (*batch, n) broadcast over rows, or None)."""
+    operands = [t] + ([dbias] if dbias is not None else []) + ([at.astype(t.dtype)] if activation is not None else [])
+    return epilogue_tangent_op.bind(*operands, activation=activation, has_bias=dbias is not None)[0]
+
+
+# ---------------------------------------------------------------------------------------
+# gemm_epilogue_p: the fused forward GEMM.
+
+_FLAGS = ("has_c", "has_bias", "has_residual")
 
 
 def _out_shape(a, b, config):
@@ -82,80 +262,124 @@ def _out_shape(a, b, config):
     return _broadcast_batch(a.shape[:-2], b.shape[:-2]) + (m, n)
 
 
-def _forward(config, epi, a, b, c, bias, residual, want_aux):
+def _fused_abstract(a, b, *rest, config, epi, has_c, has_bias, has_residual, out_sharding=None):
+    (y,) = _gemm_abstract(a, b, config=config)  # checks the GEMM's operands
+    return [y, y] if epi.want_aux else [y]
+
+
+def _fused_rule(a, b, *rest, config, epi, has_c, has_bias, has_residual, out_sharding=None):
+    product = gemm_rule(a.shape, b.shape, config)
+    (out,) = product.results
+    out_batch = _out_shape(a, b, config)[:-2]
+    c, bias, residual = _present(rest, (has_c, has_bias, has_residual))
+    operands = list(product.operands)
+    if c is not None:
+        operands.append(batch_factors(c.shape[:-2], out_batch, "c") + ("m", "n"))
+    if bias is not None:
+        operands.append(batch_factors(bias.shape[:-1], out_batch, "s") + ("n",))
+    if residual is not None:
+        operands.append(batch_factors(residual.shape[:-2], out_batch, "r") + ("m", "n"))
+    return Rule(tuple(operands), (out,) * (2 if epi.want_aux else 1))
+
+
+def _epilogue_in_jax(acc, c, bias, residual, epi, out_dtype):
+    """The kernel's epilogue in JAX, after a sharded K's partial products are summed."""
+    z = acc.astype(jnp.float32)
+    if c is not None:
+        z = z + epi.beta * c.astype(jnp.float32)
+    if bias is not None:
+        z = z + jnp.expand_dims(bias.astype(jnp.float32), -2)
+    y = activations.apply(epi.activation, z)
+    if residual is not None:
+        y = y + residual.astype(jnp.float32)
+    return [y.astype(out_dtype)] + ([z.astype(out_dtype)] if epi.want_aux else [])
+
+
+def _fused_local(a, b, *rest, config, epi, has_c, has_bias, has_residual, platform, axes, out_sharding=None):
+    c, bias, residual = _present(rest, (has_c, has_bias, has_residual))
+    if not axes.get("k"):
+        y, aux = _forward(config, epi, a, b, c, bias, residual, platform)
+        return [y, aux] if epi.want_aux else [y]
+    # K sharded: the bias, activation and residual act once, on the summed product.
+    (acc,) = gemm_local(a, b, config=config, platform=platform, axes=axes)
+    return _epilogue_in_jax(acc, c, bias, residual, epi, config.out_dtype)
+
+
+def _forward(config, epi, a, b, c, bias, residual, platform):
     out_shape = _out_shape(a, b, config)
-
-    def run(a, b, call_config, workspace_bytes=0):
-        return call_gemm_ffi(
-            a,
-            b,
-            c,
-            bias,
-            residual,
-            config=call_config,
-            out_shape=out_shape,
-            activation=activations.activation_id(epi.activation),
-            beta=epi.beta,
-            want_aux=want_aux,
-            workspace_bytes=workspace_bytes,
-        )
-
-    def run_on_gpu(a, b):
-        # As in the plain GEMM's lowering: on a Hopper GPU the tf32 kernel takes its operands
-        # as _tf32_operands stores them, the SIMT float32 kernels large ones M- / N-major, and
-        # stream-K gets its workspace.
-        call_config = config
-        if runs_as_tf32(a.dtype, config, "cuda"):
+    call_config = config
+    if platform == "cuda":
+        # As in the plain GEMM: on a Hopper GPU the tf32 kernel takes its operands as
+        # _tf32_operands stores them, the SIMT float32 kernels large ones M- / N-major.
+        if runs_as_tf32(a.dtype, config, platform):
             a, b, call_config = _tf32_operands(a, b, config)
-        elif runs_on_simt_f32(a.dtype, config, "cuda"):
+        elif runs_on_simt_f32(a.dtype, config, platform):
             a, b, call_config = _mn_major_for_simt(a, b, config)
-        return run(a, b, call_config, gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, "cuda"))
-
-    # Elsewhere the operands go as they are (tf32-allowed float32 runs in exact fp32).
-    if (
-        runs_as_tf32(a.dtype, config, "cuda")
-        or runs_on_simt_f32(a.dtype, config, "cuda")
-        or gemm_workspace_bytes(a.shape, b.shape, a.dtype, config, 1, "cuda")
-    ):
-        return jax.lax.platform_dependent(a, b, cuda=run_on_gpu, default=lambda a, b: run(a, b, config))
-    return run(a, b, config)
+    return call_gemm_ffi(
+        a, b, c, bias, residual, config=call_config, out_shape=out_shape,
+        activation=activations.activation_id(epi.activation), beta=epi.beta, want_aux=epi.want_aux,
+        workspace_bytes=gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, platform),
+    )  # fmt: skip
 
 
-def _fused_fwd(config, epi, a, b, c, bias, residual):
-    # act'(z) read off y (relu; not once a residual is added): the forward then writes no z.
-    from_output = activations.derivative_from_output(epi.activation) and residual is None
-    keep_z = epi.want_aux or (epi.activation is not None and not from_output)
-    y, z = _forward(config, epi, a, b, c, bias, residual, keep_z)
-    out = (y, z) if epi.want_aux else y
-    # What act' is evaluated at in the backward (bias_act_grad): z, or y where it gives the same.
-    at = None if epi.activation is None else (y if from_output else z)
-    return out, (a, b, c, bias, residual, at)
+def _fused_batch(args, dims, *, config, epi, has_c, has_bias, has_residual, out_sharding=None):
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    moved = [x[None] if d is None else jnp.moveaxis(x, d, 0) for x, d in zip(args, dims)]
+    if dims[0] is None and dims[1] is None:  # only an epilogue operand is batched
+        moved[0] = jnp.broadcast_to(moved[0], (size,) + moved[0].shape[1:])
+    a, b, *rest = moved
+    c, bias, residual = _present(rest, (has_c, has_bias, has_residual))
+    out = _fused_canonical(a, b, c, bias, residual, config, epi)
+    outs = list(out) if epi.want_aux else [out]
+    return [jnp.broadcast_to(o, (size,) + o.shape[1:]) for o in outs], [0] * len(outs)
 
 
-def _fused_bwd(config, epi, saved, ct):
-    a, b, c, bias, residual, at = saved
-    dy, daux = ct if epi.want_aux else (ct, None)
-    if epi.activation is None:
-        dz = dy if daux is None else dy + daux.astype(dy.dtype)
-        dbias = None if bias is None else dz.astype(jnp.float32).sum(axis=-2)
-    else:
-        dz, dbias = bias_act_grad(dy, at, daux, epi.activation)
-    return (
-        grad_lhs(dz, b, a.shape, a.dtype, config),
-        grad_rhs(dz, a, b.shape, b.dtype, config),
-        None if c is None else unbroadcast(epi.beta * dz, c.shape).astype(c.dtype),
-        None if bias is None else unbroadcast(dbias, bias.shape).astype(bias.dtype),
-        None if residual is None else unbroadcast(dy, residual.shape).astype(residual.dtype),
-    )
+def _fused_jvp(primals, tangents, *, config, epi, has_c, has_bias, has_residual, out_sharding=None):
+    flags = (has_c, has_bias, has_residual)
+    a, b, *rest = primals
+    da, db, *drest = (_tangent_or_none(t) for t in tangents)
+    c, bias, residual = _present(rest, flags)
+    dc, dbias, dres = _present(drest, flags)
+    act = epi.activation
+    from_output = activations.derivative_from_output(act) and residual is None
+    keep_z = epi.want_aux or (act is not None and not from_output)
+    outs = fused_op.bind(*primals, config=config, epi=dataclasses.replace(epi, want_aux=keep_z),
+                         **dict(zip(_FLAGS, flags)), out_sharding=out_sharding)  # fmt: skip
+    y, z = outs[0], (outs[1] if keep_z else None)
+    parts = []
+    if da is not None:
+        parts.append(gemm_op.bind(da, b, config=config)[0])
+    if db is not None:
+        parts.append(gemm_op.bind(a, db, config=config)[0])
+    if dc is not None and epi.beta != 0:
+        parts.append((epi.beta * dc).astype(y.dtype))
+    t = functools.reduce(jnp.add, parts) if parts else jnp.zeros_like(y)
+    if dbias is not None and not has_bias:
+        dbias = None
+    if dbias is not None and dbias.ndim < t.ndim - 1:
+        dbias = dbias.reshape((1,) * (t.ndim - 1 - dbias.ndim) + dbias.shape)
+    if not parts and dbias is None and dres is None:
+        zero = [ad.Zero.from_primal_value(y)] * (2 if epi.want_aux else 1)
+        return [y, z] if epi.want_aux else [y], zero
+    ydot = t if (act is None and dbias is None) else epilogue_tangent(t, dbias, y if from_output else z, act)
+    if dres is not None:
+        ydot = ydot + dres.astype(y.dtype)
+    if not epi.want_aux:
+        return [y], [ydot]
+    zdot = t if dbias is None else t + jnp.expand_dims(dbias, -2).astype(t.dtype)
+    return [y, z], [ydot, zdot]
 
 
-_fused.defvjp(_fused_fwd, _fused_bwd)
+fused_op = define(Op(
+    "jaxgemm_gemm_epilogue", abstract=_fused_abstract, rule=_fused_rule, local=_fused_local,
+    batch=_fused_batch, jvp=_fused_jvp,
+))  # fmt: skip
+gemm_epilogue_p = fused_op.primitive
 
 
-def fused_matmul(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfig):
-    """Canonicalizes shapes (equal ranks, batch folded into M when b and bias are shared)
-    and runs the fused GEMM; returns y, or (y, aux) with `epi.want_aux`. Shapes are
-    validated by the caller (jaxgemm.matmul)."""
+def _fused_canonical(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfig, out_sharding=None):
+    """The fused GEMM on operands of equal rank, batch folded into M when b and bias are
+    shared; returns y, or (y, aux) with `epi.want_aux`."""
     rank = max(a.ndim, b.ndim)
     a = a.reshape((1,) * (rank - a.ndim) + a.shape)
     b = b.reshape((1,) * (rank - b.ndim) + b.shape)
@@ -177,16 +401,27 @@ def fused_matmul(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfi
         bias = bias.astype(kernel_dtype)
         bias = bias.reshape((1,) * (rank - 1 - bias.ndim) + bias.shape)
 
+    def bind(a, b, c, bias, residual, out_sharding):
+        operands = [x for x in (c, bias, residual) if x is not None]
+        return fused_op.bind(a, b, *operands, config=kernel_config, epi=epi, has_c=c is not None,
+                             has_bias=bias is not None, has_residual=residual is not None,
+                             out_sharding=out_sharding)  # fmt: skip
+
     b_shared = all(d == 1 for d in b.shape[:-2])
     bias_shared = bias is None or all(d == 1 for d in bias.shape[:-1])
     if rank > 2 and not config.transpose_a and b_shared and bias_shared:
         # One large GEMM: batch folded into M (c and residual follow the output's layout).
         fold = lambda x: None if x is None else jnp.broadcast_to(x, out_shape).reshape(-1, n)  # noqa: E731
-        a2 = a.reshape(-1, a.shape[-1])
-        b2 = b.reshape(b.shape[-2:])
-        bias2 = None if bias is None else bias.reshape(n)
-        out = _fused(kernel_config, epi, a2, b2, fold(c), bias2, fold(residual))
-        out = jax.tree_util.tree_map(lambda x: x.reshape(out_shape), out)
+        outs = bind(a.reshape(-1, a.shape[-1]), b.reshape(b.shape[-2:]), fold(c),
+                    None if bias is None else bias.reshape(n), fold(residual), None)  # fmt: skip
+        outs = [o.reshape(out_shape) for o in outs]
     else:
-        out = _fused(kernel_config, epi, a, b, c, bias, residual)
-    return jax.tree_util.tree_map(lambda x: x.astype(config.out_dtype), out)
+        outs = bind(a, b, c, bias, residual, out_sharding)
+    outs = [o.astype(config.out_dtype) for o in outs]
+    return tuple(outs) if epi.want_aux else outs[0]
+
+
+def fused_matmul(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfig, out_sharding=None):
+    """The fused GEMM (shapes validated by jaxgemm.matmul); returns y, or (y, aux) with
+    `epi.want_aux`. `out_sharding` types y in Explicit mode."""
+    return _fused_canonical(a, b, c, bias, residual, config, epi, out_sharding)

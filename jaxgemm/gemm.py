@@ -18,10 +18,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
+from jax.interpreters import ad
 
 from jaxgemm import _ffi  # noqa: F401  (registers the FFI targets)
+from jaxgemm.primitive import Op, Result, Rule, define, psum_over
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 _MAX_KERNEL_BATCH_DIMS = 4  # BatchLayout's limit in ffi_src/gemm/problem.h
@@ -53,9 +53,6 @@ class GemmConfig:
                              f"got {self.kernel!r}")
 
 
-gemm_p = Primitive("jaxgemm_gemm")
-
-
 def _gemm_dims(a_shape, b_shape, config: GemmConfig):
     """(m, k, n, k_of_b) of a canonical call."""
     ar, ac = a_shape[-2:]
@@ -74,7 +71,7 @@ def _broadcast_batch(a_batch, b_batch):
     return tuple(out)
 
 
-def _gemm_abstract_eval(a, b, *, config: GemmConfig):
+def _gemm_abstract(a, b, *, config: GemmConfig, out_sharding=None):
     if a.ndim < 2 or a.ndim != b.ndim:
         raise ValueError(f"gemm_p needs operands of equal rank >= 2, got a{a.shape} and b{b.shape}")
     if a.dtype != b.dtype:
@@ -85,7 +82,26 @@ def _gemm_abstract_eval(a, b, *, config: GemmConfig):
     batch = _broadcast_batch(a.shape[:-2], b.shape[:-2])
     if batch is None:
         raise ValueError(f"gemm_p: batch dims do not broadcast: a{a.shape} b{b.shape}")
-    return jax.core.ShapedArray(batch + (m, n), config.out_dtype)
+    return [Result(batch + (m, n), config.out_dtype)]
+
+
+def batch_factors(shape, out_batch, tag: str) -> tuple[str, ...]:
+    """Factor names of an operand's batch dims: the output's ("b0", ...) where the operand
+    has the output's size, its own ("<tag>0", ...) where it is broadcast (size 1)."""
+    return tuple(f"b{i}" if d == o else f"{tag}{i}" for i, (d, o) in enumerate(zip(shape, out_batch)))
+
+
+def gemm_rule(a_shape, b_shape, config: GemmConfig) -> Rule:
+    """op(a) (m, k) times op(b) (k, n): k is contracted."""
+    batch = _broadcast_batch(a_shape[:-2], b_shape[:-2])
+    a_dims = batch_factors(a_shape[:-2], batch, "a") + (("k", "m") if config.transpose_a else ("m", "k"))
+    b_dims = batch_factors(b_shape[:-2], batch, "b_") + (("n", "k") if config.transpose_b else ("k", "n"))
+    out = tuple(f"b{i}" for i in range(len(batch))) + ("m", "n")
+    return Rule((a_dims, b_dims), (out,))
+
+
+def _gemm_rule(a, b, *, config: GemmConfig, out_sharding=None):
+    return gemm_rule(a.shape, b.shape, config)
 
 
 def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: int, platform: str) -> int:
@@ -290,39 +306,35 @@ def pad_rows_for_tensor_cores(a, b, config: GemmConfig):
     return a, b, m_pad, n_pad
 
 
-def _gemm_lowering(ctx, a, b, *, config: GemmConfig, platform: str):
-    a_aval, b_aval = ctx.avals_in
-    (out_aval,) = ctx.avals_out
-    split_k = _split_k_for(a_aval, b_aval, config, platform)
+def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_sharding=None):
+    """alpha * op(a) @ op(b) on one device's shards (the FFI call and the operand
+    preparation each kernel wants), summed over the mesh axes that shard k."""
+    m, _, n, _ = _gemm_dims(a.shape, b.shape, config)
+    out_shape = _broadcast_batch(a.shape[:-2], b.shape[:-2]) + (m, n)
+    split_k = _split_k_for(a, b, config, platform)
+    m_pad = n_pad = 0
+    call_config = config
     # (A forced kernel family gets the operands as they are: tests rely on that.)
-    pad_for_tensor_cores = platform == "cuda" and a_aval.dtype in (jnp.float16, jnp.bfloat16) and config.kernel is None
-    tf32 = runs_as_tf32(a_aval.dtype, config, platform)
-    simt_f32 = runs_on_simt_f32(a_aval.dtype, config, platform)
-
-    def product(a, b):
-        m_pad = n_pad = 0
-        call_config = config
-        if pad_for_tensor_cores:
-            a, b, m_pad, n_pad = pad_rows_for_tensor_cores(a, b, config)
-        if tf32:
-            a, b, call_config = _tf32_operands(a, b, config, plain=split_k == 1)
-        if simt_f32:
-            a, b, call_config = _mn_major_for_simt(a, b, config)
-            a, b, m_pad, n_pad = _aligned_rows_for_simt(a, b, call_config)
-        out_shape = out_aval.shape[:-2] + (out_aval.shape[-2] + m_pad, out_aval.shape[-1] + n_pad)
-        if split_k == 1:
-            workspace = gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, platform)
-            out = call_gemm_ffi(a, b, config=call_config, out_shape=out_shape, workspace_bytes=workspace)[0]
-        else:
-            # Split-K: the fp32 partials, summed by XLA in a fixed order (deterministic).
-            shape = out_shape[:-2] + (split_k,) + out_shape[-2:]
-            partials = call_gemm_ffi(a, b, config=call_config, out_shape=shape, split_k=split_k)[0]
-            out = partials.sum(axis=-3).astype(config.out_dtype)
-        if m_pad or n_pad:
-            out = out[..., : out_aval.shape[-2], : out_aval.shape[-1]]
-        return out
-
-    return mlir.lower_fun(product, multiple_results=False)(ctx, a, b)
+    if platform == "cuda" and a.dtype in (jnp.float16, jnp.bfloat16) and config.kernel is None:
+        a, b, m_pad, n_pad = pad_rows_for_tensor_cores(a, b, config)
+    if runs_as_tf32(a.dtype, config, platform):
+        a, b, call_config = _tf32_operands(a, b, config, plain=split_k == 1)
+    if runs_on_simt_f32(a.dtype, config, platform):
+        a, b, call_config = _mn_major_for_simt(a, b, config)
+        a, b, m_pad, n_pad = _aligned_rows_for_simt(a, b, call_config)
+    padded_shape = out_shape[:-2] + (m + m_pad, n + n_pad)
+    if split_k == 1:
+        workspace = gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, platform)
+        out = call_gemm_ffi(a, b, config=call_config, out_shape=padded_shape, workspace_bytes=workspace)[0]
+    else:
+        # Split-K: the fp32 partials, summed by XLA in a fixed order (deterministic).
+        shape = padded_shape[:-2] + (split_k,) + padded_shape[-2:]
+        partials = call_gemm_ffi(a, b, config=call_config, out_shape=shape, split_k=split_k)[0]
+        out = partials.sum(axis=-3).astype(config.out_dtype)
+    if m_pad or n_pad:
+        out = out[..., :m, :n]
+    # K sharded: partial products in the output dtype, summed as XLA sums its dots'.
+    return [psum_over(out, axes or {}, ("k",))]
 
 
 def _kernel_out_dtype(in_dtype, out_dtype):
@@ -355,8 +367,9 @@ def _collapse_batch(a, b):
     return a, b
 
 
-def _gemm(a, b, config: GemmConfig):
-    """op(a) @ op(b) for operands whose batch dims broadcast (ranks may differ)."""
+def _gemm(a, b, config: GemmConfig, out_sharding=None):
+    """op(a) @ op(b) for operands whose batch dims broadcast (ranks may differ).
+    `out_sharding` (a NamedSharding) types the result in Explicit mode."""
     rank = max(a.ndim, b.ndim)
     a = a.reshape((1,) * (rank - a.ndim) + a.shape)
     b = b.reshape((1,) * (rank - b.ndim) + b.shape)
@@ -367,15 +380,14 @@ def _gemm(a, b, config: GemmConfig):
     if 0 in out_shape or k == 0:
         return jnp.zeros(out_shape, config.out_dtype)
     kernel_config = dataclasses.replace(config, out_dtype=kernel_dtype)
-    if all(d == 1 for d in b.shape[:-2]) and not config.transpose_a:
+    if rank > 2 and all(d == 1 for d in b.shape[:-2]) and not config.transpose_a:
         # B is shared by every batch: fold the batch into M, one large GEMM.
         a2 = a.reshape(-1, a.shape[-1])
-        out = gemm_p.bind(a2, b.reshape(b.shape[-2:]), config=kernel_config)
-        out = out.reshape(out_shape)
+        (out,) = gemm_op.bind(a2, b.reshape(b.shape[-2:]), config=kernel_config, out_sharding=None)
     else:
         a, b = _collapse_batch(a, b)
-        out = gemm_p.bind(a, b, config=kernel_config).reshape(out_shape)
-    return out.astype(config.out_dtype)
+        (out,) = gemm_op.bind(a, b, config=kernel_config, out_sharding=out_sharding if a.ndim == rank else None)
+    return out.reshape(out_shape).astype(config.out_dtype)
 
 
 def _gemm_batching_rule(args, dims, *, config: GemmConfig):
@@ -429,15 +441,39 @@ def _transpose_rhs(ct, a, b, *, config: GemmConfig):
     return grad_rhs(ct, a, b.aval.shape, b.aval.dtype, config)
 
 
-@functools.partial(jax.jit, static_argnames="config")
-def _gemm_impl(a, b, *, config: GemmConfig):
-    # Eager calls compile the primitive alone, like any jitted function.
-    return gemm_p.bind(a, b, config=config)
+def _gemm_jvp(primals, tangents, *, config: GemmConfig, out_sharding=None):
+    a, b = primals
+    da, db = tangents
+    (out,) = gemm_op.bind(a, b, config=config, out_sharding=out_sharding)
+    parts = []
+    if type(da) is not ad.Zero:
+        parts.append(gemm_op.bind(da, b, config=config, out_sharding=out_sharding)[0])
+    if type(db) is not ad.Zero:
+        parts.append(gemm_op.bind(a, db, config=config, out_sharding=out_sharding)[0])
+    tangent = functools.reduce(jnp.add, parts) if parts else ad.Zero.from_primal_value(out)
+    return [out], [tangent]
 
 
-gemm_p.def_impl(_gemm_impl)
-gemm_p.def_abstract_eval(_gemm_abstract_eval)
-batching.primitive_batchers[gemm_p] = _gemm_batching_rule
-ad.defbilinear(gemm_p, _transpose_lhs, _transpose_rhs)
-for _platform in ("cpu", "cuda"):
-    mlir.register_lowering(gemm_p, functools.partial(_gemm_lowering, platform=_platform), platform=_platform)
+def _gemm_transpose(cts, a, b, *, config: GemmConfig, out_sharding=None):
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        return [None, None]
+    if ad.is_undefined_primal(a):
+        return [grad_lhs(ct, b, a.aval.shape, a.aval.dtype, config), None]
+    return [None, grad_rhs(ct, a, b.aval.shape, b.aval.dtype, config)]
+
+
+def _gemm_batch(args, dims, *, config: GemmConfig, out_sharding=None):
+    return [_gemm_batching_rule(args, dims, config=config)[0]], [0]
+
+
+gemm_op = define(Op(
+    "jaxgemm_gemm",
+    abstract=_gemm_abstract,
+    rule=_gemm_rule,
+    local=gemm_local,
+    batch=_gemm_batch,
+    jvp=_gemm_jvp,
+    transpose=_gemm_transpose,
+))
+gemm_p = gemm_op.primitive

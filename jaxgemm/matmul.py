@@ -10,6 +10,7 @@ from jax import lax
 from jaxgemm import activations, autotune
 from jaxgemm.epilogue import EpilogueConfig, fused_matmul
 from jaxgemm.gemm import SUPPORTED_DTYPES, GemmConfig, _broadcast_batch, _gemm, _gemm_dims
+from jaxgemm.primitive import canonical_out_sharding, constrain_output
 
 _TF32_PRECISIONS = {"tensorfloat32", "tf32", "default", "high"}
 _EXACT_PRECISIONS = {"highest", "float32"}
@@ -71,6 +72,7 @@ def matmul(
     c=None,
     residual=None,
     return_pre_activation=False,
+    out_sharding=None,
 ):
     """Matrix product with `jnp.matmul` semantics and an optional fused epilogue.
 
@@ -98,6 +100,10 @@ def matmul(
       c: added as `beta * c`; broadcastable to the output.
       residual: added after the activation; broadcastable to the output.
       return_pre_activation: also return z.
+      out_sharding: the result's sharding (a NamedSharding, or a PartitionSpec on the
+        current mesh), as for `jnp.matmul`. In Explicit mode it is needed where the
+        contracting dim is sharded in both operands (then each device's partial product is
+        summed into that layout, and the epilogue applies once, after the sum).
 
     Returns:
       y of shape (*batch, M, N) (vector dims removed), or (y, z).
@@ -150,14 +156,16 @@ def matmul(
             f"jaxgemm.matmul: batch dims do not broadcast: a{a.shape[:-2]} vs b{b.shape[:-2]} "
             f"(full shapes a{a.shape}, b{b.shape})"
         )
+    out_sharding = canonical_out_sharding(out_sharding, "jaxgemm.matmul")
     if not fused:
         config = autotune.tuned_config(config, a.shape, b.shape, dtype, math.prod(batch))
-        out = _gemm(a, b, config)
+        vector = a_vector or b_vector
+        out = _gemm(a, b, config, None if vector else out_sharding)
         if a_vector:
             out = out[..., 0, :]
         if b_vector:
             out = out[..., 0]
-        return out
+        return constrain_output(out, out_sharding)
     out_shape = batch + (m, n)
     if bias is not None:
         bias = _check_epilogue_operand(bias, "bias", out_shape[:-2] + (n,))
@@ -167,4 +175,7 @@ def matmul(
     if residual is not None:
         residual = _check_epilogue_operand(residual, "residual", out_shape)
     epi = EpilogueConfig(activation, float(beta), bool(return_pre_activation))
-    return fused_matmul(a, b, c, bias, residual, config, epi)
+    out = fused_matmul(a, b, c, bias, residual, config, epi, out_sharding)
+    if return_pre_activation:
+        return constrain_output(out[0], out_sharding), out[1]
+    return constrain_output(out, out_sharding)

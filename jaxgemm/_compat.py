@@ -1,0 +1,59 @@
+"""The few JAX internals jaxgemm's primitives need, in one place, for JAX 0.10 and 0.11.
+
+Each has a fallback that keeps single-device behaviour when an internal moves."""
+
+from __future__ import annotations
+
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+try:
+    from jax._src import core as _core
+except ImportError:  # pragma: no cover
+    _core = None
+try:
+    from jax._src import dispatch as _dispatch
+except ImportError:  # pragma: no cover
+    _dispatch = None
+try:
+    from jax._src.interpreters import mlir as _mlir
+except ImportError:  # pragma: no cover
+    _mlir = None
+
+ShardingTypeError = getattr(_core, "ShardingTypeError", ValueError)
+
+
+def explicit_axes(mesh, axes: tuple[str, ...]) -> tuple[str, ...]:
+    """The axes among `axes` that are Explicit in `mesh` (types carry only those)."""
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
+    return tuple(a for a in axes if types.get(a) == AxisType.Explicit)
+
+
+def match_varying(args):
+    """Operands cast to vary over the union of their varying manual axes (shard_map with
+    check_vma), as JAX does for its own primitives; its transpose is the psum the gradient
+    of a replicated operand needs."""
+    insert = getattr(_core, "auto_insert_reshard", None) or getattr(_core, "standard_insert_pvary", None)
+    return tuple(insert(*args)) if insert is not None and args else tuple(args)
+
+
+def result_aval(avals, shape, dtype, sharding):
+    """A result aval that keeps the operands' varying manual axes, with `sharding` (None:
+    unsharded on the operands' mesh)."""
+    base = avals[0]
+    if sharding is None:
+        sharding = NamedSharding(base.sharding.mesh, P(*([None] * len(shape))))
+    return base.update(shape=tuple(shape), dtype=dtype, weak_type=False, sharding=sharding)
+
+
+def with_sharding_in_types(ctx, value, aval):
+    """The sharding constraint JAX puts on a primitive's result in Explicit mode."""
+    lower = getattr(_mlir, "lower_with_sharding_in_types", None)
+    return value if lower is None else lower(ctx, value, aval)
+
+
+def requires_devices_during_lowering(prim) -> None:
+    """custom_partitioning inside a primitive's lowering needs the device assignment."""
+    registry = getattr(_dispatch, "prim_requires_devices_during_lowering", None)
+    if registry is not None:
+        registry.add(prim)

@@ -1,0 +1,282 @@
+"""The one pattern every jaxgemm primitive follows.
+
+An op is declared once, with `define`, by named slots:
+
+    abstract   shapes and dtypes of the results (`Result`s) from the operands' avals
+    rule       how the dims of operands and results relate (a `Rule`: one factor name
+               per dim, einsum-like); it gives the results' shardings in Explicit mode,
+               Shardy's propagation rule in Auto mode, and the per-shard partitioning
+    local      the computation on one device's shards (jnp + FFI calls); it receives the
+               mesh axes of every sharded factor and sums contracted factors itself
+               (`psum`), so an epilogue after a contraction runs once, after the sum
+    batch      vmap
+    jvp        forward-mode derivative (reverse mode is JAX's transpose of it)
+    transpose  for ops that are linear in some operands
+
+`define` wires them into a JAX primitive: eager calls compile the op alone, abstract
+evaluation carries shardings (Explicit mode) and varying manual axes (shard_map), and
+ops whose `local` runs a custom call lower through `custom_partitioning`, so XLA
+partitions them from the rule instead of gathering every operand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import numpy as np
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxgemm import _compat
+
+
+class Result(NamedTuple):
+    shape: tuple[int, ...]
+    dtype: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """Factor names per dim of each operand and result. A factor that no result has is
+    contracted; factors in `replicated` (a convolution's window dims) are never sharded."""
+
+    operands: tuple[tuple[str, ...], ...]
+    results: tuple[tuple[str, ...], ...]
+    replicated: frozenset = frozenset()
+
+    @property
+    def contracted(self) -> frozenset:
+        kept = {f for dims in self.results for f in dims}
+        return frozenset(f for dims in self.operands for f in dims if f not in kept)
+
+    def shardy(self) -> tuple[str, dict]:
+        """The rule in Shardy's einsum-like notation for custom_partitioning."""
+        text = ", ".join(" ".join(d) for d in self.operands) + " -> " + ", ".join(" ".join(d) for d in self.results)
+        factors = {f for dims in self.operands + self.results for f in dims}
+        replicated = tuple(sorted(f for f in self.replicated if f in factors))
+        return text, ({"need_replication_factors": replicated} if replicated else {})
+
+
+def _axes_of(entry) -> tuple[str, ...]:
+    """A PartitionSpec entry as a tuple of mesh axis names."""
+    if entry is None or entry is P.UNCONSTRAINED:
+        return ()
+    return tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+
+
+def _entry(axes: tuple[str, ...]):
+    return None if not axes else (axes[0] if len(axes) == 1 else axes)
+
+
+def factor_axes(rule: Rule, shapes: Sequence[tuple[int, ...]], specs: Sequence[Any], mesh_shape: dict) -> dict:
+    """Mesh axes per factor from the operands' specs: the first operand that shards a factor
+    decides; a factor that is replicated by the rule, or whose size the axes do not divide,
+    stays whole (its operands are gathered: correct, never a partial answer); an axis
+    serves one factor only."""
+    axes: dict[str, tuple[str, ...]] = {}
+    used: set[str] = set()
+    for dims, shape, spec in zip(rule.operands, shapes, specs):
+        spec = tuple(spec) + (None,) * (len(dims) - len(tuple(spec)))
+        for factor, size, entry in zip(dims, shape, spec):
+            want = _axes_of(entry)
+            if factor in axes or not want or factor in rule.replicated:
+                continue
+            ways = int(np.prod([mesh_shape[a] for a in want]))
+            if size % ways or used & set(want):
+                continue
+            axes[factor] = want
+            used |= set(want)
+    return axes
+
+
+def _spec(dims, axes: dict) -> P:
+    return P(*(_entry(axes.get(f, ())) for f in dims))
+
+
+# ---------------------------------------------------------------------------------------
+# Explicit mode: the results' shardings in their types.
+
+
+def _result_shardings(name, rule: Rule, avals, out_sharding) -> list:
+    """Shardings of the results as `jnp` ops type them: each result dim takes its factor's
+    explicit axes; a factor sharded differently by two operands, or contracted while
+    sharded in two operands, is an error (as for `jnp.matmul`) unless `out_sharding` says
+    what the first result should be."""
+    mesh = next((a.sharding.mesh for a in avals if not a.sharding.mesh.empty), None)
+    if mesh is None:
+        return [None] * len(rule.results)
+    axes: dict[str, tuple[str, ...]] = {}
+    contracted_by: dict[str, int] = {}
+    for i, (dims, aval) in enumerate(zip(rule.operands, avals)):
+        for factor, entry in zip(dims, aval.sharding.spec):
+            got = _compat.explicit_axes(mesh, _axes_of(entry))
+            if not got:
+                continue
+            if factor in axes and axes[factor] != got and out_sharding is None:
+                raise _compat.ShardingTypeError(
+                    f"{name}: operand {i} shards dim {factor!r} over {got} but another operand over "
+                    f"{axes[factor]}; specs {[str(a.sharding.spec) for a in avals]}. Reshard one of them "
+                    "or pass out_sharding")
+            axes.setdefault(factor, got)
+            if factor in rule.contracted:
+                contracted_by[factor] = contracted_by.get(factor, 0) + 1
+    both = [f for f, count in contracted_by.items() if count > 1]
+    if both and out_sharding is None:
+        raise _compat.ShardingTypeError(
+            f"{name}: the contracting dimension is sharded in both operands ({[str(a.sharding.spec) for a in avals]}) "
+            "and it is ambiguous how the output should be sharded. Please specify the output sharding via "
+            "the `out_sharding` parameter.")
+    shardings = [NamedSharding(mesh, _spec(dims, {f: a for f, a in axes.items() if f not in rule.replicated}))
+                 for dims in rule.results]
+    if out_sharding is not None:
+        shardings[0] = NamedSharding(mesh, P(*out_sharding.spec))
+    return shardings
+
+
+# ---------------------------------------------------------------------------------------
+# Auto mode: custom_partitioning from the rule.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    """What the partitioner needs besides the operands (hashable: a static argument)."""
+
+    op: Any
+    platform: str
+    params: tuple
+    rule: Rule
+
+
+def _partitioned(static: _Static, *args):
+    return tuple(static.op.local(*args, platform=static.platform, axes={}, **dict(static.params)))
+
+
+def _shardy_rule(static: _Static, mesh, operand_types, result_types):
+    return static.rule.shardy()
+
+
+def _partition(static: _Static, mesh, arg_shapes, result_shape):
+    rule = static.rule
+    specs = [getattr(s.sharding, "spec", P()) for s in arg_shapes]
+    axes = factor_axes(rule, [s.shape for s in arg_shapes], specs, dict(mesh.shape))
+    arg_shardings = tuple(NamedSharding(mesh, _spec(dims, axes)) for dims in rule.operands)
+    result_shardings = tuple(NamedSharding(mesh, _spec(dims, axes)) for dims in rule.results)
+
+    def lower(*args):
+        return tuple(static.op.local(*args, platform=static.platform, axes=axes, **dict(static.params)))
+
+    return mesh, lower, result_shardings, arg_shardings
+
+
+_custom = custom_partitioning(_partitioned, static_argnums=(0,))
+_custom.def_partition(_partition, sharding_rule=_shardy_rule)
+
+
+# ---------------------------------------------------------------------------------------
+# The declaration.
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Op:
+    """One primitive's slots (see the module docstring); `bind` is how callers apply it."""
+
+    name: str
+    abstract: Callable[..., Sequence[Result]]
+    rule: Callable[..., Rule]
+    local: Callable[..., Sequence[Any]]
+    batch: Callable | None = None
+    jvp: Callable | None = None
+    transpose: Callable | None = None
+    custom_call: bool = True  # local runs an FFI call: partition it from the rule
+    primitive: Primitive = dataclasses.field(default=None, init=False)
+
+    def bind(self, *args, **params) -> list:
+        """The results (a list) of the op on `args`; operands varying over different
+        manual axes (shard_map) are first cast to vary over all of them, like jnp does."""
+        return self.primitive.bind(*_compat.match_varying(args), **params)
+
+
+def define(op: Op) -> Op:
+    prim = Primitive(op.name)
+    prim.multiple_results = True
+    object.__setattr__(op, "primitive", prim)
+
+    @functools.partial(jax.jit, static_argnames="params")
+    def impl(*args, params):
+        return prim.bind(*args, **dict(params))
+
+    prim.def_impl(lambda *args, **params: impl(*args, params=tuple(sorted(params.items()))))
+
+    def abstract_eval(*avals, **params):
+        results = op.abstract(*avals, **params)
+        shardings = _result_shardings(op.name, op.rule(*avals, **params), avals, params.get("out_sharding"))
+        return [_compat.result_aval(avals, r.shape, r.dtype, s) for r, s in zip(results, shardings)]
+
+    prim.def_abstract_eval(abstract_eval)
+
+    def lowering(ctx, *args, platform, **params):
+        if op.custom_call:
+            static = _Static(op, platform, tuple(sorted(params.items())), op.rule(*ctx.avals_in, **params))
+            fun = functools.partial(_call_partitioned, static=static)
+        else:
+            fun = functools.partial(_call_local, op=op, platform=platform, params=params)
+        outs = mlir.lower_fun(fun, multiple_results=True)(ctx, *args)
+        return [_compat.with_sharding_in_types(ctx, o, aval) for o, aval in zip(outs, ctx.avals_out)]
+
+    for platform in ("cpu", "cuda"):
+        mlir.register_lowering(prim, functools.partial(lowering, platform=platform), platform=platform)
+    if op.custom_call:
+        _compat.requires_devices_during_lowering(prim)
+    if op.batch is not None:
+        batching.primitive_batchers[prim] = op.batch
+    if op.jvp is not None:
+        ad.primitive_jvps[prim] = op.jvp
+    if op.transpose is not None:
+        ad.primitive_transposes[prim] = op.transpose
+    return op
+
+
+def _call_partitioned(*args, static: _Static):
+    return list(_custom(static, *args))
+
+
+def _call_local(*args, op, platform, params):
+    return list(op.local(*args, platform=platform, axes={}, **params))
+
+
+def psum_over(x, axes: dict, factors) -> Any:
+    """x summed over the mesh axes that shard any of `factors` (a contraction's partial sums)."""
+    names = tuple(a for f in factors for a in axes.get(f, ()))
+    return jax.lax.psum(x, names) if names else x
+
+
+def constrain_output(out, out_sharding):
+    """A result with `out_sharding`: Explicit mode types the primitive's result already (a
+    reshard where a reshape or cast came after it); Auto mode constrains it."""
+    if out_sharding is None:
+        return out
+    if _compat.explicit_axes(out_sharding.mesh, tuple(out_sharding.mesh.axis_names)):
+        if jax.typeof(out).sharding.spec == out_sharding.spec:
+            return out
+        return jax.sharding.reshard(out, out_sharding)
+    return jax.lax.with_sharding_constraint(out, out_sharding)
+
+
+def canonical_out_sharding(out_sharding, who: str):
+    """A NamedSharding from what `jnp.matmul` accepts as out_sharding (a NamedSharding, or a
+    PartitionSpec resolved against the current mesh)."""
+    if out_sharding is None or isinstance(out_sharding, NamedSharding):
+        return out_sharding
+    if isinstance(out_sharding, P):
+        mesh = jax.sharding.get_abstract_mesh()
+        if mesh.empty:
+            raise ValueError(f"{who}: out_sharding={out_sharding} is a PartitionSpec, which needs a mesh "
+                             "(jax.set_mesh); or pass a NamedSharding")
+        return NamedSharding(mesh, out_sharding)
+    raise TypeError(f"{who}: out_sharding must be a NamedSharding or a PartitionSpec, got {out_sharding!r}")
