@@ -1,17 +1,22 @@
 """`jaxgemm.conv2d`: implicit-GEMM 2-D convolution (NHWC activations, HWIO weights) with
 the GEMM's fused epilogue, and its gradient.
 
-Three primitives, one per kernel kind (ffi_src/conv/problem.h has the math):
+Primitives in primitive.py's pattern, one per kernel kind (ffi_src/conv/problem.h has
+the math):
 
     conv2d_p        y = act(conv(x, w) + bias) + residual, optionally aux = pre-activation
     conv2d_dgrad_p  dx from dy and w (the transposed convolution, strided ones included;
                     16-bit stride-1 ones run as a forward convolution, see conv2d_dgrad)
     conv2d_wgrad_p  dw from x and dy (split over N*P*Q, fp32 partials summed by XLA)
+    col2im_p        dx from window columns (the data gradient of few-channel convs)
 
-each with abstract eval, a lowering to the jaxgemm_conv FFI call (CPU and CUDA) and a
-batching rule that folds vmap into the image batch N (per-example weights fall back to a
-loop). `conv2d` is a custom VJP: the backward pass computes dz = dy * act'(z) and the bias
-gradient in one fused kernel (epilogue.bias_act_grad), then dgrad and wgrad on our kernels.
+Batching folds vmap into the image batch N (per-example weights fall back to a loop).
+Sharding: images and output channels partition freely, input channels as a contraction
+(partial sums, summed before the epilogue), windows stay whole. The plain convolution is
+bilinear: its transposes are dgrad and wgrad, whose own transposes are the forward conv
+and each other, so every derivative order runs on these kernels. The fused op's JVP puts
+the epilogue's tangent through epilogue.epilogue_tangent, whose transpose is the fused
+bias/activation backward kernel.
 """
 
 from __future__ import annotations
@@ -25,13 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend.core import Primitive
-from jax.interpreters import batching, mlir
+from jax.interpreters import ad
 
 from jaxgemm import _ffi, activations
-from jaxgemm.epilogue import bias_act_grad
+from jaxgemm.epilogue import epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype
 from jaxgemm.matmul import matmul
+from jaxgemm.primitive import BILINEAR, Op, Result, Rule, canonical_out_sharding, constrain_output, define, psum_over
 
 _FPROP, _DGRAD, _WGRAD = 0, 1, 2  # ConvKind ids (ffi_src/conv/problem.h)
 _TILE = 128  # output tile of every conv kernel (rows and columns)
@@ -107,10 +112,6 @@ def _nonempty(*shapes) -> bool:
 # ---------------------------------------------------------------------------------------
 # conv2d_p: the forward kernel with its epilogue.
 
-conv2d_p = Primitive("jaxgemm_conv2d")
-conv2d_p.multiple_results = True
-
-
 def _fprop_shape(x_shape, w_shape, config):
     p, q = config.output_hw(x_shape[1:3], w_shape[:2])
     return (x_shape[0], p, q, w_shape[3])
@@ -129,43 +130,66 @@ def _check_operands(x, w, config, who):
         )
 
 
-def _fprop_abstract_eval(x, w, *rest, config, has_bias, has_residual, want_aux):
+def _fprop_abstract(x, w, *rest, config, has_bias, has_residual, want_aux, out_sharding=None):
     _check_operands(x, w, config, "conv2d_p")
     if len(rest) != int(has_bias) + int(has_residual):
         raise ValueError("conv2d_p: operand count does not match has_bias / has_residual")
-    y = jax.core.ShapedArray(_fprop_shape(x.shape, w.shape, config), config.out_dtype)
+    y = Result(_fprop_shape(x.shape, w.shape, config), config.out_dtype)
     return [y, y] if want_aux else [y]
 
 
-def _fprop_lowering(ctx, x, w, *rest, config, has_bias, has_residual, want_aux):
-    (y_aval, *_) = ctx.avals_out
+# Factors of a convolution's dims: images n, input channels c (cg per group), output
+# channels k; the windows (hi, wi: input; ho, wo: output; kr, ks: filter taps) stay whole,
+# and so do the channels of grouped convolutions.
+_X, _Y, _W = ("n", "hi", "wi", "c"), ("n", "ho", "wo", "k"), ("kr", "ks", "c", "k")
+_WINDOW = frozenset({"hi", "wi", "ho", "wo", "kr", "ks"})
 
-    def run(x, w, *rest):
-        bias = rest[0] if has_bias else None
-        residual = rest[-1] if has_residual else None
-        y, aux = _ffi_conv(
-            _FPROP, x, w, y_aval.shape, y_aval.dtype, config,
-            bias=bias, residual=residual, want_aux=want_aux, activation=config.activation,
-        )  # fmt: skip
+
+def _conv_rule(config: ConvConfig, operands, results) -> Rule:
+    if config.groups == 1:
+        return Rule(operands, results, _WINDOW)
+    rename = {"c": "cg"}
+    grouped = tuple(tuple(rename.get(f, f) if dims is _W else f for f in dims) for dims in operands)
+    return Rule(grouped, results, _WINDOW | {"c", "cg", "k"})
+
+
+def _fprop_rule(x, w, *rest, config, has_bias, has_residual, want_aux, out_sharding=None):
+    operands = (_X, _W) + ((("k",),) if has_bias else ()) + ((_Y,) if has_residual else ())
+    return _conv_rule(config, operands, (_Y,) * (2 if want_aux else 1))
+
+
+def _fprop_local(x, w, *rest, config, has_bias, has_residual, want_aux, platform, axes, out_sharding=None):
+    bias = rest[0] if has_bias else None
+    residual = rest[-1] if has_residual else None
+    shape = _fprop_shape(x.shape, w.shape, config)
+    if not axes.get("c"):
+        y, aux = _ffi_conv(_FPROP, x, w, shape, config.out_dtype, config, bias=bias, residual=residual,
+                           want_aux=want_aux, activation=config.activation)  # fmt: skip
         return [y, aux] if want_aux else [y]
-
-    return mlir.lower_fun(run, multiple_results=True)(ctx, x, w, *rest)
+    # Input channels sharded: partial sums, summed, then the epilogue once.
+    z = psum_over(_ffi_conv(_FPROP, x, w, shape, config.out_dtype, config)[0], axes, ("c",)).astype(jnp.float32)
+    if bias is not None:
+        z = z + bias.astype(jnp.float32)
+    y = activations.apply(config.activation, z)
+    if residual is not None:
+        y = y + residual.astype(jnp.float32)
+    return [y.astype(config.out_dtype)] + ([z.astype(config.out_dtype)] if want_aux else [])
 
 
 def _size_of(args, dims):
     return next(a.shape[d] for a, d in zip(args, dims) if d is not None)
 
 
-def _map_fallback(prim, args, dims, **params):
+def _map_fallback(op, args, dims, **params):
     """vmap as a loop: for batched weights, and for wgrad, whose examples never share."""
     moved = [jnp.moveaxis(a, d, 0) for a, d in zip(args, dims) if d is not None]
 
     def one(batched):
         it = iter(batched)
-        return prim.bind(*[next(it) if d is not None else a for a, d in zip(args, dims)], **params)
+        return op.bind(*[next(it) if d is not None else a for a, d in zip(args, dims)], **params)
 
     out = lax.map(one, moved)
-    return out, ([0] * len(out) if prim.multiple_results else 0)
+    return out, [0] * len(out)
 
 
 def _fold_batch(x, d, size):
@@ -174,30 +198,31 @@ def _fold_batch(x, d, size):
     return x.reshape((-1,) + x.shape[2:])
 
 
-def _fprop_batch(args, dims, *, config, has_bias, has_residual, want_aux):
+def _fprop_batch(args, dims, *, config, has_bias, has_residual, want_aux, out_sharding=None):
     params = dict(config=config, has_bias=has_bias, has_residual=has_residual, want_aux=want_aux)
     w_dim, bias_dim = dims[1], (dims[2] if has_bias else None)
     if w_dim is not None or bias_dim is not None:
-        return _map_fallback(conv2d_p, args, dims, **params)
+        return _map_fallback(conv_op, args, dims, **params)
     size = _size_of(args, dims)
     x = _fold_batch(args[0], dims[0], size)
     rest = list(args[2:])
     if has_residual:
         rest[-1] = _fold_batch(rest[-1], dims[-1], size)
-    outs = conv2d_p.bind(x, args[1], *rest, **params)
+    outs = conv_op.bind(x, args[1], *rest, **params)
     return [o.reshape((size, -1) + o.shape[1:]) for o in outs], [0] * len(outs)
 
 
 # ---------------------------------------------------------------------------------------
 # conv2d_dgrad_p: dx = the transposed convolution of dy.
 
-conv2d_dgrad_p = Primitive("jaxgemm_conv2d_dgrad")
-
-
-def _dgrad_abstract_eval(dy, w, *, config, input_hw):
+def _dgrad_abstract(dy, w, *, config, input_hw):
     if dy.ndim != 4 or w.ndim != 4 or dy.shape[3] != w.shape[3] or dy.dtype != w.dtype:
         raise ValueError(f"conv2d_dgrad_p: dy{dy.shape} {dy.dtype} does not fit w{w.shape} {w.dtype}")
-    return jax.core.ShapedArray((dy.shape[0], *input_hw, w.shape[2] * config.groups), dy.dtype)
+    return [Result((dy.shape[0], *input_hw, w.shape[2] * config.groups), dy.dtype)]
+
+
+def _dgrad_rule(dy, w, *, config, input_hw):
+    return _conv_rule(config, (_Y, _W), (_X,))
 
 
 def _phase_taps(phase, taps, stride, pad, dil):
@@ -226,39 +251,47 @@ def _dgrad_weight(w, config: ConvConfig):
     wt = w.reshape(r, s, cg, g, k // g).transpose(0, 1, 4, 3, 2).reshape(r * s, k // g, cg * g)
     order = _dgrad_tap_order(r, s, config)
     if order != list(range(r * s)):
-        wt = wt[np.asarray(order)]
+        wt = jnp.stack([wt[i] for i in order])  # static slices: no constant index array
     return wt.reshape(r, s, k // g, cg * g)
 
 
-def _dgrad_lowering(ctx, dy, w, *, config, input_hw):
-    (dx_aval,) = ctx.avals_out
-
-    def run(dy, w):
-        if not _nonempty(dy.shape, w.shape):
-            return jnp.zeros(dx_aval.shape, dx_aval.dtype)
-        return _ffi_conv(_DGRAD, dy, _dgrad_weight(w, config), dx_aval.shape, dx_aval.dtype, config)[0]
-
-    return mlir.lower_fun(run, multiple_results=False)(ctx, dy, w)
+def _dgrad_local(dy, w, *, config, input_hw, platform, axes):
+    shape = (dy.shape[0], *input_hw, w.shape[2] * config.groups)
+    if not _nonempty(dy.shape, w.shape):
+        return [jnp.zeros(shape, dy.dtype)]
+    dx = _ffi_conv(_DGRAD, dy, _dgrad_weight(w, config), shape, dy.dtype, config)[0]
+    return [psum_over(dx, axes, ("k",))]
 
 
 def _dgrad_batch(args, dims, *, config, input_hw):
     if dims[1] is not None:
-        return _map_fallback(conv2d_dgrad_p, args, dims, config=config, input_hw=input_hw)
+        return _map_fallback(dgrad_op, args, dims, config=config, input_hw=input_hw)
     size = _size_of(args, dims)
-    dx = conv2d_dgrad_p.bind(_fold_batch(args[0], dims[0], size), args[1], config=config, input_hw=input_hw)
-    return dx.reshape((size, -1) + dx.shape[1:]), 0
+    (dx,) = dgrad_op.bind(_fold_batch(args[0], dims[0], size), args[1], config=config, input_hw=input_hw)
+    return [dx.reshape((size, -1) + dx.shape[1:])], [0]
+
+
+def _dgrad_transpose(cts, dy, w, *, config, input_hw):
+    """dx = dgrad(dy, w) is bilinear: its transposes are the forward conv and wgrad."""
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        return [None, None]
+    if ad.is_undefined_primal(dy):
+        return [_plain_conv(ct.astype(w.dtype), w, config, dy.aval.dtype), None]
+    return [None, conv2d_wgrad(ct.astype(dy.dtype), dy, config, w.aval.shape[:2])]
 
 
 # ---------------------------------------------------------------------------------------
 # conv2d_wgrad_p: dw = sum over (n, p, q) of x-windows times dy.
 
-conv2d_wgrad_p = Primitive("jaxgemm_conv2d_wgrad")
-
-
-def _wgrad_abstract_eval(x, dy, *, config, kernel_hw, split):
+def _wgrad_abstract(x, dy, *, config, kernel_hw, split):
     if x.ndim != 4 or dy.ndim != 4 or x.shape[0] != dy.shape[0] or x.dtype != dy.dtype:
         raise ValueError(f"conv2d_wgrad_p: x{x.shape} {x.dtype} does not fit dy{dy.shape} {dy.dtype}")
-    return jax.core.ShapedArray((*kernel_hw, x.shape[3] // config.groups, dy.shape[3]), x.dtype)
+    return [Result((*kernel_hw, x.shape[3] // config.groups, dy.shape[3]), x.dtype)]
+
+
+def _wgrad_rule(x, dy, *, config, kernel_hw, split):
+    return _conv_rule(config, (_X, _Y), (_W,))
 
 
 def _wgrad_split(m, n, k, groups, platform, forced, sm90=False) -> int:
@@ -310,45 +343,92 @@ def _sm90_wgrad_likely(dtype, channels, groups, kernel) -> bool:
     )
 
 
-def _wgrad_lowering(ctx, x, dy, *, config, kernel_hw, split, platform):
-    (dw_aval,) = ctx.avals_out
-    r, s, cg, k = dw_aval.shape
-    pixels = math.prod(ctx.avals_in[1].shape[:3])  # N*P*Q: the GEMM's k
-    x_aval = ctx.avals_in[0]
-    sm90 = platform == "cuda" and _sm90_wgrad_likely(x_aval.dtype, x_aval.shape[3], config.groups, config.kernel)
+def _wgrad_local(x, dy, *, config, kernel_hw, split, platform, axes):
+    shape = (*kernel_hw, x.shape[3] // config.groups, dy.shape[3])
+    r, s, cg, k = shape
+    if not _nonempty(x.shape, dy.shape, shape):
+        return [jnp.zeros(shape, x.dtype)]
+    pixels = math.prod(dy.shape[:3])  # N*P*Q: the GEMM's k
+    sm90 = platform == "cuda" and _sm90_wgrad_likely(x.dtype, x.shape[3], config.groups, config.kernel)
     parts = _wgrad_split(r * s * cg, k // config.groups, pixels, config.groups, platform, split, sm90)
-
-    def run(x, dy):
-        if not _nonempty(x.shape, dy.shape, dw_aval.shape):
-            return jnp.zeros(dw_aval.shape, dw_aval.dtype)
-        partials = _ffi_conv(_WGRAD, x, dy, (parts, *dw_aval.shape), jnp.float32, config)[0]
-        return partials.sum(axis=0).astype(dw_aval.dtype)
-
-    return mlir.lower_fun(run, multiple_results=False)(ctx, x, dy)
+    partials = _ffi_conv(_WGRAD, x, dy, (parts, *shape), jnp.float32, config)[0]
+    # Images sharded (data parallel): each device's weight gradient is a partial sum.
+    return [psum_over(partials.sum(axis=0), axes, ("n",)).astype(x.dtype)]
 
 
 def _wgrad_batch(args, dims, **params):
-    return _map_fallback(conv2d_wgrad_p, args, dims, **params)
+    return _map_fallback(wgrad_op, args, dims, **params)
 
 
-@functools.partial(jax.jit, static_argnames=("prim", "params"))
-def _impl(*args, prim, params):
-    # Eager calls compile the primitive alone, like any jitted function.
-    return prim.bind(*args, **dict(params))
+def _wgrad_transpose(cts, x, dy, *, config, kernel_hw, split):
+    """dw = wgrad(x, dy) is bilinear: its transposes are dgrad and the forward conv."""
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        return [None, None]
+    if ad.is_undefined_primal(x):
+        return [conv2d_dgrad(dy, ct.astype(dy.dtype), config, x.aval.shape[1:3]), None]
+    return [None, _plain_conv(x, ct.astype(x.dtype), config, dy.aval.dtype)]
 
 
-def _register(prim, abstract_eval, lowering, batcher, per_platform=False):
-    prim.def_impl(lambda *args, **params: _impl(*args, prim=prim, params=tuple(sorted(params.items()))))
-    prim.def_abstract_eval(abstract_eval)
-    batching.primitive_batchers[prim] = batcher
-    for platform in ("cpu", "cuda"):
-        rule = functools.partial(lowering, platform=platform) if per_platform else lowering
-        mlir.register_lowering(prim, rule, platform=platform)
+def _fprop_transpose(cts, x, w, *rest, config, has_bias, has_residual, want_aux, out_sharding=None):
+    """The plain forward conv (the JVP's tangents) is linear in x and in w."""
+    assert not (rest or want_aux or config.activation), "only the plain conv2d_p is transposed"
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        return [None, None]
+    if ad.is_undefined_primal(x):
+        return [conv2d_dgrad(ct.astype(w.dtype), w, config, x.aval.shape[1:3]), None]
+    return [None, conv2d_wgrad(x, ct.astype(x.dtype), config, w.aval.shape[:2])]
 
 
-_register(conv2d_p, _fprop_abstract_eval, _fprop_lowering, _fprop_batch)
-_register(conv2d_dgrad_p, _dgrad_abstract_eval, _dgrad_lowering, _dgrad_batch)
-_register(conv2d_wgrad_p, _wgrad_abstract_eval, _wgrad_lowering, _wgrad_batch, per_platform=True)
+def _plain_conv(x, w, config: ConvConfig, out_dtype):
+    plain = dataclasses.replace(config, activation=None, out_dtype=jnp.dtype(out_dtype))
+    return conv_op.bind(x, w, config=plain, has_bias=False, has_residual=False, want_aux=False)[0]
+
+
+def _fprop_jvp(primals, tangents, *, config, has_bias, has_residual, want_aux, out_sharding=None):
+    x, w, *rest = primals
+    dx, dw, *drest = (None if type(t) is ad.Zero else t for t in tangents)
+    dbias = drest[0] if has_bias else None
+    dres = drest[-1] if has_residual else None
+    act = config.activation
+    from_output = activations.derivative_from_output(act) and not has_residual
+    keep_z = want_aux or (act is not None and not from_output)
+    outs = conv_op.bind(*primals, config=config, has_bias=has_bias, has_residual=has_residual, want_aux=keep_z,
+                        out_sharding=out_sharding)  # fmt: skip
+    y = outs[0]
+    parts = ([_plain_conv(dx, w, config, y.dtype)] if dx is not None else []) + (
+        [_plain_conv(x, dw, config, y.dtype)] if dw is not None else [])
+    if not parts and dbias is None and dres is None:
+        return outs[: 1 + want_aux], [ad.Zero.from_primal_value(o) for o in outs[: 1 + want_aux]]
+    t = functools.reduce(jnp.add, parts) if parts else jnp.zeros_like(y)
+    k = y.shape[-1]
+    if act is None and dbias is None:
+        ydot = t
+    else:
+        at = None if act is None else (y if from_output else outs[1]).reshape(-1, k)
+        ydot = epilogue_tangent(t.reshape(-1, k), dbias, at, act).reshape(y.shape)
+    if dres is not None:
+        ydot = ydot + dres.astype(y.dtype)
+    if not want_aux:
+        return [y], [ydot]
+    zdot = t if dbias is None else t + dbias.astype(t.dtype)
+    return outs, [ydot, zdot]
+
+
+conv_op = define(Op(
+    "jaxgemm_conv2d", abstract=_fprop_abstract, rule=_fprop_rule, local=_fprop_local,
+    batch=_fprop_batch, jvp=_fprop_jvp, transpose=_fprop_transpose,
+))  # fmt: skip
+dgrad_op = define(Op(
+    "jaxgemm_conv2d_dgrad", abstract=_dgrad_abstract, rule=_dgrad_rule, local=_dgrad_local,
+    batch=_dgrad_batch, jvp=BILINEAR, transpose=_dgrad_transpose,
+))  # fmt: skip
+wgrad_op = define(Op(
+    "jaxgemm_conv2d_wgrad", abstract=_wgrad_abstract, rule=_wgrad_rule, local=_wgrad_local,
+    batch=_wgrad_batch, jvp=BILINEAR, transpose=_wgrad_transpose,
+))  # fmt: skip
+conv2d_p, conv2d_dgrad_p, conv2d_wgrad_p = conv_op.primitive, dgrad_op.primitive, wgrad_op.primitive
 
 
 def _dgrad_as_fprop(dy, w, config: ConvConfig, input_hw) -> ConvConfig | None:
@@ -425,13 +505,62 @@ def _dgrad_via_col2im(dy, w, config: ConvConfig, input_hw):
     w_cols = jnp.pad(w.reshape(r * s * c, k), ((0, pitch - r * s * c), (0, 0))).T
     cols = matmul(dy.reshape(-1, k), w_cols).reshape(*dy.shape[:3], pitch)
     (sh, sw), (dh, dw) = config.stride, config.dilation
-    dx = jax.ShapeDtypeStruct((dy.shape[0], *input_hw, c), dy.dtype)
-    return jax.ffi.ffi_call("jaxgemm_col2im", dx, vmap_method="broadcast_all")(
-        cols,
-        r=np.int64(r), s=np.int64(s), stride_h=np.int64(sh), stride_w=np.int64(sw),
-        pad_h=np.int64(config.padding[0][0]), pad_w=np.int64(config.padding[1][0]),
-        dil_h=np.int64(dh), dil_w=np.int64(dw),
-    )  # fmt: skip
+    geometry = (r, s, sh, sw, config.padding[0][0], config.padding[1][0], dh, dw)
+    return col2im_op.bind(cols, geometry=geometry, input_hw=input_hw, channels=c)[0]
+
+
+def _col2im_abstract(cols, *, geometry, input_hw, channels):
+    return [Result((cols.shape[0], *input_hw, channels), cols.dtype)]
+
+
+def _col2im_rule(cols, **params):
+    return Rule((("n", "ho", "wo", "x"),), (_X,), _WINDOW | {"x", "c"})
+
+
+def _col2im_local(cols, *, geometry, input_hw, channels, platform, axes):
+    r, s, sh, sw, ph, pw, dh, dw = (np.int64(v) for v in geometry)
+    dx = jax.ShapeDtypeStruct((cols.shape[0], *input_hw, channels), cols.dtype)
+    return [jax.ffi.ffi_call("jaxgemm_col2im", dx)(
+        cols, r=r, s=s, stride_h=sh, stride_w=sw, pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw)]
+
+
+def _col2im_batch(args, dims, **params):
+    size = _size_of(args, dims)
+    (dx,) = col2im_op.bind(_fold_batch(args[0], dims[0], size), **params)
+    return [dx.reshape((size, -1) + dx.shape[1:])], [0]
+
+
+def _col2im_jvp(primals, tangents, **params):
+    (dcols,) = tangents
+    outs = col2im_op.bind(*primals, **params)
+    if type(dcols) is ad.Zero:
+        return outs, [ad.Zero.from_primal_value(outs[0])]
+    return outs, col2im_op.bind(dcols, **params)
+
+
+def _im2col(x, cols_shape, geometry):
+    """The window columns of x (col2im's transpose), in jnp: tap (i, j) of output pixel
+    (p, q) at column (i * S + j) * C + c, zero-padded to the pitch."""
+    n, p, q, pitch = cols_shape
+    r, s, sh, sw, ph, pw, dh, dw = geometry
+    h, w, c = x.shape[1:]
+    high = ((p - 1) * sh + (r - 1) * dh + 1 - h - ph, (q - 1) * sw + (s - 1) * dw + 1 - w - pw)
+    xp = lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (ph, high[0], 0), (pw, high[1], 0), (0, 0, 0)))
+    taps = [lax.slice(xp, (0, i * dh, j * dw, 0), (n, i * dh + (p - 1) * sh + 1, j * dw + (q - 1) * sw + 1, c),
+                      (1, sh, sw, 1)) for i in range(r) for j in range(s)]  # fmt: skip
+    cols = jnp.stack(taps, axis=3).reshape(n, p, q, r * s * c)
+    return jnp.pad(cols, ((0, 0),) * 3 + ((0, pitch - r * s * c),))
+
+
+def _col2im_transpose(cts, cols, *, geometry, input_hw, channels):
+    (ct,) = cts
+    return [None if type(ct) is ad.Zero else _im2col(ct, cols.aval.shape, geometry)]
+
+
+col2im_op = define(Op(
+    "jaxgemm_col2im", abstract=_col2im_abstract, rule=_col2im_rule, local=_col2im_local,
+    batch=_col2im_batch, jvp=_col2im_jvp, transpose=_col2im_transpose,
+))  # fmt: skip
 
 
 def conv2d_dgrad(dy, w, config: ConvConfig, input_hw):
@@ -444,9 +573,9 @@ def conv2d_dgrad(dy, w, config: ConvConfig, input_hw):
     fprop = _dgrad_as_fprop(dy, w, config, input_hw)
     if fprop is not None:
         w_t = jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2)
-        dx = conv2d_p.bind(dy, w_t, config=fprop, has_bias=False, has_residual=False, want_aux=False)[0]
+        dx = conv_op.bind(dy, w_t, config=fprop, has_bias=False, has_residual=False, want_aux=False)[0]
     else:
-        dx = conv2d_dgrad_p.bind(dy, w, config=config, input_hw=input_hw)
+        (dx,) = dgrad_op.bind(dy, w, config=config, input_hw=input_hw)
     return dx[..., :c] if dx.shape[3] != c * config.groups else dx
 
 
@@ -455,7 +584,7 @@ def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None)
     N*P*Q chunks (None: the CUDA lowering picks, 1 on CPU)."""
     c = x.shape[3]
     x = _pad_channels(x, _tensor_core_channel_pad(x.dtype, config.groups, c, dy.shape[3]), 3)
-    dw = conv2d_wgrad_p.bind(x, dy, config=config, kernel_hw=tuple(int(v) for v in kernel_hw), split=split)
+    (dw,) = wgrad_op.bind(x, dy, config=config, kernel_hw=tuple(int(v) for v in kernel_hw), split=split)
     return dw[:, :, :c, :] if x.shape[3] != c else dw
 
 
@@ -463,52 +592,13 @@ def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None)
 # The differentiable op.
 
 
-def _fprop(config, x, w, bias, residual, want_aux):
+def _conv(config, x, w, bias, residual, out_sharding=None):
+    """conv2d_p with 16-bit first layers' channels padded for the tensor-core kernels."""
     extra = _tensor_core_channel_pad(x.dtype, config.groups, x.shape[3], w.shape[3])
     x, w = _pad_channels(x, extra, 3), _pad_channels(w, extra, 2)
     ops = [o for o in (bias, residual) if o is not None]
-    return conv2d_p.bind(
-        x, w, *ops, config=config, has_bias=bias is not None, has_residual=residual is not None, want_aux=want_aux
-    )
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _conv(config, x, w, bias, residual):
-    return _fprop(config, x, w, bias, residual, False)[0]
-
-
-def _conv_fwd(config, x, w, bias, residual):
-    # act'(z) read off y where it can be (relu without a residual): then no z is written.
-    from_output = activations.derivative_from_output(config.activation) and residual is None
-    want_aux = config.activation is not None and not from_output
-    outs = _fprop(config, x, w, bias, residual, want_aux)
-    at = outs[0] if from_output else (outs[1] if want_aux else None)
-    # The residual's cotangent is dy: keep only its dtype, in an empty array.
-    marker = None if residual is None else jnp.zeros((0,), residual.dtype)
-    return outs[0], (x, w, at, bias, marker)
-
-
-def _conv_bwd(config, saved, dy):
-    x, w, at, bias, residual = saved
-    k = w.shape[3]
-    if config.activation is None:
-        dz = dy
-        dbias = None if bias is None else dy.astype(jnp.float32).sum(axis=(0, 1, 2))
-    else:
-        dz, dbias = bias_act_grad(dy.reshape(-1, k), at.reshape(-1, k), None, config.activation)
-        dz = dz.reshape(dy.shape)
-    dz_in = dz.astype(x.dtype)
-    dx = conv2d_dgrad(dz_in, w, config, x.shape[1:3])
-    dw = conv2d_wgrad(x, dz_in, config, w.shape[:2])
-    return (
-        dx,
-        dw,
-        None if bias is None else dbias.astype(bias.dtype),
-        None if residual is None else dy.astype(residual.dtype),
-    )
-
-
-_conv.defvjp(_conv_fwd, _conv_bwd)
+    return conv_op.bind(x, w, *ops, config=config, has_bias=bias is not None, has_residual=residual is not None,
+                        want_aux=False, out_sharding=out_sharding)[0]  # fmt: skip
 
 
 def _conv1x1_prefers_matmul(dtype, stride, c, k) -> bool:
@@ -524,7 +614,7 @@ def _conv1x1_prefers_matmul(dtype, stride, c, k) -> bool:
     return not (hopper_conv and tuple(stride) == (1, 1))
 
 
-def _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype):
+def _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype, out_sharding=None):
     """An unpadded 1x1 convolution is a GEMM of the (strided) pixels with w as (C, K): it
     runs on jaxgemm.matmul (sm90 on Hopper), whose VJP gives the gradients (the strided
     slice's transpose scatters dx back into the skipped pixels as zeros)."""
@@ -599,6 +689,7 @@ def conv2d(
     residual=None,
     out_dtype=None,
     kernel=None,
+    out_sharding=None,
 ):
     """2-D convolution of NHWC `x` with HWIO `w` and a fused epilogue, on jaxgemm's kernels.
 
@@ -624,6 +715,9 @@ def conv2d(
         "gelu_exact", "silu", "sigmoid" or "tanh".
       residual: added after the activation; broadcastable to the output (N, P, Q, K).
       out_dtype: result dtype; defaults to the promoted input dtype.
+      out_sharding: the result's sharding (a NamedSharding, or a PartitionSpec on the
+        current mesh), as for `lax.conv_general_dilated`; in Explicit mode needed where the
+        input channels are sharded in both x and w.
       kernel: for tests and tuning, the CUDA kernel family of the forward convolution and
         of both gradients: None lets the heuristic pick, "sm80" avoids the Hopper kernels,
         "sm90" requires them (an error where they cannot run: the sm90 weight gradient
@@ -642,6 +736,7 @@ def conv2d(
         that does not fit the output.
     """
     x, w = jnp.asarray(x), jnp.asarray(w)
+    out_sharding = canonical_out_sharding(out_sharding, "jaxgemm.conv2d")
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"jaxgemm.conv2d: needs x (N, H, W, C) and w (R, S, C/groups, K), got x{x.shape} and w{w.shape}")
     dtype = _check_dtype(jnp.result_type(x.dtype, w.dtype), "input")
@@ -687,5 +782,7 @@ def conv2d(
     x, w = x.astype(dtype), w.astype(dtype)
     if kernel is None and r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)):
         if _conv1x1_prefers_matmul(dtype, stride, c, k):
-            return _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype)
-    return _conv(config, x, w, bias, residual).astype(out_dtype)
+            y = _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype, out_sharding)
+            return constrain_output(y, out_sharding)
+    y = _conv(config, x, w, bias, residual, out_sharding).astype(out_dtype)
+    return constrain_output(y, out_sharding)

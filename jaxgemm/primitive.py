@@ -235,11 +235,26 @@ def define(op: Op) -> Op:
         _compat.requires_devices_during_lowering(prim)
     if op.batch is not None:
         batching.primitive_batchers[prim] = op.batch
-    if op.jvp is not None:
+    if op.jvp is BILINEAR:
+        ad.primitive_jvps[prim] = functools.partial(_bilinear_jvp, op)
+    elif op.jvp is not None:
         ad.primitive_jvps[prim] = op.jvp
     if op.transpose is not None:
         ad.primitive_transposes[prim] = op.transpose
     return op
+
+
+BILINEAR = "bilinear"  # Op.jvp for ops bilinear in their two operands
+
+
+def _bilinear_jvp(op, primals, tangents, **params):
+    x, y = primals
+    dx, dy = (None if type(t) is ad.Zero else t for t in tangents)
+    outs = op.bind(x, y, **params)
+    parts = ([op.bind(dx, y, **params)] if dx is not None else []) + ([op.bind(x, dy, **params)] if dy is not None else [])
+    if not parts:
+        return outs, [ad.Zero.from_primal_value(o) for o in outs]
+    return outs, [functools.reduce(jax.numpy.add, ts) for ts in zip(*parts)]
 
 
 def _call_partitioned(*args, static: _Static):
