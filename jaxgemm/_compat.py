@@ -29,6 +29,16 @@ def explicit_axes(mesh, axes: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(a for a in axes if types.get(a) == AxisType.Explicit)
 
 
+def explicit_sharding(aval):
+    """aval's sharding where its mesh has Explicit axes (a gradient must come back typed
+    like its primal, as JAX's own transposes make it), else None."""
+    sharding = getattr(aval, "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or not explicit_axes(mesh, tuple(mesh.axis_names)):
+        return None
+    return sharding
+
+
 def match_varying(args):
     """Operands cast to vary over the union of their varying manual axes (shard_map with
     check_vma), as JAX does for its own primitives; its transpose is the psum the gradient

@@ -33,6 +33,7 @@ from jax import lax
 from jax.interpreters import ad
 
 from jaxgemm import _ffi, activations
+from jaxgemm._compat import explicit_sharding
 from jaxgemm.epilogue import epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype
 from jaxgemm.matmul import matmul
@@ -215,13 +216,13 @@ def _fprop_batch(args, dims, *, config, has_bias, has_residual, want_aux, out_sh
 # ---------------------------------------------------------------------------------------
 # conv2d_dgrad_p: dx = the transposed convolution of dy.
 
-def _dgrad_abstract(dy, w, *, config, input_hw):
+def _dgrad_abstract(dy, w, *, config, input_hw, out_sharding=None):
     if dy.ndim != 4 or w.ndim != 4 or dy.shape[3] != w.shape[3] or dy.dtype != w.dtype:
         raise ValueError(f"conv2d_dgrad_p: dy{dy.shape} {dy.dtype} does not fit w{w.shape} {w.dtype}")
     return [Result((dy.shape[0], *input_hw, w.shape[2] * config.groups), dy.dtype)]
 
 
-def _dgrad_rule(dy, w, *, config, input_hw):
+def _dgrad_rule(dy, w, *, config, input_hw, out_sharding=None):
     return _conv_rule(config, (_Y, _W), (_X,))
 
 
@@ -255,7 +256,7 @@ def _dgrad_weight(w, config: ConvConfig):
     return wt.reshape(r, s, k // g, cg * g)
 
 
-def _dgrad_local(dy, w, *, config, input_hw, platform, axes):
+def _dgrad_local(dy, w, *, config, input_hw, platform, axes, out_sharding=None):
     shape = (dy.shape[0], *input_hw, w.shape[2] * config.groups)
     if not _nonempty(dy.shape, w.shape):
         return [jnp.zeros(shape, dy.dtype)]
@@ -263,7 +264,7 @@ def _dgrad_local(dy, w, *, config, input_hw, platform, axes):
     return [psum_over(dx, axes, ("k",))]
 
 
-def _dgrad_batch(args, dims, *, config, input_hw):
+def _dgrad_batch(args, dims, *, config, input_hw, out_sharding=None):
     if dims[1] is not None:
         return _map_fallback(dgrad_op, args, dims, config=config, input_hw=input_hw)
     size = _size_of(args, dims)
@@ -271,26 +272,27 @@ def _dgrad_batch(args, dims, *, config, input_hw):
     return [dx.reshape((size, -1) + dx.shape[1:])], [0]
 
 
-def _dgrad_transpose(cts, dy, w, *, config, input_hw):
+def _dgrad_transpose(cts, dy, w, *, config, input_hw, out_sharding=None):
     """dx = dgrad(dy, w) is bilinear: its transposes are the forward conv and wgrad."""
     (ct,) = cts
     if type(ct) is ad.Zero:
         return [None, None]
     if ad.is_undefined_primal(dy):
-        return [_plain_conv(ct.astype(w.dtype), w, config, dy.aval.dtype), None]
-    return [None, conv2d_wgrad(ct.astype(dy.dtype), dy, config, w.aval.shape[:2])]
+        return [_plain_conv(ct.astype(w.dtype), w, config, dy.aval.dtype, explicit_sharding(dy.aval)), None]
+    return [None, conv2d_wgrad(ct.astype(dy.dtype), dy, config, w.aval.shape[:2],
+                               out_sharding=explicit_sharding(w.aval))]
 
 
 # ---------------------------------------------------------------------------------------
 # conv2d_wgrad_p: dw = sum over (n, p, q) of x-windows times dy.
 
-def _wgrad_abstract(x, dy, *, config, kernel_hw, split):
+def _wgrad_abstract(x, dy, *, config, kernel_hw, split, out_sharding=None):
     if x.ndim != 4 or dy.ndim != 4 or x.shape[0] != dy.shape[0] or x.dtype != dy.dtype:
         raise ValueError(f"conv2d_wgrad_p: x{x.shape} {x.dtype} does not fit dy{dy.shape} {dy.dtype}")
     return [Result((*kernel_hw, x.shape[3] // config.groups, dy.shape[3]), x.dtype)]
 
 
-def _wgrad_rule(x, dy, *, config, kernel_hw, split):
+def _wgrad_rule(x, dy, *, config, kernel_hw, split, out_sharding=None):
     return _conv_rule(config, (_X, _Y), (_W,))
 
 
@@ -343,7 +345,7 @@ def _sm90_wgrad_likely(dtype, channels, groups, kernel) -> bool:
     )
 
 
-def _wgrad_local(x, dy, *, config, kernel_hw, split, platform, axes):
+def _wgrad_local(x, dy, *, config, kernel_hw, split, platform, axes, out_sharding=None):
     shape = (*kernel_hw, x.shape[3] // config.groups, dy.shape[3])
     r, s, cg, k = shape
     if not _nonempty(x.shape, dy.shape, shape):
@@ -360,14 +362,14 @@ def _wgrad_batch(args, dims, **params):
     return _map_fallback(wgrad_op, args, dims, **params)
 
 
-def _wgrad_transpose(cts, x, dy, *, config, kernel_hw, split):
+def _wgrad_transpose(cts, x, dy, *, config, kernel_hw, split, out_sharding=None):
     """dw = wgrad(x, dy) is bilinear: its transposes are dgrad and the forward conv."""
     (ct,) = cts
     if type(ct) is ad.Zero:
         return [None, None]
     if ad.is_undefined_primal(x):
-        return [conv2d_dgrad(dy, ct.astype(dy.dtype), config, x.aval.shape[1:3]), None]
-    return [None, _plain_conv(x, ct.astype(x.dtype), config, dy.aval.dtype)]
+        return [conv2d_dgrad(dy, ct.astype(dy.dtype), config, x.aval.shape[1:3], explicit_sharding(x.aval)), None]
+    return [None, _plain_conv(x, ct.astype(x.dtype), config, dy.aval.dtype, explicit_sharding(dy.aval))]
 
 
 def _fprop_transpose(cts, x, w, *rest, config, has_bias, has_residual, want_aux, out_sharding=None):
@@ -377,13 +379,14 @@ def _fprop_transpose(cts, x, w, *rest, config, has_bias, has_residual, want_aux,
     if type(ct) is ad.Zero:
         return [None, None]
     if ad.is_undefined_primal(x):
-        return [conv2d_dgrad(ct.astype(w.dtype), w, config, x.aval.shape[1:3]), None]
-    return [None, conv2d_wgrad(x, ct.astype(x.dtype), config, w.aval.shape[:2])]
+        return [conv2d_dgrad(ct.astype(w.dtype), w, config, x.aval.shape[1:3], explicit_sharding(x.aval)), None]
+    return [None, conv2d_wgrad(x, ct.astype(x.dtype), config, w.aval.shape[:2], out_sharding=explicit_sharding(w.aval))]
 
 
-def _plain_conv(x, w, config: ConvConfig, out_dtype):
+def _plain_conv(x, w, config: ConvConfig, out_dtype, out_sharding=None):
     plain = dataclasses.replace(config, activation=None, out_dtype=jnp.dtype(out_dtype))
-    return conv_op.bind(x, w, config=plain, has_bias=False, has_residual=False, want_aux=False)[0]
+    return conv_op.bind(x, w, config=plain, has_bias=False, has_residual=False, want_aux=False,
+                        out_sharding=out_sharding)[0]  # fmt: skip
 
 
 def _fprop_jvp(primals, tangents, *, config, has_bias, has_residual, want_aux, out_sharding=None):
@@ -563,8 +566,9 @@ col2im_op = define(Op(
 ))  # fmt: skip
 
 
-def conv2d_dgrad(dy, w, config: ConvConfig, input_hw):
-    """dx (N, *input_hw, C) of the convolution `config` from dy (N, P, Q, K)."""
+def conv2d_dgrad(dy, w, config: ConvConfig, input_hw, out_sharding=None):
+    """dx (N, *input_hw, C) of the convolution `config` from dy (N, P, Q, K) (typed with
+    `out_sharding` in Explicit mode)."""
     input_hw = tuple(int(v) for v in input_hw)
     if _dgrad_prefers_col2im(dy, w, config, input_hw):
         return _dgrad_via_col2im(dy, w, config, input_hw)
@@ -573,18 +577,20 @@ def conv2d_dgrad(dy, w, config: ConvConfig, input_hw):
     fprop = _dgrad_as_fprop(dy, w, config, input_hw)
     if fprop is not None:
         w_t = jnp.flip(w, (0, 1)).transpose(0, 1, 3, 2)
-        dx = conv_op.bind(dy, w_t, config=fprop, has_bias=False, has_residual=False, want_aux=False)[0]
+        dx = conv_op.bind(dy, w_t, config=fprop, has_bias=False, has_residual=False, want_aux=False,
+                          out_sharding=out_sharding)[0]  # fmt: skip
     else:
-        (dx,) = dgrad_op.bind(dy, w, config=config, input_hw=input_hw)
+        (dx,) = dgrad_op.bind(dy, w, config=config, input_hw=input_hw, out_sharding=out_sharding)
     return dx[..., :c] if dx.shape[3] != c * config.groups else dx
 
 
-def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None):
+def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None, out_sharding=None):
     """dw (R, S, C/groups, K) of the convolution `config`; `split` forces the number of
     N*P*Q chunks (None: the CUDA lowering picks, 1 on CPU)."""
     c = x.shape[3]
     x = _pad_channels(x, _tensor_core_channel_pad(x.dtype, config.groups, c, dy.shape[3]), 3)
-    (dw,) = wgrad_op.bind(x, dy, config=config, kernel_hw=tuple(int(v) for v in kernel_hw), split=split)
+    (dw,) = wgrad_op.bind(x, dy, config=config, kernel_hw=tuple(int(v) for v in kernel_hw), split=split,
+                          out_sharding=out_sharding)  # fmt: skip
     return dw[:, :, :c, :] if x.shape[3] != c else dw
 
 

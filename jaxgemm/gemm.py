@@ -21,6 +21,7 @@ import numpy as np
 from jax.interpreters import ad
 
 from jaxgemm import _ffi  # noqa: F401  (registers the FFI targets)
+from jaxgemm._compat import explicit_sharding
 from jaxgemm.primitive import Op, Result, Rule, define, psum_over
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -411,34 +412,28 @@ def unbroadcast(x, shape):
     return x.reshape(shape)
 
 
-def grad_lhs(ct, b, a_shape, a_dtype, config: GemmConfig):
-    """Cotangent of `a` in alpha * op(a) @ op(b), given the output cotangent `ct`."""
+def grad_lhs(ct, b, a_shape, a_dtype, config: GemmConfig, sharding=None):
+    """Cotangent of `a` in alpha * op(a) @ op(b), given the output cotangent `ct` (typed
+    with `sharding`, a's in Explicit mode)."""
     ct = ct.astype(a_dtype)
     cfg = dataclasses.replace(config, out_dtype=jnp.dtype(a_dtype), split_k=None, kernel=None, tile=None)
     if config.transpose_a:  # A stored (K, M): dA = alpha * op(B) @ ct^T
-        da = _gemm(b, ct, dataclasses.replace(cfg, transpose_a=config.transpose_b, transpose_b=True))
+        da = _gemm(b, ct, dataclasses.replace(cfg, transpose_a=config.transpose_b, transpose_b=True), sharding)
     else:  # dA = alpha * ct @ op(B)^T
-        da = _gemm(ct, b, dataclasses.replace(cfg, transpose_a=False, transpose_b=not config.transpose_b))
+        da = _gemm(ct, b, dataclasses.replace(cfg, transpose_a=False, transpose_b=not config.transpose_b), sharding)
     return unbroadcast(da, a_shape)
 
 
-def grad_rhs(ct, a, b_shape, b_dtype, config: GemmConfig):
-    """Cotangent of `b` in alpha * op(a) @ op(b), given the output cotangent `ct`."""
+def grad_rhs(ct, a, b_shape, b_dtype, config: GemmConfig, sharding=None):
+    """Cotangent of `b` in alpha * op(a) @ op(b), given the output cotangent `ct` (typed
+    with `sharding`, b's in Explicit mode)."""
     ct = ct.astype(b_dtype)
     cfg = dataclasses.replace(config, out_dtype=jnp.dtype(b_dtype), split_k=None, kernel=None, tile=None)
     if config.transpose_b:  # B stored (N, K): dB = alpha * ct^T @ op(A)
-        db = _gemm(ct, a, dataclasses.replace(cfg, transpose_a=True, transpose_b=config.transpose_a))
+        db = _gemm(ct, a, dataclasses.replace(cfg, transpose_a=True, transpose_b=config.transpose_a), sharding)
     else:  # dB = alpha * op(A)^T @ ct
-        db = _gemm(a, ct, dataclasses.replace(cfg, transpose_a=not config.transpose_a, transpose_b=False))
+        db = _gemm(a, ct, dataclasses.replace(cfg, transpose_a=not config.transpose_a, transpose_b=False), sharding)
     return unbroadcast(db, b_shape)
-
-
-def _transpose_lhs(ct, a, b, *, config: GemmConfig):
-    return grad_lhs(ct, b, a.aval.shape, a.aval.dtype, config)
-
-
-def _transpose_rhs(ct, a, b, *, config: GemmConfig):
-    return grad_rhs(ct, a, b.aval.shape, b.aval.dtype, config)
 
 
 def _gemm_jvp(primals, tangents, *, config: GemmConfig, out_sharding=None):
@@ -459,8 +454,8 @@ def _gemm_transpose(cts, a, b, *, config: GemmConfig, out_sharding=None):
     if type(ct) is ad.Zero:
         return [None, None]
     if ad.is_undefined_primal(a):
-        return [grad_lhs(ct, b, a.aval.shape, a.aval.dtype, config), None]
-    return [None, grad_rhs(ct, a, b.aval.shape, b.aval.dtype, config)]
+        return [grad_lhs(ct, b, a.aval.shape, a.aval.dtype, config, explicit_sharding(a.aval)), None]
+    return [None, grad_rhs(ct, a, b.aval.shape, b.aval.dtype, config, explicit_sharding(b.aval))]
 
 
 def _gemm_batch(args, dims, *, config: GemmConfig, out_sharding=None):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from jaxgemm.matmul import matmul
+from jaxgemm.primitive import canonical_out_sharding, constrain_output
 
 
-def dense(x, w, bias=None, activation=None, *, precision=None, out_dtype=None):
+def dense(x, w, bias=None, activation=None, *, precision=None, out_dtype=None, out_sharding=None):
     """A fully connected layer, `activation(x @ w + bias)`, in one fused kernel.
 
     Its gradient keeps the pre-activation z from the forward epilogue (relu: the output,
@@ -20,7 +21,8 @@ def dense(x, w, bias=None, activation=None, *, precision=None, out_dtype=None):
       w: (K, N) weights.
       bias: optional (N,) bias.
       activation: None or a name accepted by `jaxgemm.matmul`.
-      precision, out_dtype: as for `jaxgemm.matmul`.
+      precision, out_dtype, out_sharding: as for `jaxgemm.matmul` (out_sharding of the
+        (..., N) result).
 
     Returns:
       (..., N) outputs.
@@ -30,7 +32,8 @@ def dense(x, w, bias=None, activation=None, *, precision=None, out_dtype=None):
         raise ValueError(f"jaxgemm.dense: needs x (..., K) and w (K, N), got x{x.shape} and w{w.shape}")
     if bias is not None and jnp.shape(bias) != (w.shape[1],):
         raise ValueError(f"jaxgemm.dense: bias must have shape ({w.shape[1]},), got {jnp.shape(bias)}")
-    y = matmul(
-        x.reshape(-1, x.shape[-1]), w, bias=bias, activation=activation, precision=precision, out_dtype=out_dtype
-    )
-    return y.reshape(x.shape[:-1] + (w.shape[1],))
+    out_sharding = canonical_out_sharding(out_sharding, "jaxgemm.dense")
+    flat = x.ndim == 2
+    y = matmul(x.reshape(-1, x.shape[-1]), w, bias=bias, activation=activation, precision=precision,
+               out_dtype=out_dtype, out_sharding=out_sharding if flat else None)  # fmt: skip
+    return constrain_output(y.reshape(x.shape[:-1] + (w.shape[1],)), out_sharding)
