@@ -58,8 +58,8 @@ class Rule:
     def shardy(self) -> tuple[str, dict]:
         """The rule in Shardy's einsum-like notation for custom_partitioning."""
         text = ", ".join(" ".join(d) for d in self.operands) + " -> " + ", ".join(" ".join(d) for d in self.results)
-        factors = {f for dims in self.operands + self.results for f in dims}
-        replicated = tuple(sorted(f for f in self.replicated if f in factors))
+        order = list(dict.fromkeys(f for dims in self.operands + self.results for f in dims))
+        replicated = tuple(f for f in order if f in self.replicated)  # Shardy wants them in factor order
         return text, ({"need_replication_factors": replicated} if replicated else {})
 
 
