@@ -1,0 +1,286 @@
+"""jaxgemm against plain jax.numpy (XLA) when the work is sharded over 1, 2, 4 devices.
+
+Two workloads, each built with jaxgemm.dense and with `activation(x @ w + b)` in jnp
+(jax.nn.gelu: its tanh form, as jaxgemm's "gelu"), on the same inputs:
+  dp  data-parallel training step: an MLP of 4 dense layers 8192 -> 8192 (bf16, gelu
+      between layers, none after the last), global batch 16384 sharded P("data", None),
+      parameters replicated; loss = mean(out^2), jax.value_and_grad, then SGD.
+  tp  Megatron-style tensor-parallel MLP block, forward + backward:
+      y = dense(gelu(dense(x, w1, b1)), w2, b2), d_model 8192, hidden 28672, 8192 tokens,
+      bf16; w1 P(None, "model"), b1 P("model"), w2 P("model", None), x and b2 replicated;
+      the gradient of sum(y^2) with respect to x, w1, b1, w2 and b2.
+For each device count n, a mesh of the first n devices; both backends jitted with
+NamedSharding in/out shardings, warmed up, then timed in wall clock (block_until_ready)
+in alternating order, median of --iters calls each. Also printed: speedup over 1 device,
+the collectives in each compiled HLO, and how far jaxgemm's results are from XLA's
+(dp: loss and gradient norm; tp: the gradients). Sizes are strong scaling: the same
+global problem at every n. On CPU (or with --small) the sizes shrink to a smoke test.
+    python3 -P tools/bench_parallel.py --devices 1,2,4 [--workload dp|tp|all] [--iters 20] [--json PATH]
+CPU smoke test:
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python3 -P tools/bench_parallel.py --iters 3"""
+
+import argparse
+import dataclasses
+import json
+import re
+import statistics
+import sys
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxgemm
+
+DTYPE = jnp.bfloat16
+LEARNING_RATE = 1e-3
+WARMUP = 2
+BACKENDS = ("xla", "jaxgemm")
+COLLECTIVES = {"all-gather": "ag", "all-reduce": "ar", "reduce-scatter": "rs", "all-to-all": "a2a",
+               "collective-permute": "cp"}
+# An instruction `%name = shape op(...)`; an async pair counts once, by its -start.
+COLLECTIVE_OP = re.compile(r"\s(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    layers: int  # dp
+    width: int
+    batch: int
+    d_model: int  # tp
+    hidden: int
+    tokens: int
+
+
+FULL = Sizes(layers=4, width=8192, batch=16384, d_model=8192, hidden=28672, tokens=8192)
+SMALL = Sizes(layers=2, width=256, batch=512, d_model=256, hidden=512, tokens=512)
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def xla_dense(x, w, b, activation):
+    y = x @ w + b
+    return jax.nn.gelu(y) if activation == "gelu" else y
+
+
+def jaxgemm_dense(x, w, b, activation):
+    return jaxgemm.dense(x, w, b, activation=activation)
+
+
+DENSE = {"xla": xla_dense, "jaxgemm": jaxgemm_dense}
+
+
+def init_dense(key, fan_in, fan_out):
+    kw, kb = jax.random.split(key)
+    w = jax.random.normal(kw, (fan_in, fan_out), DTYPE) * fan_in**-0.5
+    b = 0.1 * jax.random.normal(kb, (fan_out,), DTYPE)
+    return w, b
+
+
+def dp_inputs(s: Sizes, key):
+    keys = jax.random.split(key, s.layers + 1)
+    params = [init_dense(k, s.width, s.width) for k in keys[:-1]]
+    x = jax.random.normal(keys[-1], (s.batch, s.width), DTYPE)
+    return (params, x), (P(), P("data", None))
+
+
+def dp_step(dense):
+    def loss(params, x):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = dense(h, w, b, "gelu" if i < len(params) - 1 else None)
+        return jnp.mean(jnp.square(h.astype(jnp.float32)))
+
+    def step(params, x):
+        value, grads = jax.value_and_grad(loss)(params, x)
+        new_params = jax.tree.map(lambda p, g: p - LEARNING_RATE * g, params, grads)
+        grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in jax.tree.leaves(grads)))
+        return new_params, {"loss": value, "grad_norm": grad_norm}
+
+    return step
+
+
+def tp_inputs(s: Sizes, key):
+    kx, k1, k2 = jax.random.split(key, 3)
+    x = jax.random.normal(kx, (s.tokens, s.d_model), DTYPE)
+    w1, b1 = init_dense(k1, s.d_model, s.hidden)
+    w2, b2 = init_dense(k2, s.hidden, s.d_model)
+    return (x, w1, b1, w2, b2), (P(), P(None, "model"), P("model"), P("model", None), P())
+
+
+def tp_grad(dense):
+    def loss(x, w1, b1, w2, b2):
+        y = dense(dense(x, w1, b1, "gelu"), w2, b2, None)
+        return jnp.sum(jnp.square(y.astype(jnp.float32)))
+
+    return jax.grad(loss, argnums=(0, 1, 2, 3, 4))
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    axis: str
+    inputs: Callable  # (Sizes, key) -> (args, PartitionSpec prefix of args)
+    build: Callable  # dense -> function of args
+    out_specs: Callable  # in specs -> PartitionSpec prefix of the outputs
+    checked: Callable  # outputs -> the part compared between backends
+
+
+WORKLOADS = {
+    "dp": Workload("data", dp_inputs, dp_step, lambda specs: (specs[0], P()), lambda out: out[1]),
+    "tp": Workload("model", tp_inputs, tp_grad, lambda specs: specs, lambda out: out),
+}
+
+
+def count_collectives(hlo: str) -> dict:
+    counts = dict.fromkeys(COLLECTIVES, 0)
+    for line in hlo.splitlines():
+        match = COLLECTIVE_OP.search(line) if " = " in line else None
+        if match:
+            counts[match.group(1)] += 1
+    return counts
+
+
+def relative_difference(out, ref) -> float:
+    """Largest ||out - ref|| / ||ref|| over the leaves, in float32."""
+    def rel(a, b):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), np.finfo(np.float32).tiny))
+
+    return max(jax.tree.leaves(jax.tree.map(rel, out, ref)))
+
+
+def time_alternating(fns: dict, args, iters: int) -> dict:
+    """Median wall-clock ms per call; the order of the backends reverses every iteration."""
+    samples = {name: [] for name in fns}
+    names = list(fns)
+    for i in range(iters):
+        for name in names if i % 2 == 0 else names[::-1]:
+            start = time.perf_counter()
+            jax.block_until_ready(fns[name](*args))
+            samples[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(t) for name, t in samples.items()}
+
+
+def run_case(name: str, workload: Workload, inputs, specs, n: int, iters: int) -> dict:
+    """Compiles, checks and times both backends on a mesh of the first n devices."""
+    mesh = Mesh(np.array(jax.devices()[:n]), (workload.axis,), axis_types=(AxisType.Auto,))
+    in_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs)
+    out_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), workload.out_specs(specs))
+    args = jax.device_put(inputs, in_shardings)
+    compiled, results, outputs = {}, {}, {}
+    for backend in BACKENDS:
+        tag = f"[{name} n={n} {backend}]"
+        try:
+            log(f"{tag} compiling")
+            jitted = jax.jit(workload.build(DENSE[backend]), in_shardings=in_shardings, out_shardings=out_shardings)
+            fn = jitted.lower(*args).compile()
+            results[backend] = {"collectives": count_collectives(fn.as_text())}
+            log(f"{tag} warming up")
+            for _ in range(WARMUP):
+                out = jax.block_until_ready(fn(*args))
+        except Exception as e:  # a backend that fails is reported; the other is still timed
+            first_line = (str(e).strip().splitlines() or [""])[0]
+            log(f"{tag} FAILED: {type(e).__name__}: {first_line}")
+            results[backend] = {"error": f"{type(e).__name__}: {first_line}"}
+            continue
+        compiled[backend] = fn
+        outputs[backend] = jax.device_get(workload.checked(out))
+    log(f"[{name} n={n}] timing {', '.join(compiled)} ({iters} iterations each)")
+    for backend, ms in time_alternating(compiled, args, iters).items():
+        results[backend]["ms"] = ms
+    diff = relative_difference(outputs["jaxgemm"], outputs["xla"]) if len(outputs) == 2 else None
+    return {"workload": name, "devices": n, "rel_diff": diff, **results}
+
+
+def add_ratios(rows: list) -> None:
+    """XLA ms / jaxgemm ms, and each backend's speedup over its own 1-device time."""
+    single = {(r["workload"], b): r[b].get("ms") for r in rows if r["devices"] == 1 for b in BACKENDS}
+    for r in rows:
+        xla, ours = r["xla"].get("ms"), r["jaxgemm"].get("ms")
+        r["ratio_xla_over_jaxgemm"] = xla / ours if xla and ours else None
+        for b in BACKENDS:
+            base, ms = single.get((r["workload"], b)), r[b].get("ms")
+            r[b]["speedup_vs_1"] = base / ms if base and ms else None
+
+
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def fmt_collectives(result: dict) -> str:
+    if "error" in result:
+        return "failed"
+    text = " ".join(f"{COLLECTIVES[op]}{k}" for op, k in result["collectives"].items() if k)
+    return text or "none"
+
+
+def print_table(rows: list) -> None:
+    header = ("workload", "dev", "XLA ms", "jaxgemm ms", "XLA/jaxgemm", "XLA vs 1", "jaxgemm vs 1",
+              "XLA collectives", "jaxgemm collectives", "rel diff")
+    table = [header] + [
+        (r["workload"], str(r["devices"]), fmt(r["xla"].get("ms"), ".2f"), fmt(r["jaxgemm"].get("ms"), ".2f"),
+         fmt(r["ratio_xla_over_jaxgemm"], ".3f"), fmt(r["xla"].get("speedup_vs_1"), ".2f"),
+         fmt(r["jaxgemm"].get("speedup_vs_1"), ".2f"), fmt_collectives(r["xla"]), fmt_collectives(r["jaxgemm"]),
+         fmt(r["rel_diff"], ".1e"))
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.rjust(w) if i > 0 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+    print("XLA/jaxgemm > 1: jaxgemm faster.  vs 1: speedup over the same backend on 1 device.  collectives: "
+          + ", ".join(f"{a} {op}" for op, a in COLLECTIVES.items())
+          + ".  rel diff: largest ||jaxgemm - XLA|| / ||XLA|| of the checked outputs.")
+    for r in rows:
+        for b in BACKENDS:
+            if "error" in r[b]:
+                print(f"{r['workload']} n={r['devices']} {b} failed: {r[b]['error']}")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--devices", default="1,2,4", help="device counts, comma-separated (default 1,2,4)")
+    parser.add_argument("--workload", choices=("dp", "tp", "all"), default="all")
+    parser.add_argument("--iters", type=int, default=20, help="timed calls per backend (default 20)")
+    parser.add_argument("--small", action="store_true", help="smoke-test sizes (automatic on CPU)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
+    available = len(jax.devices())
+    counts = [int(c) for c in args.devices.split(",")]
+    skipped = [c for c in counts if c > available]
+    counts = [c for c in counts if c <= available]
+    if skipped:
+        log(f"skipping device counts {skipped}: only {available} devices")
+    small = args.small or jax.default_backend() == "cpu"
+    sizes = SMALL if small else FULL
+    if jax.default_backend() == "cpu":
+        print(f"note: no GPU (backend cpu, {available} devices): small sizes, a smoke test, timings mean nothing")
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind} x{available}, {sizes}, {args.iters} iterations")
+    names = list(WORKLOADS) if args.workload == "all" else [args.workload]
+    rows = []
+    for name in names:
+        workload = WORKLOADS[name]
+        inputs, specs = workload.inputs(sizes, jax.random.key(0))
+        for n in counts:
+            rows.append(run_case(name, workload, inputs, specs, n, args.iters))
+    add_ratios(rows)
+    print_table(rows)
+    if args.json:
+        meta = {"jax": jax.__version__, "backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
+                "iters": args.iters, "sizes": dataclasses.asdict(sizes)}
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "results": rows}, f, indent=1)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
