@@ -4,6 +4,13 @@ import os
 # kernel fails to write makes the comparison fail. Must be set before the first call.
 os.environ.setdefault("JAXGEMM_POISON_OUTPUTS", "1")
 
+# Eight host CPU devices, so that tests/test_sharding.py can build meshes on a machine
+# without accelerators. Must be set before jax is imported; a device count already in
+# XLA_FLAGS (or JAX_NUM_CPU_DEVICES) is kept, as are the other flags.
+_xla_flags = os.environ.get("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in _xla_flags and "JAX_NUM_CPU_DEVICES" not in os.environ:
+    os.environ["XLA_FLAGS"] = (_xla_flags + " --xla_force_host_platform_device_count=8").strip()
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
