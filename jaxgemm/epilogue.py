@@ -44,6 +44,7 @@ from jaxgemm.gemm import (
     gemm_op,
     gemm_rule,
     gemm_workspace_bytes,
+    rows_typed_sharded,
     runs_as_tf32,
     runs_on_simt_f32,
     unbroadcast,
@@ -409,7 +410,7 @@ def _fused_canonical(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueC
 
     b_shared = all(d == 1 for d in b.shape[:-2])
     bias_shared = bias is None or all(d == 1 for d in bias.shape[:-1])
-    if rank > 2 and not config.transpose_a and b_shared and bias_shared:
+    if rank > 2 and not config.transpose_a and b_shared and bias_shared and not rows_typed_sharded(a):
         # One large GEMM: batch folded into M (c and residual follow the output's layout).
         fold = lambda x: None if x is None else jnp.broadcast_to(x, out_shape).reshape(-1, n)  # noqa: E731
         outs = bind(a.reshape(-1, a.shape[-1]), b.reshape(b.shape[-2:]), fold(c),

@@ -381,7 +381,7 @@ def _gemm(a, b, config: GemmConfig, out_sharding=None):
     if 0 in out_shape or k == 0:
         return jnp.zeros(out_shape, config.out_dtype)
     kernel_config = dataclasses.replace(config, out_dtype=kernel_dtype)
-    if rank > 2 and all(d == 1 for d in b.shape[:-2]) and not config.transpose_a:
+    if rank > 2 and all(d == 1 for d in b.shape[:-2]) and not config.transpose_a and not rows_typed_sharded(a):
         # B is shared by every batch: fold the batch into M, one large GEMM.
         a2 = a.reshape(-1, a.shape[-1])
         (out,) = gemm_op.bind(a2, b.reshape(b.shape[-2:]), config=kernel_config, out_sharding=None)
@@ -389,6 +389,13 @@ def _gemm(a, b, config: GemmConfig, out_sharding=None):
         a, b = _collapse_batch(a, b)
         (out,) = gemm_op.bind(a, b, config=kernel_config, out_sharding=out_sharding if a.ndim == rank else None)
     return out.reshape(out_shape).astype(config.out_dtype)
+
+
+def rows_typed_sharded(a) -> bool:
+    """Whether a's batch or row dims carry Explicit shardings: folding them into one M dim
+    and back would lose how they are split (the batched kernel reads a shared B anyway)."""
+    sharding = explicit_sharding(jax.typeof(a))
+    return sharding is not None and any(entry is not None for entry in tuple(sharding.spec)[:-1])
 
 
 def _gemm_batching_rule(args, dims, *, config: GemmConfig):
