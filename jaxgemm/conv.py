@@ -168,7 +168,7 @@ def _fprop_local(x, w, *rest, config, has_bias, has_residual, want_aux, platform
                            want_aux=want_aux, activation=config.activation)  # fmt: skip
         return [y, aux] if want_aux else [y]
     # Input channels sharded: partial sums, summed, then the epilogue once.
-    z = psum_over(_ffi_conv(_FPROP, x, w, shape, config.out_dtype, config)[0], axes, ("c",)).astype(jnp.float32)
+    z = psum_over(_ffi_conv(_FPROP, x, w, shape, config.out_dtype, config)[0], axes, ("c",), _Y).astype(jnp.float32)
     if bias is not None:
         z = z + bias.astype(jnp.float32)
     y = activations.apply(config.activation, z)
@@ -261,7 +261,7 @@ def _dgrad_local(dy, w, *, config, input_hw, platform, axes, out_sharding=None):
     if not _nonempty(dy.shape, w.shape):
         return [jnp.zeros(shape, dy.dtype)]
     dx = _ffi_conv(_DGRAD, dy, _dgrad_weight(w, config), shape, dy.dtype, config)[0]
-    return [psum_over(dx, axes, ("k",))]
+    return [psum_over(dx, axes, ("k",), _X)]
 
 
 def _dgrad_batch(args, dims, *, config, input_hw, out_sharding=None):
@@ -355,7 +355,7 @@ def _wgrad_local(x, dy, *, config, kernel_hw, split, platform, axes, out_shardin
     parts = _wgrad_split(r * s * cg, k // config.groups, pixels, config.groups, platform, split, sm90)
     partials = _ffi_conv(_WGRAD, x, dy, (parts, *shape), jnp.float32, config)[0]
     # Images sharded (data parallel): each device's weight gradient is a partial sum.
-    return [psum_over(partials.sum(axis=0), axes, ("n",)).astype(x.dtype)]
+    return [psum_over(partials.sum(axis=0), axes, ("n",), _W).astype(x.dtype)]
 
 
 def _wgrad_batch(args, dims, **params):

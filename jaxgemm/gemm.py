@@ -312,6 +312,7 @@ def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_shardi
     preparation each kernel wants), summed over the mesh axes that shard k."""
     m, _, n, _ = _gemm_dims(a.shape, b.shape, config)
     out_shape = _broadcast_batch(a.shape[:-2], b.shape[:-2]) + (m, n)
+    (out_dims,) = gemm_rule(a.shape, b.shape, config).results
     split_k = _split_k_for(a, b, config, platform)
     m_pad = n_pad = 0
     call_config = config
@@ -335,7 +336,7 @@ def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_shardi
     if m_pad or n_pad:
         out = out[..., :m, :n]
     # K sharded: partial products in the output dtype, summed as XLA sums its dots'.
-    return [psum_over(out, axes or {}, ("k",))]
+    return [psum_over(out, axes or {}, ("k",), out_dims)]
 
 
 def _kernel_out_dtype(in_dtype, out_dtype):

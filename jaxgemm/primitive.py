@@ -161,15 +161,37 @@ def _shardy_rule(static: _Static, mesh, operand_types, result_types):
     return static.rule.shardy()
 
 
+def _scatter_targets(rule: Rule, axes: dict, result_shape, mesh_shape: dict) -> dict:
+    """Result dims the partitioner wants sharded over the axes of a contraction (a
+    sequence-parallel output): "scatter:<factor>" -> those axes, so that the sum of the
+    partial products is a reduce-scatter along that dim instead of an all-reduce."""
+    summed = {a for f in rule.contracted for a in axes.get(f, ())}
+    targets = {}
+    for dims, result in zip(rule.results, result_shape):
+        spec = tuple(getattr(result.sharding, "spec", P()))
+        for factor, size, entry in zip(dims, result.shape, spec + (None,) * (len(dims) - len(spec))):
+            want = _axes_of(entry)
+            free = factor not in axes and factor not in rule.replicated and not targets
+            if want and free and set(want) <= summed and size % int(np.prod([mesh_shape[a] for a in want])) == 0:
+                targets[SCATTER + factor] = want
+    return targets
+
+
 def _partition(static: _Static, mesh, arg_shapes, result_shape):
     rule = static.rule
     specs = [getattr(s.sharding, "spec", P()) for s in arg_shapes]
     axes = factor_axes(rule, [s.shape for s in arg_shapes], specs, dict(mesh.shape))
-    arg_shardings = tuple(NamedSharding(mesh, _spec(dims, axes)) for dims in rule.operands)
-    result_shardings = tuple(NamedSharding(mesh, _spec(dims, axes)) for dims in rule.results)
+    scattered = _scatter_targets(rule, axes, result_shape, dict(mesh.shape))
+    # Operands of the contraction stay whole along a scattered dim; those added after it
+    # (an epilogue's residual) come split like the result.
+    after_sum = {**axes, **{f[len(SCATTER):]: a for f, a in scattered.items()}}
+    arg_shardings = tuple(NamedSharding(mesh, _spec(dims, axes if rule.contracted & set(dims) else after_sum))
+                          for dims in rule.operands)  # fmt: skip
+    result_shardings = tuple(NamedSharding(mesh, _spec(dims, after_sum)) for dims in rule.results)
+    local_axes = {**axes, **scattered}
 
     def lower(*args):
-        return tuple(static.op.local(*args, platform=static.platform, axes=axes, **dict(static.params)))
+        return tuple(static.op.local(*args, platform=static.platform, axes=local_axes, **dict(static.params)))
 
     return mesh, lower, result_shardings, arg_shardings
 
@@ -265,9 +287,19 @@ def _call_local(*args, op, platform, params):
     return list(op.local(*args, platform=platform, axes={}, **params))
 
 
-def psum_over(x, axes: dict, factors) -> Any:
-    """x summed over the mesh axes that shard any of `factors` (a contraction's partial sums)."""
+SCATTER = "scatter:"
+
+
+def psum_over(x, axes: dict, factors, dims=()) -> Any:
+    """x (a result with factor names `dims`) summed over the mesh axes that shard any of
+    `factors` (a contraction's partial sums): a reduce-scatter along a dim the partitioner
+    wants split over those axes, an all-reduce over the rest."""
     names = tuple(a for f in factors for a in axes.get(f, ()))
+    for dim, factor in enumerate(dims):
+        split = axes.get(SCATTER + factor, ())
+        if split and set(split) <= set(names):
+            x = jax.lax.psum_scatter(x, split, scatter_dimension=dim, tiled=True)
+            names = tuple(a for a in names if a not in split)
     return jax.lax.psum(x, names) if names else x
 
 
