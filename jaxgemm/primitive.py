@@ -177,6 +177,9 @@ def _scatter_targets(rule: Rule, axes: dict, result_shape, mesh_shape: dict) -> 
     return targets
 
 
+_NO_MESH = jax.sharding.AbstractMesh((), ())
+
+
 def _partition(static: _Static, mesh, arg_shapes, result_shape):
     rule = static.rule
     specs = [getattr(s.sharding, "spec", P()) for s in arg_shapes]
@@ -191,7 +194,10 @@ def _partition(static: _Static, mesh, arg_shapes, result_shape):
     local_axes = {**axes, **scattered}
 
     def lower(*args):
-        return tuple(static.op.local(*args, platform=static.platform, axes=local_axes, **dict(static.params)))
+        # Per-shard code is untyped by the caller's mesh (jax 0.11 gives a psum_scatter
+        # traced under an Explicit mesh the mesh's shardings on its scalars, and fails).
+        with jax.sharding.use_abstract_mesh(_NO_MESH):
+            return tuple(static.op.local(*args, platform=static.platform, axes=local_axes, **dict(static.params)))
 
     return mesh, lower, result_shardings, arg_shardings
 
