@@ -612,6 +612,32 @@ def test_shard_map_forward_sharded_output():
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "bias_gelu_residual"])
+def test_sequence_parallel_output_is_reduce_scattered(fused):
+    """K sharded and the output wanted sharded on M over the same axis (a row-parallel layer
+    feeding sequence parallelism): the partial products are reduce-scattered, not
+    all-reduced then sliced, and bias, activation and residual act on each device's rows."""
+    mesh = auto_mesh((8,))
+    a, b, bias, res = random("sp_a", (M, K)), random("sp_b", (K, N)), random("sp_bias", (N,)), random("sp_r", (M, N))
+    if fused:
+        ours = lambda a, b, r: jaxgemm.matmul(a, b, bias=bias, activation="gelu", residual=r)  # noqa: E731
+        ref = lambda a, b, r: mm_ref(a, b, bias, "gelu") + r  # noqa: E731
+    else:
+        ours = lambda a, b, r: jaxgemm.matmul(a, b)  # noqa: E731
+        ref = lambda a, b, r: mm_ref(a, b)  # noqa: E731
+    rows = NamedSharding(mesh, P("x", None))
+    in_shardings = (NamedSharding(mesh, P(None, "x")), NamedSharding(mesh, P("x", None)), rows)
+    jitted = jax.jit(ours, in_shardings=in_shardings, out_shardings=rows)
+    out = jitted(a, b, res)
+    counts = collective_counts(jitted.lower(a, b, res).compile().as_text())
+    problems = value_problems(out, ref(a, b, res))
+    if (counts["reduce-scatter"], counts["all-reduce"], counts["all-gather"]) != (1, 0, 0):
+        problems.append(f"want one reduce-scatter and nothing else, got {counts}")
+    if spec_of(out.sharding) != norm_spec(P("x", None)):
+        problems.append(f"output sharded {spec_of(out.sharding)}")
+    assert not problems, "\n".join(problems)
+
+
 # ---------------------------------------------------------------------------------------
 # Shardings that do not divide a dim.
 
