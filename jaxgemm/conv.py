@@ -163,6 +163,10 @@ def _fprop_local(x, w, *rest, config, has_bias, has_residual, want_aux, platform
     bias = rest[0] if has_bias else None
     residual = rest[-1] if has_residual else None
     shape = _fprop_shape(x.shape, w.shape, config)
+    # 16-bit first layers' channels padded for the tensor-core kernels, here, so that the
+    # gradients see the layer's own channels (dgrad of C = 3 takes the col2im path).
+    extra = _tensor_core_channel_pad(x.dtype, config.groups, x.shape[3], w.shape[3])
+    x, w = _pad_channels(x, extra, 3), _pad_channels(w, extra, 2)
     if not axes.get("c"):
         y, aux = _ffi_conv(_FPROP, x, w, shape, config.out_dtype, config, bias=bias, residual=residual,
                            want_aux=want_aux, activation=config.activation)  # fmt: skip
@@ -599,9 +603,6 @@ def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None,
 
 
 def _conv(config, x, w, bias, residual, out_sharding=None):
-    """conv2d_p with 16-bit first layers' channels padded for the tensor-core kernels."""
-    extra = _tensor_core_channel_pad(x.dtype, config.groups, x.shape[3], w.shape[3])
-    x, w = _pad_channels(x, extra, 3), _pad_channels(w, extra, 2)
     ops = [o for o in (bias, residual) if o is not None]
     return conv_op.bind(x, w, *ops, config=config, has_bias=bias is not None, has_residual=residual is not None,
                         want_aux=False, out_sharding=out_sharding)[0]  # fmt: skip
