@@ -32,7 +32,7 @@ import numpy as np
 from jax import lax
 from jax.interpreters import ad
 
-from jaxgemm import _ffi, activations
+from jaxgemm import _ffi, activations, xla_cpu
 from jaxgemm._compat import explicit_sharding
 from jaxgemm.epilogue import epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype
@@ -162,6 +162,9 @@ def _fprop_rule(x, w, *rest, config, has_bias, has_residual, want_aux, out_shard
 def _fprop_local(x, w, *rest, config, has_bias, has_residual, want_aux, platform, axes, out_sharding=None):
     bias = rest[0] if has_bias else None
     residual = rest[-1] if has_residual else None
+    if xla_cpu.enabled(platform):
+        z = psum_over(xla_cpu.conv(x, w, config), axes, ("c",), _Y)
+        return _epilogue_in_jax(z, bias, residual, config, want_aux)
     shape = _fprop_shape(x.shape, w.shape, config)
     # 16-bit first layers' channels padded for the tensor-core kernels, here, so that the
     # gradients see the layer's own channels (dgrad of C = 3 takes the col2im path).
@@ -172,7 +175,13 @@ def _fprop_local(x, w, *rest, config, has_bias, has_residual, want_aux, platform
                            want_aux=want_aux, activation=config.activation)  # fmt: skip
         return [y, aux] if want_aux else [y]
     # Input channels sharded: partial sums, summed, then the epilogue once.
-    z = psum_over(_ffi_conv(_FPROP, x, w, shape, config.out_dtype, config)[0], axes, ("c",), _Y).astype(jnp.float32)
+    z = psum_over(_ffi_conv(_FPROP, x, w, shape, config.out_dtype, config)[0], axes, ("c",), _Y)
+    return _epilogue_in_jax(z, bias, residual, config, want_aux)
+
+
+def _epilogue_in_jax(z, bias, residual, config: ConvConfig, want_aux):
+    """The kernel's epilogue in JAX (float32), on a summed or XLA-computed convolution."""
+    z = z.astype(jnp.float32)
     if bias is not None:
         z = z + bias.astype(jnp.float32)
     y = activations.apply(config.activation, z)
@@ -261,6 +270,8 @@ def _dgrad_weight(w, config: ConvConfig):
 
 
 def _dgrad_local(dy, w, *, config, input_hw, platform, axes, out_sharding=None):
+    if xla_cpu.enabled(platform):
+        return [psum_over(xla_cpu.conv_dgrad(dy, w, config, input_hw), axes, ("k",), _X)]
     shape = (dy.shape[0], *input_hw, w.shape[2] * config.groups)
     if not _nonempty(dy.shape, w.shape):
         return [jnp.zeros(shape, dy.dtype)]
@@ -350,6 +361,8 @@ def _sm90_wgrad_likely(dtype, channels, groups, kernel) -> bool:
 
 
 def _wgrad_local(x, dy, *, config, kernel_hw, split, platform, axes, out_sharding=None):
+    if xla_cpu.enabled(platform):
+        return [psum_over(xla_cpu.conv_wgrad(x, dy, config, kernel_hw), axes, ("n",), _W)]
     shape = (*kernel_hw, x.shape[3] // config.groups, dy.shape[3])
     r, s, cg, k = shape
     if not _nonempty(x.shape, dy.shape, shape):
@@ -525,8 +538,10 @@ def _col2im_rule(cols, **params):
 
 
 def _col2im_local(cols, *, geometry, input_hw, channels, platform, axes):
-    r, s, sh, sw, ph, pw, dh, dw = (np.int64(v) for v in geometry)
     dx = jax.ShapeDtypeStruct((cols.shape[0], *input_hw, channels), cols.dtype)
+    if xla_cpu.enabled(platform):  # the transpose of the window columns, in XLA
+        return list(jax.linear_transpose(lambda x: _im2col(x, cols.shape, geometry), dx)(cols))
+    r, s, sh, sw, ph, pw, dh, dw = (np.int64(v) for v in geometry)
     return [jax.ffi.ffi_call("jaxgemm_col2im", dx)(
         cols, r=r, s=s, stride_h=sh, stride_w=sw, pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw)]
 

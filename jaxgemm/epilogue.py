@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad
 
-from jaxgemm import activations
+from jaxgemm import activations, xla_cpu
 from jaxgemm.gemm import (
     GemmConfig,
     _broadcast_batch,
@@ -100,6 +100,9 @@ def _bag_rule(dy, at, *extra, activation, has_extra):
 
 
 def _bag_local(dy, at, *extra, activation, has_extra, platform, axes):
+    if xla_cpu.enabled(platform):
+        dz, dbias = xla_cpu.bias_act_grad(dy, at, extra[0] if has_extra else None, activation)
+        return [dz, psum_over(dbias, axes, ("r",))]
     rows, n = dy.shape[-2:]
     chunks = max(1, min(_MAX_CHUNKS, math.ceil(rows / _ROWS_PER_CHUNK)))
     results = (
@@ -298,6 +301,10 @@ def _epilogue_in_jax(acc, c, bias, residual, epi, out_dtype):
 
 def _fused_local(a, b, *rest, config, epi, has_c, has_bias, has_residual, platform, axes, out_sharding=None):
     c, bias, residual = _present(rest, (has_c, has_bias, has_residual))
+    if xla_cpu.enabled(platform) and not axes.get("k"):
+        acc = xla_cpu.gemm(a, b, transpose_a=config.transpose_a, transpose_b=config.transpose_b, alpha=config.alpha,
+                           out_dtype=jnp.float32)  # fmt: skip
+        return _epilogue_in_jax(acc, c, bias, residual, epi, config.out_dtype)
     if not axes.get("k"):
         y, aux = _forward(config, epi, a, b, c, bias, residual, platform)
         return [y, aux] if epi.want_aux else [y]

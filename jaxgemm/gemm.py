@@ -21,6 +21,7 @@ import numpy as np
 from jax.interpreters import ad
 
 from jaxgemm import _ffi  # noqa: F401  (registers the FFI targets)
+from jaxgemm import xla_cpu
 from jaxgemm._compat import explicit_sharding
 from jaxgemm.primitive import Op, Result, Rule, define, psum_over
 
@@ -313,6 +314,10 @@ def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_shardi
     m, _, n, _ = _gemm_dims(a.shape, b.shape, config)
     out_shape = _broadcast_batch(a.shape[:-2], b.shape[:-2]) + (m, n)
     (out_dims,) = gemm_rule(a.shape, b.shape, config).results
+    if xla_cpu.enabled(platform):
+        out = xla_cpu.gemm(a, b, transpose_a=config.transpose_a, transpose_b=config.transpose_b, alpha=config.alpha,
+                           out_dtype=config.out_dtype)  # fmt: skip
+        return [psum_over(out, axes or {}, ("k",), out_dims)]
     split_k = _split_k_for(a, b, config, platform)
     m_pad = n_pad = 0
     call_config = config

@@ -3,6 +3,10 @@ import os
 # Handlers fill outputs with NaN before computing (ffi_src/ffi/poison.h), so an element a
 # kernel fails to write makes the comparison fail. Must be set before the first call.
 os.environ.setdefault("JAXGEMM_POISON_OUTPUTS", "1")
+# On a CPU the ops lower to XLA's own dot and convolution unless JAXGEMM_CPU=ffi; the tests
+# run the FFI CPU handlers, so that every CPU test goes through the whole JAX -> FFI path
+# (tests/test_xla_cpu.py checks the XLA lowering).
+os.environ.setdefault("JAXGEMM_CPU", "ffi")
 
 # Eight host CPU devices, so that tests/test_sharding.py can build meshes on a machine
 # without accelerators. Must be set before jax is imported; a device count already in
