@@ -24,6 +24,35 @@ _FUNCTIONS = {
 NAMES = tuple(name for name in _IDS if name is not None)
 
 
+def _callable_names() -> dict:
+    """jax.nn / jnp functions with a fused form, by identity (as Flax users pass them)."""
+    return {jax.nn.relu: "relu", jax.nn.gelu: "gelu", jax.nn.silu: "silu", jax.nn.swish: "silu",
+            jax.nn.sigmoid: "sigmoid", jnp.tanh: "tanh", jax.nn.tanh if hasattr(jax.nn, "tanh") else jnp.tanh: "tanh"}
+
+
+def canonical(activation) -> str | None:
+    """The fused activation's name for `activation`: a name, None, or a function from
+    jax.nn with a fused form (jax.nn.gelu's default is the tanh form, "gelu";
+    functools.partial(jax.nn.gelu, approximate=False) is "gelu_exact")."""
+    if activation is None or isinstance(activation, str):
+        activation_id(activation)
+        return activation
+    partial_of = getattr(activation, "func", None)
+    if partial_of is jax.nn.gelu and not getattr(activation, "args", ()):
+        approximate = activation.keywords.get("approximate", True)
+        if set(activation.keywords) <= {"approximate"}:
+            return "gelu" if approximate else "gelu_exact"
+    try:
+        name = _callable_names().get(activation)
+    except TypeError:  # unhashable
+        name = None
+    if name is None:
+        label = getattr(activation, "__name__", None) or repr(activation)
+        raise TypeError(f"activation {label} has no fused form; use None, one of {', '.join(NAMES)}, or the "
+                        "jax.nn function of one of them (apply other functions to the result)")
+    return name
+
+
 def activation_id(name: str | None) -> int:
     """The FFI id of `name`; ValueError naming the choices for an unknown one."""
     if name not in _IDS:

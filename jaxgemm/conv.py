@@ -734,9 +734,9 @@ def conv2d(
       groups: feature groups; C and K must be divisible by it.
       bias: (K,) per output channel.
       activation: None, "relu", "gelu" (tanh approximation, = `jax.nn.gelu`),
-        "gelu_exact", "silu", "sigmoid" or "tanh".
+        "gelu_exact", "silu", "sigmoid" or "tanh", or the jax.nn function of one.
       residual: added after the activation; broadcastable to the output (N, P, Q, K).
-      out_dtype: result dtype; defaults to the promoted input dtype.
+      out_dtype: result dtype; defaults to the inputs' dtype promoted with bias and residual.
       out_sharding: the result's sharding (a NamedSharding, or a PartitionSpec on the
         current mesh), as for `lax.conv_general_dilated`; in Explicit mode needed where the
         input channels are sharded in both x and w.
@@ -762,8 +762,12 @@ def conv2d(
     if x.ndim != 4 or w.ndim != 4:
         raise ValueError(f"jaxgemm.conv2d: needs x (N, H, W, C) and w (R, S, C/groups, K), got x{x.shape} and w{w.shape}")
     dtype = _check_dtype(jnp.result_type(x.dtype, w.dtype), "input")
-    out_dtype = dtype if out_dtype is None else _check_dtype(out_dtype, "output")
-    activations.activation_id(activation)
+    if out_dtype is None:  # promoted with bias and residual, as `conv(x, w) + bias` would be
+        extra = [jnp.asarray(v).dtype for v in (bias, residual) if v is not None]
+        out_dtype = _check_dtype(jnp.result_type(dtype, *extra), "output")
+    else:
+        out_dtype = _check_dtype(out_dtype, "output")
+    activation = activations.canonical(activation)
     if not isinstance(groups, (int, np.integer)) or groups < 1:
         raise ValueError(f"jaxgemm.conv2d: groups must be a positive int, got {groups!r}")
     groups = int(groups)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxgemm import activations, autotune
@@ -57,6 +59,29 @@ def _check_epilogue_operand(x, name, target_shape):
     return x
 
 
+def _is_traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def _static_scalars(alpha, beta, c, bias, activation, residual):
+    """(alpha, beta, c, scale_after): the kernel takes alpha and beta as compiled constants.
+    A traced beta is folded into c (beta * c, beta = 1); a traced alpha of a product with no
+    epilogue scales the result (`scale_after`); with an epilogue it is an error that names it."""
+    scale_after = None
+    if _is_traced(beta):
+        c, beta = (None, 0.0) if c is None else (beta * jnp.asarray(c), 1.0)
+    if _is_traced(alpha):
+        if bias is not None or activation is not None or residual is not None or c is not None:
+            raise TypeError(
+                "jaxgemm.matmul: alpha is a traced value; with an epilogue (bias, activation, c, residual) it "
+                "is compiled into the kernel and must be a Python number. Scale an operand instead.")
+        alpha, scale_after = 1.0, alpha
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if not isinstance(value, (int, float, np.number)) and not (hasattr(value, "shape") and value.shape == ()):
+            raise TypeError(f"jaxgemm.matmul: {name} must be a scalar, got {value!r}")
+    return float(alpha), float(beta), c, scale_after
+
+
 def matmul(
     a,
     b,
@@ -92,11 +117,15 @@ def matmul(
         `transpose_b` is transposed by XLA first unless the product is plain (no epilogue
         beyond `alpha`) with `a` stored (M, K), which the kernel computes as D^T and
         writes transposed (see the README).
-      out_dtype: result dtype; defaults to the promoted input dtype.
+      out_dtype: result dtype; defaults to the inputs' dtype promoted with bias, c and
+        residual (`a @ b + bias` with bfloat16 operands and a float32 bias is float32).
       bias: per-column bias of shape (N,) (or broadcastable (..., N)).
       activation: None, "relu", "gelu" (tanh approximation, = `jax.nn.gelu`),
-        "gelu_exact", "silu", "sigmoid" or "tanh".
-      alpha, beta: scalars (Python numbers: they are compiled into the kernel call).
+        "gelu_exact", "silu", "sigmoid" or "tanh", or the jax.nn function of one
+        (`jax.nn.relu`, `jax.nn.gelu`, ...).
+      alpha, beta: scalars, compiled into the kernel. A traced beta is folded into c; a
+        traced alpha scales the result of a product without epilogue (with one it must be a
+        Python number).
       c: added as `beta * c`; broadcastable to the output.
       residual: added after the activation; broadcastable to the output.
       return_pre_activation: also return z.
@@ -118,9 +147,14 @@ def matmul(
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"jaxgemm.matmul: operands must have rank >= 1, got shapes {a.shape} and {b.shape}")
     dtype = _check_dtype(jnp.result_type(a.dtype, b.dtype), "input")
-    out_dtype = dtype if out_dtype is None else _check_dtype(out_dtype, "output")
+    if out_dtype is None:  # promoted with the epilogue operands, as `a @ b + bias` would be
+        extra = [jnp.asarray(x).dtype for x in (bias, c, residual) if x is not None]
+        out_dtype = _check_dtype(jnp.result_type(dtype, *extra), "output")
+    else:
+        out_dtype = _check_dtype(out_dtype, "output")
     tf32 = _wants_tf32(precision) and dtype == jnp.float32
-    activations.activation_id(activation)
+    activation = activations.canonical(activation)
+    alpha, beta, c, scale_after = _static_scalars(alpha, beta, c, bias, activation, residual)
     fused = (
         bias is not None
         or activation is not None
@@ -165,6 +199,8 @@ def matmul(
             out = out[..., 0, :]
         if b_vector:
             out = out[..., 0]
+        if scale_after is not None:
+            out = (scale_after * out).astype(out.dtype)
         return constrain_output(out, out_sharding)
     out_shape = batch + (m, n)
     if bias is not None:

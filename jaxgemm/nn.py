@@ -20,7 +20,7 @@ def dense(x, w, bias=None, activation=None, *, precision=None, out_dtype=None, o
       x: (..., K) inputs; every leading dim is a batch dim (folded into one GEMM).
       w: (K, N) weights.
       bias: optional (N,) bias.
-      activation: None or a name accepted by `jaxgemm.matmul`.
+      activation: None, a name accepted by `jaxgemm.matmul`, or the jax.nn function of one.
       precision, out_dtype, out_sharding: as for `jaxgemm.matmul` (out_sharding of the
         (..., N) result).
 

@@ -1,0 +1,49 @@
+"""What a JAX user passes as they would to jnp / Flax: jax.nn activations, traced scalars,
+dtype promotion with the epilogue operands."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxgemm
+from reference import random, rel_error, to64
+
+
+@pytest.mark.parametrize(
+    "fn,name",
+    [(jax.nn.relu, "relu"), (jax.nn.gelu, "gelu"), (functools.partial(jax.nn.gelu, approximate=False), "gelu_exact"),
+     (jax.nn.silu, "silu"), (jax.nn.sigmoid, "sigmoid"), (jnp.tanh, "tanh")],
+)  # fmt: skip
+def test_jax_nn_activations_are_their_fused_forms(fn, name):
+    rng = np.random.default_rng(0)
+    x, w, b = random(rng, (6, 5), jnp.float32), random(rng, (5, 4), jnp.float32), random(rng, (4,), jnp.float32)
+    assert rel_error(jaxgemm.dense(x, w, b, fn), to64(jaxgemm.dense(x, w, b, name))) == 0
+    assert rel_error(jaxgemm.dense(x, w, b, fn), to64(fn(x @ w + b))) <= 1e-5
+    xi, wi = random(rng, (1, 5, 5, 2), jnp.float32), random(rng, (3, 3, 2, 3), jnp.float32)
+    assert rel_error(jaxgemm.conv2d(xi, wi, activation=fn), to64(jaxgemm.conv2d(xi, wi, activation=name))) == 0
+
+
+def test_activation_without_fused_form_names_itself():
+    with pytest.raises(TypeError, match="softplus has no fused form"):
+        jaxgemm.matmul(jnp.ones((2, 3)), jnp.ones((3, 4)), activation=jax.nn.softplus)
+
+
+def test_traced_scalars():
+    rng = np.random.default_rng(1)
+    a, b, c = random(rng, (4, 6), jnp.float32), random(rng, (6, 5), jnp.float32), random(rng, (4, 5), jnp.float32)
+    got = jax.jit(lambda s: jaxgemm.matmul(a, b, alpha=s))(0.5)
+    assert rel_error(got, to64(0.5 * (a @ b))) <= 1e-5
+    got = jax.jit(lambda s: jaxgemm.matmul(a, b, beta=s, c=c, activation="relu"))(1.5)
+    assert rel_error(got, to64(jax.nn.relu(a @ b + 1.5 * c))) <= 1e-5
+    with pytest.raises(TypeError, match="alpha is a traced value"):
+        jax.jit(lambda s: jaxgemm.matmul(a, b, alpha=s, activation="relu"))(0.5)
+
+
+def test_result_dtype_promotes_like_jnp():
+    x, w = jnp.ones((4, 8), jnp.bfloat16), jnp.ones((8, 6), jnp.bfloat16)
+    for bias in (jnp.ones((6,), jnp.float32), jnp.ones((6,), jnp.bfloat16)):
+        assert jaxgemm.dense(x, w, bias).dtype == (x @ w + bias).dtype
+        assert jaxgemm.conv2d(x.reshape(1, 2, 2, 8), w.reshape(1, 1, 8, 6), bias=bias).dtype == (x @ w + bias).dtype
