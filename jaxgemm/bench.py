@@ -321,18 +321,26 @@ def format_table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", default="simt", help=f"comma-separated, of: {', '.join(sorted(SUITES))}")
+    parser.add_argument("--suite", default=None,
+                        help=f"comma-separated, of: {', '.join(sorted(SUITES))} (default: simt on a GPU, smoke elsewhere)")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--only", help="comma-separated substrings: run only cases whose name contains one")
     args = parser.parse_args(argv)
-    names = args.suite.split(",")
+    if jax.default_backend() != "gpu":
+        print(f"no GPU (JAX backend: {jax.default_backend()}): jaxgemm lowers to XLA's own ops here, so the ratios "
+              "measure only the lowering; wall-clock timer", file=sys.stderr)
+        if args.suite is None:
+            print("--suite smoke (the GPU suites take minutes on a CPU; name them to run them anyway)", file=sys.stderr)
+    names = (args.suite or ("simt" if jax.default_backend() == "gpu" else "smoke")).split(",")
     unknown = [n for n in names if n not in SUITES]
     if unknown:
         parser.error(f"unknown suite(s) {unknown}; choose from {sorted(SUITES)}")
     cases = [case for n in names for case in SUITES[n]()]
     if args.only:
         cases = [c for c in cases if any(part in c.name for part in args.only.split(","))]
+        if not cases:
+            parser.error(f"--only {args.only!r} matches no case of suite(s) {names}")
     rows = []
     for i, case in enumerate(cases):
         print(f"\r[{i + 1}/{len(cases)}] {case.name:<30}", end="", file=sys.stderr, flush=True)

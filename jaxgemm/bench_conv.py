@@ -158,17 +158,24 @@ def format_table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated input dtypes")
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=None, help="images per layer (default: 64 on a GPU, 2 elsewhere)")
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--layers", help="comma-separated substrings of layer names (default: all)")
     parser.add_argument("--json", help="write the rows to this file")
     parser.add_argument("--kernel", choices=["sm80", "sm90"], help="force our conv kernel family (default: heuristic)")
     parser.add_argument("--breakdown", action="store_true", help="also time dgrad alone and wgrad alone")
     args = parser.parse_args(argv)
+    if jax.default_backend() != "gpu":
+        print(f"no GPU (JAX backend: {jax.default_backend()}): jaxgemm lowers to XLA's own convolution here; "
+              f"batch {args.batch or 2} so that the run finishes", file=sys.stderr)
+    args.batch = args.batch or (64 if jax.default_backend() == "gpu" else 2)
     layers = RESNET50
     if args.layers:
         keys = args.layers.split(",")
         layers = [layer for layer in RESNET50 if any(key in layer.name for key in keys)]
+        if not layers:
+            parser.error(f"--layers {args.layers!r} matches no layer; the layers are: "
+                         + ", ".join(layer.name for layer in RESNET50))
     cases = [(layer, dtype) for dtype in args.dtypes.split(",") for layer in layers]
     rows = []
     for i, (layer, dtype) in enumerate(cases):
