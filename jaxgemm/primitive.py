@@ -210,6 +210,19 @@ _custom.def_partition(_partition, sharding_rule=_shardy_rule)
 # The declaration.
 
 
+BILINEAR = "bilinear"  # Op.jvp for ops bilinear in their two operands
+
+
+def _bilinear_jvp(op, primals, tangents, **params):
+    x, y = primals
+    dx, dy = (None if type(t) is ad.Zero else t for t in tangents)
+    outs = op.bind(x, y, **params)
+    parts = ([op.bind(dx, y, **params)] if dx is not None else []) + ([op.bind(x, dy, **params)] if dy is not None else [])
+    if not parts:
+        return outs, [ad.Zero.from_primal_value(o) for o in outs]
+    return outs, [functools.reduce(jax.numpy.add, ts) for ts in zip(*parts)]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Op:
     """One primitive's slots (see the module docstring); `bind` is how callers apply it."""
@@ -231,6 +244,7 @@ class Op:
 
 
 def define(op: Op) -> Op:
+    """Makes `op`'s primitive (`op.primitive`) and registers its slots with JAX."""
     prim = Primitive(op.name)
     prim.multiple_results = True
     object.__setattr__(op, "primitive", prim)
@@ -270,19 +284,6 @@ def define(op: Op) -> Op:
     if op.transpose is not None:
         ad.primitive_transposes[prim] = op.transpose
     return op
-
-
-BILINEAR = "bilinear"  # Op.jvp for ops bilinear in their two operands
-
-
-def _bilinear_jvp(op, primals, tangents, **params):
-    x, y = primals
-    dx, dy = (None if type(t) is ad.Zero else t for t in tangents)
-    outs = op.bind(x, y, **params)
-    parts = ([op.bind(dx, y, **params)] if dx is not None else []) + ([op.bind(x, dy, **params)] if dy is not None else [])
-    if not parts:
-        return outs, [ad.Zero.from_primal_value(o) for o in outs]
-    return outs, [functools.reduce(jax.numpy.add, ts) for ts in zip(*parts)]
 
 
 def _call_partitioned(*args, static: _Static):
