@@ -163,7 +163,7 @@ def _fprop_local(x, w, *rest, config, has_bias, has_residual, want_aux, platform
     bias = rest[0] if has_bias else None
     residual = rest[-1] if has_residual else None
     if xla_cpu.enabled(platform):
-        z = psum_over(xla_cpu.conv(x, w, config), axes, ("c",), _Y)
+        z = psum_over(xla_cpu.conv(x, w, config, out_sharding), axes, ("c",), _Y)
         return _epilogue_in_jax(z, bias, residual, config, want_aux)
     shape = _fprop_shape(x.shape, w.shape, config)
     # 16-bit first layers' channels padded for the tensor-core kernels, here, so that the
@@ -271,7 +271,7 @@ def _dgrad_weight(w, config: ConvConfig):
 
 def _dgrad_local(dy, w, *, config, input_hw, platform, axes, out_sharding=None):
     if xla_cpu.enabled(platform):
-        return [psum_over(xla_cpu.conv_dgrad(dy, w, config, input_hw), axes, ("k",), _X)]
+        return [psum_over(xla_cpu.conv_dgrad(dy, w, config, input_hw, out_sharding), axes, ("k",), _X)]
     shape = (dy.shape[0], *input_hw, w.shape[2] * config.groups)
     if not _nonempty(dy.shape, w.shape):
         return [jnp.zeros(shape, dy.dtype)]
@@ -362,7 +362,7 @@ def _sm90_wgrad_likely(dtype, channels, groups, kernel) -> bool:
 
 def _wgrad_local(x, dy, *, config, kernel_hw, split, platform, axes, out_sharding=None):
     if xla_cpu.enabled(platform):
-        return [psum_over(xla_cpu.conv_wgrad(x, dy, config, kernel_hw), axes, ("n",), _W)]
+        return [psum_over(xla_cpu.conv_wgrad(x, dy, config, kernel_hw, out_sharding), axes, ("n",), _W)]
     shape = (*kernel_hw, x.shape[3] // config.groups, dy.shape[3])
     r, s, cg, k = shape
     if not _nonempty(x.shape, dy.shape, shape):
@@ -540,7 +540,7 @@ def _col2im_rule(cols, **params):
 def _col2im_local(cols, *, geometry, input_hw, channels, platform, axes):
     dx = jax.ShapeDtypeStruct((cols.shape[0], *input_hw, channels), cols.dtype)
     if xla_cpu.enabled(platform):  # the transpose of the window columns, in XLA
-        return list(jax.linear_transpose(lambda x: _im2col(x, cols.shape, geometry), dx)(cols))
+        return [xla_cpu.pull_back(lambda x: _im2col(x, cols.shape, geometry), dx.shape, dx.dtype, cols)]
     r, s, sh, sw, ph, pw, dh, dw = (np.int64(v) for v in geometry)
     return [jax.ffi.ffi_call("jaxgemm_col2im", dx)(
         cols, r=r, s=s, stride_h=sh, stride_w=sw, pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw)]

@@ -303,7 +303,7 @@ def _fused_local(a, b, *rest, config, epi, has_c, has_bias, has_residual, platfo
     c, bias, residual = _present(rest, (has_c, has_bias, has_residual))
     if xla_cpu.enabled(platform) and not axes.get("k"):
         acc = xla_cpu.gemm(a, b, transpose_a=config.transpose_a, transpose_b=config.transpose_b, alpha=config.alpha,
-                           out_dtype=jnp.float32)  # fmt: skip
+                           out_dtype=jnp.float32, out_sharding=out_sharding)  # fmt: skip
         return _epilogue_in_jax(acc, c, bias, residual, epi, config.out_dtype)
     if not axes.get("k"):
         y, aux = _forward(config, epi, a, b, c, bias, residual, platform)

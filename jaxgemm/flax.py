@@ -20,11 +20,12 @@ the Flax layers and these unchanged::
 
 Both add one argument the Flax layers lack, `activation`: None, a name from
 `jaxgemm.ACTIVATIONS` ("relu", "gelu" (tanh form), "gelu_exact", "silu", "sigmoid",
-"tanh"), or the JAX function it names (`jax.nn.relu`, `jax.nn.gelu` (approximate=True, its
-default; `functools.partial(jax.nn.gelu, approximate=False)` is "gelu_exact"),
-`jax.nn.silu` / `jax.nn.swish`, `jax.nn.sigmoid`, `jnp.tanh` / `jax.nn.tanh` /
-`lax.tanh`). It is applied in the kernel's epilogue, after the bias, and its gradient runs
-jaxgemm's fused backward kernel. Any other callable is a TypeError: apply it after the layer.
+"tanh"), or the jax.nn function of one, as `jaxgemm.dense` and `jaxgemm.conv2d` take it
+(`jax.nn.relu`, `jax.nn.gelu` (approximate=True, its default; `functools.partial(
+jax.nn.gelu, approximate=False)` is "gelu_exact"), `jax.nn.silu` / `jax.nn.swish`,
+`jax.nn.sigmoid`, `jnp.tanh`). It is applied in the kernel's float32 epilogue, after the
+bias, and its gradient runs jaxgemm's fused backward kernel. Any other function is a
+TypeError at construction: apply it to the layer's output instead.
 
 Like every jaxgemm op, the layers work under `nnx.jit`, `nnx.grad`, `nnx.vmap`,
 `nnx.scan`, `nnx.remat` and sharded `jit`. Importing this module needs flax
@@ -33,7 +34,6 @@ Like every jaxgemm op, the layers work under `nnx.jit`, `nnx.grad`, `nnx.vmap`,
 
 from __future__ import annotations
 
-import functools
 import typing as tp
 from types import MappingProxyType
 
@@ -45,11 +45,11 @@ from flax.nnx.nn import dtypes as _nnx_dtypes
 from flax.nnx.nn import initializers
 from jax import lax
 
-from jaxgemm.activations import NAMES as _ACTIVATION_NAMES
+from jaxgemm import activations
 from jaxgemm.conv import conv2d
 from jaxgemm.nn import dense
 
-__all__ = ["Conv", "Linear", "activation_name"]
+__all__ = ["Conv", "Linear"]
 
 # nnx.Linear's and nnx.Conv's default initializers (the same objects where flax has them).
 try:
@@ -58,51 +58,11 @@ except ImportError:  # pragma: no cover - other flax layouts
     default_kernel_init = initializers.lecun_normal()
     default_bias_init = initializers.zeros_init()
 
-_FUSED_FUNCTIONS: dict[tp.Any, str] = {
-    jax.nn.relu: "relu",
-    jax.nn.silu: "silu",
-    jax.nn.swish: "silu",
-    jax.nn.sigmoid: "sigmoid",
-    jnp.tanh: "tanh",
-    lax.tanh: "tanh",
-}
-if hasattr(jax.nn, "tanh"):
-    _FUSED_FUNCTIONS[jax.nn.tanh] = "tanh"
 
-
-def activation_name(activation) -> str | None:
-    """The jaxgemm epilogue name of `activation` (None, a name, or a JAX function).
-
-    Raises:
-      ValueError: an unknown name.
-      TypeError: a callable without a fused form in jaxgemm's kernels.
-    """
-    if activation is None:
-        return None
-    if isinstance(activation, str):
-        if activation not in _ACTIVATION_NAMES:
-            raise ValueError(
-                f"jaxgemm.flax: unknown activation {activation!r}; use None, one of "
-                f"{', '.join(_ACTIVATION_NAMES)}, or the matching jax.nn function"
-            )
-        return activation
-    if not callable(activation):
-        raise TypeError(f"jaxgemm.flax: activation must be None, a name or a function, got {activation!r}")
-    try:
-        if activation in _FUSED_FUNCTIONS:
-            return _FUSED_FUNCTIONS[activation]
-    except TypeError:  # unhashable callable
-        pass
-    if activation is jax.nn.gelu:
-        return "gelu"  # jax.nn.gelu's default is approximate=True, the tanh form
-    if isinstance(activation, functools.partial) and activation.func is jax.nn.gelu and not activation.args:
-        if set(activation.keywords) <= {"approximate"}:
-            return "gelu" if activation.keywords.get("approximate", True) else "gelu_exact"
-    raise TypeError(
-        f"jaxgemm.flax: activation {activation!r} has no fused form in jaxgemm's kernels; pass None and "
-        f"apply it after the layer, or use one of {', '.join(_ACTIVATION_NAMES)} (or jax.nn.relu, "
-        "jax.nn.gelu, functools.partial(jax.nn.gelu, approximate=False), jax.nn.silu, jax.nn.sigmoid, jnp.tanh)"
-    )
+def _activation(activation) -> str | None:
+    """The fused epilogue's name for None, a name or a jax.nn function (ValueError for an
+    unknown name, TypeError for a function without a fused form)."""
+    return activations.canonical(activation)
 
 
 class Linear(nnx.Module):
@@ -145,7 +105,7 @@ class Linear(nnx.Module):
         kernel_metadata: tp.Mapping[str, tp.Any] = MappingProxyType({}),
         bias_metadata: tp.Mapping[str, tp.Any] = MappingProxyType({}),
     ):
-        activation = activation_name(activation)
+        activation = _activation(activation)
         # As nnx.Linear: the kernel's key first, then the bias's.
         self.kernel = nnx.Param(kernel_init(rngs.params(), (in_features, out_features), param_dtype), **kernel_metadata)
         self.bias: nnx.Param[jax.Array] | None
@@ -212,7 +172,9 @@ _PADDING_MODES = {"CIRCULAR": "wrap", "REFLECT": "reflect"}
 def _check_padding(padding):
     """nnx.Conv's padding forms that a 2-D jaxgemm convolution computes."""
     if isinstance(padding, str):
-        if padding in _STRING_PADDINGS or padding in _PADDING_MODES:
+        if padding.upper() in _STRING_PADDINGS:  # lax's padding types, any case
+            return padding.upper()
+        if padding in _PADDING_MODES:  # as nnx.Conv, only in capitals
             return padding
         raise ValueError(
             f"jaxgemm.flax.Conv: padding={padding!r} is not supported; use 'SAME', 'VALID', 'SAME_LOWER', "
@@ -300,13 +262,15 @@ class Conv(nnx.Module):
             )
         _check_padding(padding)
         if not isinstance(feature_group_count, (int, np.integer)) or feature_group_count < 1:
-            raise ValueError(f"jaxgemm.flax.Conv: feature_group_count must be a positive int, got {feature_group_count!r}")
+            raise ValueError(
+                f"jaxgemm.flax.Conv: feature_group_count must be a positive int, got {feature_group_count!r}"
+            )
         if in_features % feature_group_count or out_features % feature_group_count:
             raise ValueError(
                 f"jaxgemm.flax.Conv: feature_group_count={feature_group_count} must divide in_features="
                 f"{in_features} and out_features={out_features}"
             )
-        activation = activation_name(activation)
+        activation = _activation(activation)
 
         kernel_shape = kernel_size + (in_features // feature_group_count, out_features)
         self.kernel_shape = kernel_shape
@@ -364,7 +328,8 @@ class Conv(nnx.Module):
                 inputs = jnp.pad(inputs, pads, mode=_PADDING_MODES[padding])
                 padding = ((0, 0), (0, 0))
             else:
-                padding = tuple(tuple(int(v) for v in p) for p in lax.padtype_to_pads(inputs.shape[1:3], eff, strides, padding))
+                pads = lax.padtype_to_pads(inputs.shape[1:3], eff, strides, padding)
+                padding = tuple((int(lo), int(hi)) for lo, hi in pads)
 
         if self.mask is not None and self.mask.shape != self.kernel_shape:
             raise ValueError(

@@ -316,7 +316,7 @@ def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_shardi
     (out_dims,) = gemm_rule(a.shape, b.shape, config).results
     if xla_cpu.enabled(platform):
         out = xla_cpu.gemm(a, b, transpose_a=config.transpose_a, transpose_b=config.transpose_b, alpha=config.alpha,
-                           out_dtype=config.out_dtype)  # fmt: skip
+                           out_dtype=config.out_dtype, out_sharding=out_sharding)  # fmt: skip
         return [psum_over(out, axes or {}, ("k",), out_dims)]
     split_k = _split_k_for(a, b, config, platform)
     m_pad = n_pad = 0

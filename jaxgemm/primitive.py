@@ -33,7 +33,7 @@ from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxgemm import _compat
+from jaxgemm import _compat, xla_cpu
 
 
 class Result(NamedTuple):
@@ -234,7 +234,9 @@ class Op:
     batch: Callable | None = None
     jvp: Callable | None = None
     transpose: Callable | None = None
-    custom_call: bool = True  # local runs an FFI call: partition it from the rule
+    # local runs an FFI call: partition it from the rule (on a CPU with JAXGEMM_CPU unset
+    # local is XLA's own ops, which XLA partitions itself)
+    custom_call: bool = True
     primitive: Primitive = dataclasses.field(default=None, init=False)
 
     def bind(self, *args, **params) -> list:
@@ -263,7 +265,7 @@ def define(op: Op) -> Op:
     prim.def_abstract_eval(abstract_eval)
 
     def lowering(ctx, *args, platform, **params):
-        if op.custom_call:
+        if op.custom_call and not xla_cpu.enabled(platform):
             static = _Static(op, platform, tuple(sorted(params.items())), op.rule(*ctx.avals_in, **params))
             fun = functools.partial(_call_partitioned, static=static)
         else:
