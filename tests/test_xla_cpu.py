@@ -98,3 +98,38 @@ def test_sharded_row_parallel_dense():
     assert rel_error(f(x, w, b), to64(_gelu_ref(x, w, b))) <= 1e-5
     hlo = f.lower(x, w, b).compile().as_text()
     assert len(re.findall(r"all-reduce(?:-start)?\(", hlo)) == 1 and "all-gather" not in hlo
+
+
+def test_explicit_mode_data_parallel_grad():
+    """The README's example: batch-sharded x, replicated w, Explicit axes."""
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 devices")
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Explicit,))
+    rng = np.random.default_rng(5)
+    x, w, b = (random(rng, s, jnp.float32) for s in [(16, 32), (32, 24), (24,)])
+    loss = lambda f: lambda w, x: jnp.mean(f(x, w, b) ** 2)  # noqa: E731
+    want = jax.grad(loss(_gelu_ref))(w, x)
+    with jax.set_mesh(mesh):
+        xs, ws = jax.device_put(x, P("x", None)), jax.device_put(w, P())
+        got = jax.jit(jax.grad(loss(lambda x, w, b: jaxgemm.dense(x, w, b, "gelu"))))(ws, xs)
+        assert jax.typeof(got).sharding.spec == jax.typeof(ws).sharding.spec
+    assert rel_error(got, to64(want)) <= 1e-5
+
+
+def test_shard_map_conv_grad():
+    """col2im's and the conv gradients' XLA forms keep shard_map's varying axes."""
+    if len(jax.devices()) < 2:
+        pytest.skip("needs 2 devices")
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Explicit,))
+    rng = np.random.default_rng(6)
+    x, w, b = random(rng, (4, 6, 6, 3), jnp.float32), random(rng, (3, 3, 3, 8), jnp.float32), random(rng, (8,), jnp.float32)
+
+    def step(conv):
+        local = lambda w, x: jax.lax.psum(jnp.sum(conv(x, w, b) ** 2), "x")  # noqa: E731
+        return jax.shard_map(local, mesh=mesh, in_specs=(P(), P("x")), out_specs=P())
+
+    ours = lambda x, w, b: jaxgemm.conv2d(x, w, bias=b, activation="relu")  # noqa: E731
+    want = jax.grad(lambda w, x: jnp.sum(_conv_ref(x, w, b, 1, 1) ** 2))(w, x)
+    with jax.set_mesh(mesh):
+        got = jax.jit(jax.grad(step(ours)))(jax.device_put(w, P()), jax.device_put(x, P("x")))
+    assert rel_error(got, to64(want)) <= 1e-5
