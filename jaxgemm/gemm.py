@@ -404,16 +404,6 @@ def rows_typed_sharded(a) -> bool:
     return sharding is not None and any(entry is not None for entry in tuple(sharding.spec)[:-1])
 
 
-def _gemm_batching_rule(args, dims, *, config: GemmConfig):
-    # Move the vmapped axis to the front; an unbatched operand gets a size-1 axis, which
-    # the kernel broadcasts with stride 0 (no copy).
-    a, b = args
-    da, db = dims
-    a = a[None] if da is None else jnp.moveaxis(a, da, 0)
-    b = b[None] if db is None else jnp.moveaxis(b, db, 0)
-    return _gemm(a, b, config), 0
-
-
 def unbroadcast(x, shape):
     """Sums x over the dims along which an operand of `shape` was broadcast."""
     lead = x.ndim - len(shape)
@@ -472,7 +462,12 @@ def _gemm_transpose(cts, a, b, *, config: GemmConfig, out_sharding=None):
 
 
 def _gemm_batch(args, dims, *, config: GemmConfig, out_sharding=None):
-    return [_gemm_batching_rule(args, dims, config=config)[0]], [0]
+    # Move the vmapped axis to the front; an unbatched operand gets a size-1 axis, which
+    # the kernel broadcasts with stride 0 (no copy).
+    (a, b), (da, db) = args, dims
+    a = a[None] if da is None else jnp.moveaxis(a, da, 0)
+    b = b[None] if db is None else jnp.moveaxis(b, db, 0)
+    return [_gemm(a, b, config)], [0]
 
 
 gemm_op = define(Op(
