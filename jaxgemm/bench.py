@@ -96,7 +96,8 @@ def _tensor_core_suite() -> list[Case]:
 
 
 SUITES: dict[str, Callable[[], list[Case]]] = {
-    "smoke": lambda: [Case("f32 1024^3", 1024, 1024, 1024), Case("bf16 1024^3", 1024, 1024, 1024, "bfloat16")],
+    "smoke": lambda: [Case("f32 1024^3", 1024, 1024, 1024), Case("bf16 1024^3", 1024, 1024, 1024, "bfloat16"),
+                      Case("f32 512^3 dense gelu", 512, 512, 512, kind="dense", activation="gelu")],
     "simt": _simt_suite,
     "tc": _tensor_core_suite,
 }
@@ -325,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, of: {', '.join(sorted(SUITES))} (default: simt on a GPU, smoke elsewhere)")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--plot", help="draw each suite's rates and ratios into this PNG (needs matplotlib)")
     parser.add_argument("--only", help="comma-separated substrings: run only cases whose name contains one")
     args = parser.parse_args(argv)
     if jax.default_backend() != "gpu":
@@ -336,19 +338,24 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in SUITES]
     if unknown:
         parser.error(f"unknown suite(s) {unknown}; choose from {sorted(SUITES)}")
-    cases = [case for n in names for case in SUITES[n]()]
+    cases = [(n, case) for n in names for case in SUITES[n]()]
     if args.only:
-        cases = [c for c in cases if any(part in c.name for part in args.only.split(","))]
+        cases = [(n, c) for n, c in cases if any(part in c.name for part in args.only.split(","))]
         if not cases:
             parser.error(f"--only {args.only!r} matches no case of suite(s) {names}")
-    rows = []
-    for i, case in enumerate(cases):
+    rows, by_suite = [], {n: [] for n in names}
+    for i, (suite, case) in enumerate(cases):
         print(f"\r[{i + 1}/{len(cases)}] {case.name:<30}", end="", file=sys.stderr, flush=True)
         try:
             rows.append(run_case(case, args.iterations))
+            by_suite[suite].append(rows[-1])
         except Exception as e:  # noqa: BLE001 - one failing baseline must not lose the table
             print(f"\n{case.name}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
     print(file=sys.stderr)
+    if args.plot and rows:
+        from jaxgemm.bench_plot import plot
+
+        plot(by_suite, args.plot, f"jaxgemm vs XLA on {jax.devices()[0].device_kind} ({rows[0]['timer']} timer)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
