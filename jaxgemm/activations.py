@@ -24,10 +24,9 @@ _FUNCTIONS = {
 NAMES = tuple(name for name in _IDS if name is not None)
 
 
-def _callable_names() -> dict:
-    """jax.nn / jnp functions with a fused form, by identity (as Flax users pass them)."""
-    return {jax.nn.relu: "relu", jax.nn.gelu: "gelu", jax.nn.silu: "silu", jax.nn.swish: "silu",
-            jax.nn.sigmoid: "sigmoid", jnp.tanh: "tanh", jax.nn.tanh if hasattr(jax.nn, "tanh") else jnp.tanh: "tanh"}
+# jax.nn / jnp functions with a fused form, by identity (as Flax users pass them).
+_CALLABLES = {jax.nn.relu: "relu", jax.nn.gelu: "gelu", jax.nn.silu: "silu", jax.nn.swish: "silu",
+              jax.nn.sigmoid: "sigmoid", jnp.tanh: "tanh", getattr(jax.nn, "tanh", jnp.tanh): "tanh"}
 
 
 def canonical(activation) -> str | None:
@@ -43,7 +42,7 @@ def canonical(activation) -> str | None:
         if set(activation.keywords) <= {"approximate"}:
             return "gelu" if approximate else "gelu_exact"
     try:
-        name = _callable_names().get(activation)
+        name = _CALLABLES.get(activation)
     except TypeError:  # unhashable
         name = None
     if name is None:

@@ -34,7 +34,7 @@ from jax.interpreters import ad
 
 from jaxgemm import _ffi, activations, xla_cpu
 from jaxgemm._compat import explicit_sharding
-from jaxgemm.epilogue import epilogue_tangent
+from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype
 from jaxgemm.matmul import matmul
 from jaxgemm.primitive import BILINEAR, Op, Result, Rule, canonical_out_sharding, constrain_output, define, psum_over
@@ -164,7 +164,7 @@ def _fprop_local(x, w, *rest, config, has_bias, has_residual, want_aux, platform
     residual = rest[-1] if has_residual else None
     if xla_cpu.enabled(platform):
         z = psum_over(xla_cpu.conv(x, w, config, out_sharding), axes, ("c",), _Y)
-        return _epilogue_in_jax(z, bias, residual, config, want_aux)
+        return _conv_epilogue(z, bias, residual, config, want_aux)
     shape = _fprop_shape(x.shape, w.shape, config)
     # 16-bit first layers' channels padded for the tensor-core kernels, here, so that the
     # gradients see the layer's own channels (dgrad of C = 3 takes the col2im path).
@@ -176,18 +176,13 @@ def _fprop_local(x, w, *rest, config, has_bias, has_residual, want_aux, platform
         return [y, aux] if want_aux else [y]
     # Input channels sharded: partial sums, summed, then the epilogue once.
     z = psum_over(_ffi_conv(_FPROP, x, w, shape, config.out_dtype, config)[0], axes, ("c",), _Y)
-    return _epilogue_in_jax(z, bias, residual, config, want_aux)
+    return _conv_epilogue(z, bias, residual, config, want_aux)
 
 
-def _epilogue_in_jax(z, bias, residual, config: ConvConfig, want_aux):
-    """The kernel's epilogue in JAX (float32), on a summed or XLA-computed convolution."""
-    z = z.astype(jnp.float32)
-    if bias is not None:
-        z = z + bias.astype(jnp.float32)
-    y = activations.apply(config.activation, z)
-    if residual is not None:
-        y = y + residual.astype(jnp.float32)
-    return [y.astype(config.out_dtype)] + ([z.astype(config.out_dtype)] if want_aux else [])
+def _conv_epilogue(z, bias, residual, config: ConvConfig, want_aux):
+    """The kernel's epilogue in JAX, on a summed or XLA-computed convolution."""
+    epi = EpilogueConfig(config.activation, 0.0, want_aux)
+    return epilogue_in_jax(z, None, bias, residual, epi, config.out_dtype)
 
 
 def _size_of(args, dims):
@@ -636,7 +631,7 @@ def _conv1x1_prefers_matmul(dtype, stride, c, k) -> bool:
     return not (hopper_conv and tuple(stride) == (1, 1))
 
 
-def _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype, out_sharding=None):
+def _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype):
     """An unpadded 1x1 convolution is a GEMM of the (strided) pixels with w as (C, K): it
     runs on jaxgemm.matmul (sm90 on Hopper), whose VJP gives the gradients (the strided
     slice's transpose scatters dx back into the skipped pixels as zeros)."""
@@ -808,7 +803,7 @@ def conv2d(
     x, w = x.astype(dtype), w.astype(dtype)
     if kernel is None and r == s == 1 and groups == 1 and c > 0 and pads == ((0, 0), (0, 0)):
         if _conv1x1_prefers_matmul(dtype, stride, c, k):
-            y = _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype, out_sharding)
+            y = _conv1x1_as_matmul(x, w, stride, bias, activation, residual, out_dtype)
             return constrain_output(y, out_sharding)
     y = _conv(config, x, w, bias, residual, out_sharding).astype(out_dtype)
     return constrain_output(y, out_sharding)

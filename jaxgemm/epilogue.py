@@ -79,9 +79,10 @@ def _tangent_or_none(t):
     return None if t is None or type(t) is ad.Zero else t
 
 
-def _sum_rows(x, like_shape):
-    """x (*batch, rows, n) summed over rows in float32, then over broadcast dims of like_shape."""
-    return unbroadcast(x.astype(jnp.float32).sum(axis=-2), like_shape)
+def _plus_bias(t, dbias):
+    """t (*batch, rows, n) in float32, plus dbias (*batch, n) on every row if given."""
+    t = t.astype(jnp.float32)
+    return t if dbias is None else t + jnp.expand_dims(dbias.astype(jnp.float32), -2)
 
 
 # ---------------------------------------------------------------------------------------
@@ -149,9 +150,8 @@ def _bag_jvp(primals, tangents, *, activation, has_extra):
 
 def _bag_transpose(cts, dy, at, *extra, activation, has_extra):
     ct_dz, ct_dbias = (None if type(c) is ad.Zero else c for c in cts)
-    shape = dy.aval.shape if ad.is_undefined_primal(dy) else dy.shape
     if ct_dz is None:
-        ct_dz = jnp.zeros(shape, (dy.aval if ad.is_undefined_primal(dy) else dy).dtype)
+        ct_dz = jnp.zeros_like(at)  # dy's shape and dtype
     through = ct_dz if ct_dbias is None else ct_dz + jnp.expand_dims(ct_dbias, -2).astype(ct_dz.dtype)
     ct_dy = epilogue_tangent(ct_dz, ct_dbias, at, activation) if ad.is_undefined_primal(dy) else None
     ct_extra = [through if ad.is_undefined_primal(e) else None for e in extra]
@@ -191,9 +191,7 @@ def _et_rule(t, *rest, activation, has_bias):
 
 def _et_local(t, *rest, activation, has_bias, platform, axes):
     dbias, at = _present(rest, (has_bias, activation is not None))
-    z = t.astype(jnp.float32)
-    if dbias is not None:
-        z = z + jnp.expand_dims(dbias.astype(jnp.float32), -2)
+    z = _plus_bias(t, dbias)
     if activation is not None:
         z = z * activations.derivative(activation, at)
     return [z.astype(t.dtype)]
@@ -218,9 +216,7 @@ def _et_jvp(primals, tangents, *, activation, has_bias):
                                    None if not has_bias else (jnp.zeros_like(dbias) if lin_b is None else lin_b),
                                    at, activation)  # fmt: skip
     if activation is not None and _tangent_or_none(dat) is not None:
-        z = t.astype(jnp.float32)
-        if dbias is not None:
-            z = z + jnp.expand_dims(dbias.astype(jnp.float32), -2)
+        z = _plus_bias(t, dbias)
         curve = (z * activations.second_derivative(activation, at) * dat.astype(jnp.float32)).astype(t.dtype)
         tangent = curve if tangent is None else tangent + curve
     return [out], [ad.Zero.from_primal_value(out) if tangent is None else tangent]
@@ -286,13 +282,13 @@ def _fused_rule(a, b, *rest, config, epi, has_c, has_bias, has_residual, out_sha
     return Rule(tuple(operands), (out,) * (2 if epi.want_aux else 1))
 
 
-def _epilogue_in_jax(acc, c, bias, residual, epi, out_dtype):
-    """The kernel's epilogue in JAX, after a sharded K's partial products are summed."""
+def epilogue_in_jax(acc, c, bias, residual, epi, out_dtype):
+    """The kernels' epilogue in JAX (float32), on a product or convolution summed over a
+    sharded contraction or computed by XLA: bias (*batch, n) is added to every row."""
     z = acc.astype(jnp.float32)
     if c is not None:
         z = z + epi.beta * c.astype(jnp.float32)
-    if bias is not None:
-        z = z + jnp.expand_dims(bias.astype(jnp.float32), -2)
+    z = _plus_bias(z, bias)
     y = activations.apply(epi.activation, z)
     if residual is not None:
         y = y + residual.astype(jnp.float32)
@@ -304,13 +300,13 @@ def _fused_local(a, b, *rest, config, epi, has_c, has_bias, has_residual, platfo
     if xla_cpu.enabled(platform) and not axes.get("k"):
         acc = xla_cpu.gemm(a, b, transpose_a=config.transpose_a, transpose_b=config.transpose_b, alpha=config.alpha,
                            out_dtype=jnp.float32, out_sharding=out_sharding)  # fmt: skip
-        return _epilogue_in_jax(acc, c, bias, residual, epi, config.out_dtype)
+        return epilogue_in_jax(acc, c, bias, residual, epi, config.out_dtype)
     if not axes.get("k"):
         y, aux = _forward(config, epi, a, b, c, bias, residual, platform)
         return [y, aux] if epi.want_aux else [y]
     # K sharded: the bias, activation and residual act once, on the summed product.
     (acc,) = gemm_local(a, b, config=config, platform=platform, axes=axes)
-    return _epilogue_in_jax(acc, c, bias, residual, epi, config.out_dtype)
+    return epilogue_in_jax(acc, c, bias, residual, epi, config.out_dtype)
 
 
 def _forward(config, epi, a, b, c, bias, residual, platform):
@@ -337,9 +333,9 @@ def _fused_batch(args, dims, *, config, epi, has_c, has_bias, has_residual, out_
         moved[0] = jnp.broadcast_to(moved[0], (size,) + moved[0].shape[1:])
     a, b, *rest = moved
     c, bias, residual = _present(rest, (has_c, has_bias, has_residual))
-    out = _fused_canonical(a, b, c, bias, residual, config, epi)
+    out = fused_matmul(a, b, c, bias, residual, config, epi)  # a or b carries the vmapped axis
     outs = list(out) if epi.want_aux else [out]
-    return [jnp.broadcast_to(o, (size,) + o.shape[1:]) for o in outs], [0] * len(outs)
+    return outs, [0] * len(outs)
 
 
 def _fused_jvp(primals, tangents, *, config, epi, has_c, has_bias, has_residual, out_sharding=None):
@@ -362,8 +358,6 @@ def _fused_jvp(primals, tangents, *, config, epi, has_c, has_bias, has_residual,
     if dc is not None and epi.beta != 0:
         parts.append((epi.beta * dc).astype(y.dtype))
     t = functools.reduce(jnp.add, parts) if parts else jnp.zeros_like(y)
-    if dbias is not None and not has_bias:
-        dbias = None
     if dbias is not None and dbias.ndim < t.ndim - 1:
         dbias = dbias.reshape((1,) * (t.ndim - 1 - dbias.ndim) + dbias.shape)
     if not parts and dbias is None and dres is None:
@@ -385,9 +379,10 @@ fused_op = define(Op(
 gemm_epilogue_p = fused_op.primitive
 
 
-def _fused_canonical(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfig, out_sharding=None):
-    """The fused GEMM on operands of equal rank, batch folded into M when b and bias are
-    shared; returns y, or (y, aux) with `epi.want_aux`."""
+def fused_matmul(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfig, out_sharding=None):
+    """The fused GEMM (shapes validated by jaxgemm.matmul): operands brought to equal rank,
+    batch folded into M when b and bias are shared; returns y, or (y, aux) with
+    `epi.want_aux`. `out_sharding` types y in Explicit mode."""
     rank = max(a.ndim, b.ndim)
     a = a.reshape((1,) * (rank - a.ndim) + a.shape)
     b = b.reshape((1,) * (rank - b.ndim) + b.shape)
@@ -427,9 +422,3 @@ def _fused_canonical(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueC
         outs = bind(a, b, c, bias, residual, out_sharding)
     outs = [o.astype(config.out_dtype) for o in outs]
     return tuple(outs) if epi.want_aux else outs[0]
-
-
-def fused_matmul(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfig, out_sharding=None):
-    """The fused GEMM (shapes validated by jaxgemm.matmul); returns y, or (y, aux) with
-    `epi.want_aux`. `out_sharding` types y in Explicit mode."""
-    return _fused_canonical(a, b, c, bias, residual, config, epi, out_sharding)

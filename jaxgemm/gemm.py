@@ -11,7 +11,6 @@ live in epilogue.py.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any
 
@@ -23,7 +22,7 @@ from jax.interpreters import ad
 from jaxgemm import _ffi  # noqa: F401  (registers the FFI targets)
 from jaxgemm import xla_cpu
 from jaxgemm._compat import explicit_sharding
-from jaxgemm.primitive import Op, Result, Rule, define, psum_over
+from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define, psum_over
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 _MAX_KERNEL_BATCH_DIMS = 4  # BatchLayout's limit in ffi_src/gemm/problem.h
@@ -439,19 +438,6 @@ def grad_rhs(ct, a, b_shape, b_dtype, config: GemmConfig, sharding=None):
     return unbroadcast(db, b_shape)
 
 
-def _gemm_jvp(primals, tangents, *, config: GemmConfig, out_sharding=None):
-    a, b = primals
-    da, db = tangents
-    (out,) = gemm_op.bind(a, b, config=config, out_sharding=out_sharding)
-    parts = []
-    if type(da) is not ad.Zero:
-        parts.append(gemm_op.bind(da, b, config=config, out_sharding=out_sharding)[0])
-    if type(db) is not ad.Zero:
-        parts.append(gemm_op.bind(a, db, config=config, out_sharding=out_sharding)[0])
-    tangent = functools.reduce(jnp.add, parts) if parts else ad.Zero.from_primal_value(out)
-    return [out], [tangent]
-
-
 def _gemm_transpose(cts, a, b, *, config: GemmConfig, out_sharding=None):
     (ct,) = cts
     if type(ct) is ad.Zero:
@@ -476,7 +462,7 @@ gemm_op = define(Op(
     rule=_gemm_rule,
     local=gemm_local,
     batch=_gemm_batch,
-    jvp=_gemm_jvp,
+    jvp=BILINEAR,
     transpose=_gemm_transpose,
 ))
 gemm_p = gemm_op.primitive
