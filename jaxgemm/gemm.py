@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
 import jax
@@ -47,6 +48,10 @@ class GemmConfig:
     kernel: str | None = None
     tile: tuple[int, int] | None = None
     alpha: float = 1.0  # computes alpha * op(a) @ op(b)
+    # The cotangent of a right operand (a layer's weights): where its partial sums are
+    # reduced across devices, the kernel leaves SMs free (collective_sm_margin).
+    weight_gradient: bool = False
+    sm_margin: int = 0  # multiprocessors the CUDA kernel leaves free (set by gemm_local)
 
     def __post_init__(self):
         if self.kernel not in KERNEL_FAMILIES:
@@ -118,7 +123,8 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     batch = math.prod(_broadcast_batch(a_shape[:-2], b_shape[:-2]))
     tile = config.tile or (0, 0)
     # (A tf32 NN product runs as D^T over n x m tiles: the host query orients it as the kernel does.)
-    return int(_ffi.gemm_workspace_bytes(m, n, k, batch, _ffi.cuda_sm_count(), split_k,
+    sm_count = max(2, _ffi.cuda_sm_count() - config.sm_margin)  # as the handler counts them
+    return int(_ffi.gemm_workspace_bytes(m, n, k, batch, sm_count, split_k,
                                          KERNEL_FAMILIES[config.kernel], *tile, runs_as_tf32(dtype, config, platform),
                                          config.transpose_a, config.transpose_b, _float_output(dtype, config)))
 
@@ -152,6 +158,7 @@ def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig,
         tile_m=np.int64(config.tile[0] if config.tile else 0),
         tile_n=np.int64(config.tile[1] if config.tile else 0),
         kernel=np.int64(KERNEL_FAMILIES[config.kernel]),
+        sm_margin=np.int64(config.sm_margin),
     )[:2]
 
 
@@ -307,6 +314,16 @@ def pad_rows_for_tensor_cores(a, b, config: GemmConfig):
     return a, b, m_pad, n_pad
 
 
+def collective_sm_margin() -> int:
+    """Multiprocessors left free by a weight gradient whose partial sums are reduced across
+    devices (JAXGEMM_SM_MARGIN, default 16). With data parallelism each layer's weight
+    gradient runs beside the all-reduce of the previous one's, and NCCL's kernel cannot
+    start while a persistent grid holds every SM: without a margin the two run one after
+    the other (tools/step_timeline.py; NOTES.md). Other GEMMs keep every SM: the sum of
+    their partial products is what the next op waits for."""
+    return max(0, int(os.environ.get("JAXGEMM_SM_MARGIN", "16")))
+
+
 def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_sharding=None):
     """alpha * op(a) @ op(b) on one device's shards (the FFI call and the operand
     preparation each kernel wants), summed over the mesh axes that shard k."""
@@ -329,6 +346,8 @@ def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_shardi
         a, b, call_config = _mn_major_for_simt(a, b, config)
         a, b, m_pad, n_pad = _aligned_rows_for_simt(a, b, call_config)
     padded_shape = out_shape[:-2] + (m + m_pad, n + n_pad)
+    if platform == "cuda" and config.weight_gradient and (axes or {}).get("k"):
+        call_config = dataclasses.replace(call_config, sm_margin=collective_sm_margin())
     if split_k == 1:
         workspace = gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, platform)
         out = call_gemm_ffi(a, b, config=call_config, out_shape=padded_shape, workspace_bytes=workspace)[0]
@@ -418,7 +437,8 @@ def grad_lhs(ct, b, a_shape, a_dtype, config: GemmConfig, sharding=None):
     """Cotangent of `a` in alpha * op(a) @ op(b), given the output cotangent `ct` (typed
     with `sharding`, a's in Explicit mode)."""
     ct = ct.astype(a_dtype)
-    cfg = dataclasses.replace(config, out_dtype=jnp.dtype(a_dtype), split_k=None, kernel=None, tile=None)
+    cfg = dataclasses.replace(config, out_dtype=jnp.dtype(a_dtype), split_k=None, kernel=None, tile=None,
+                              weight_gradient=False)
     if config.transpose_a:  # A stored (K, M): dA = alpha * op(B) @ ct^T
         da = _gemm(b, ct, dataclasses.replace(cfg, transpose_a=config.transpose_b, transpose_b=True), sharding)
     else:  # dA = alpha * ct @ op(B)^T
@@ -430,7 +450,8 @@ def grad_rhs(ct, a, b_shape, b_dtype, config: GemmConfig, sharding=None):
     """Cotangent of `b` in alpha * op(a) @ op(b), given the output cotangent `ct` (typed
     with `sharding`, b's in Explicit mode)."""
     ct = ct.astype(b_dtype)
-    cfg = dataclasses.replace(config, out_dtype=jnp.dtype(b_dtype), split_k=None, kernel=None, tile=None)
+    cfg = dataclasses.replace(config, out_dtype=jnp.dtype(b_dtype), split_k=None, kernel=None, tile=None,
+                              weight_gradient=True)
     if config.transpose_b:  # B stored (N, K): dB = alpha * ct^T @ op(A)
         db = _gemm(ct, a, dataclasses.replace(cfg, transpose_a=True, transpose_b=config.transpose_a), sharding)
     else:  # dB = alpha * op(A)^T @ ct

@@ -423,6 +423,20 @@ def test_training_step_grad(name):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="the SM margin is a CUDA kernel option")
+@pytest.mark.parametrize("name, margins", [("data_parallel", 2), ("megatron", 0)])
+def test_weight_gradients_leave_sms_for_all_reduce(name, margins):
+    """Data parallel: the two weight gradients, whose partial sums are all-reduced, leave
+    SMs free for the other layer's all-reduce; Megatron sums activations: no margin."""
+    mesh_shape, specs = TRAINING[name]
+    params = (random("w1", (K, 32)), random("b1", (32,)), random("w2", (32, 8)), random("b2", (8,)))
+    args = (params, random("x", (M, K)), random("y", (M, 8)))
+    _, hlo = compile_sharded(jax.grad(_mlp_loss(OUR_DENSE)), auto_mesh(mesh_shape), specs, args)
+    found = re.findall(r"sm_margin = (\d+)", hlo)
+    assert len(found) == hlo.count('custom_call_target="jaxgemm_gemm"'), "every GEMM call has the attribute"
+    assert sum(int(m) > 0 for m in found) == margins, found
+
+
 # ---------------------------------------------------------------------------------------
 # Explicit mode: shardings in the types.
 

@@ -628,7 +628,7 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   using E = ElementType;
   using F = KernelFamily;
   const int sm_count_raw = CurrentDeviceSmCount();
-  const int sm_count = sm_count_raw > 0 ? sm_count_raw : 132;
+  const int sm_count = std::max(2, (sm_count_raw > 0 ? sm_count_raw : 132) - std::max(0, request.sm_margin));
   // sm_90a code runs on compute capability 9.0 only.
   const bool hopper = CurrentDeviceComputeCapability() == 90;
 

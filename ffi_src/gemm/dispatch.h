@@ -20,6 +20,10 @@ enum class KernelFamily : int { kAuto = 0, kSimt = 1, kSm80 = 2, kSm90 = 3, kDec
 struct KernelRequest {
   KernelFamily family = KernelFamily::kAuto;
   int tile_m = 0, tile_n = 0;  // 0: the heuristic's tile for the family
+  // Multiprocessors to leave free: a kernel whose partial sums are all-reduced runs beside
+  // the previous one's all-reduce, whose kernel cannot start while a persistent grid holds
+  // every SM (docs/primitives.md).
+  int sm_margin = 0;
 };
 
 // The SIMT threadblock tile for a problem (with its split_k) on a GPU with `sm_count`
