@@ -1,7 +1,7 @@
 """Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50 layers, in one process.
 
     python -m jaxgemm.bench_conv [--dtypes bfloat16,float32] [--batch 64] [--iterations 30] [--json out.json]
-                                 [--breakdown]
+                                 [--plot out.png] [--breakdown]
 
 For every layer, the forward pass alone and forward + backward (gradients of x and w) of
 `conv2d(x, w, stride, "SAME")` against `lax.conv_general_dilated` on the same inputs
@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--layers", help="comma-separated substrings of layer names (default: all)")
     parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--plot", metavar="PNG", help="draw the rates and ratios (needs matplotlib)")
     parser.add_argument("--kernel", choices=["sm80", "sm90"], help="force our conv kernel family (default: heuristic)")
     parser.add_argument("--breakdown", action="store_true", help="also time dgrad alone and wgrad alone")
     args = parser.parse_args(argv)
@@ -186,7 +187,24 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     print(format_table(rows))
+    if args.plot:
+        plot_rows(rows, args.plot)
+        print(f"wrote {args.plot}")
     return 0
+
+
+def plot_rows(rows: list[dict], path: str) -> None:
+    """bench_plot's figure: one suite per (dtype, pass), the forward and forward + backward."""
+    from jaxgemm.bench_plot import plot
+
+    suites = {}
+    for r in rows:
+        for key, label in (("fprop", "forward"), ("fwd_bwd", "forward + backward")):
+            ours, ratio = r[f"{key}_ours_tflops"], r[f"{key}_xla_over_ours"]
+            suites.setdefault(f"{r['dtype']} {label}", []).append(
+                {"name": r["name"], "baseline": "XLA", "ours_tflops": ours, "xla_tflops": ours / ratio,
+                 "xla_over_ours": ratio})
+    plot(suites, path, f"jaxgemm.conv2d vs XLA, ResNet-50 layers, {jax.devices()[0].device_kind}")
 
 
 if __name__ == "__main__":
