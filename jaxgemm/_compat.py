@@ -39,6 +39,21 @@ def explicit_sharding(aval):
     return sharding
 
 
+def cotangent_sharding(aval, ct):
+    """How a transpose types the cotangent of a primal typed `aval`, given the output
+    cotangent `ct`: the primal's explicit sharding; replicated on ct's Explicit mesh where
+    the primal is on no mesh (a weight closed over unsharded while the batch is sharded),
+    as JAX's own transposes type it; else None."""
+    sharding = explicit_sharding(aval)
+    primal_mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+    if sharding is not None or primal_mesh is None or not primal_mesh.empty:
+        return sharding
+    mesh = getattr(getattr(getattr(ct, "aval", None), "sharding", None), "mesh", None)
+    if mesh is None or mesh.empty or not explicit_axes(mesh, tuple(mesh.axis_names)):
+        return None
+    return NamedSharding(mesh, P())
+
+
 def match_varying(args):
     """Operands cast to vary over the union of their varying manual axes (shard_map with
     check_vma), as JAX does for its own primitives; its transpose is the psum the gradient

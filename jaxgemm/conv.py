@@ -33,7 +33,7 @@ from jax import lax
 from jax.interpreters import ad
 
 from jaxgemm import _ffi, activations, xla_cpu
-from jaxgemm._compat import explicit_sharding
+from jaxgemm._compat import cotangent_sharding
 from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype
 from jaxgemm.matmul import matmul
@@ -288,9 +288,9 @@ def _dgrad_transpose(cts, dy, w, *, config, input_hw, out_sharding=None):
     if type(ct) is ad.Zero:
         return [None, None]
     if ad.is_undefined_primal(dy):
-        return [_plain_conv(ct.astype(w.dtype), w, config, dy.aval.dtype, explicit_sharding(dy.aval)), None]
+        return [_plain_conv(ct.astype(w.dtype), w, config, dy.aval.dtype, cotangent_sharding(dy.aval, ct)), None]
     return [None, conv2d_wgrad(ct.astype(dy.dtype), dy, config, w.aval.shape[:2],
-                               out_sharding=explicit_sharding(w.aval))]
+                               out_sharding=cotangent_sharding(w.aval, ct))]
 
 
 # ---------------------------------------------------------------------------------------
@@ -380,8 +380,8 @@ def _wgrad_transpose(cts, x, dy, *, config, kernel_hw, split, out_sharding=None)
     if type(ct) is ad.Zero:
         return [None, None]
     if ad.is_undefined_primal(x):
-        return [conv2d_dgrad(dy, ct.astype(dy.dtype), config, x.aval.shape[1:3], explicit_sharding(x.aval)), None]
-    return [None, _plain_conv(x, ct.astype(x.dtype), config, dy.aval.dtype, explicit_sharding(dy.aval))]
+        return [conv2d_dgrad(dy, ct.astype(dy.dtype), config, x.aval.shape[1:3], cotangent_sharding(x.aval, ct)), None]
+    return [None, _plain_conv(x, ct.astype(x.dtype), config, dy.aval.dtype, cotangent_sharding(dy.aval, ct))]
 
 
 def _fprop_transpose(cts, x, w, *rest, config, has_bias, has_residual, want_aux, out_sharding=None):
@@ -391,8 +391,8 @@ def _fprop_transpose(cts, x, w, *rest, config, has_bias, has_residual, want_aux,
     if type(ct) is ad.Zero:
         return [None, None]
     if ad.is_undefined_primal(x):
-        return [conv2d_dgrad(ct.astype(w.dtype), w, config, x.aval.shape[1:3], explicit_sharding(x.aval)), None]
-    return [None, conv2d_wgrad(x, ct.astype(x.dtype), config, w.aval.shape[:2], out_sharding=explicit_sharding(w.aval))]
+        return [conv2d_dgrad(ct.astype(w.dtype), w, config, x.aval.shape[1:3], cotangent_sharding(x.aval, ct)), None]
+    return [None, conv2d_wgrad(x, ct.astype(x.dtype), config, w.aval.shape[:2], out_sharding=cotangent_sharding(w.aval, ct))]
 
 
 def _plain_conv(x, w, config: ConvConfig, out_dtype, out_sharding=None):

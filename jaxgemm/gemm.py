@@ -22,7 +22,7 @@ from jax.interpreters import ad
 
 from jaxgemm import _ffi  # noqa: F401  (registers the FFI targets)
 from jaxgemm import xla_cpu
-from jaxgemm._compat import explicit_sharding
+from jaxgemm._compat import cotangent_sharding, explicit_sharding
 from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define, psum_over
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
@@ -464,8 +464,8 @@ def _gemm_transpose(cts, a, b, *, config: GemmConfig, out_sharding=None):
     if type(ct) is ad.Zero:
         return [None, None]
     if ad.is_undefined_primal(a):
-        return [grad_lhs(ct, b, a.aval.shape, a.aval.dtype, config, explicit_sharding(a.aval)), None]
-    return [None, grad_rhs(ct, a, b.aval.shape, b.aval.dtype, config, explicit_sharding(b.aval))]
+        return [grad_lhs(ct, b, a.aval.shape, a.aval.dtype, config, cotangent_sharding(a.aval, ct)), None]
+    return [None, grad_rhs(ct, a, b.aval.shape, b.aval.dtype, config, cotangent_sharding(b.aval, ct))]
 
 
 def _gemm_batch(args, dims, *, config: GemmConfig, out_sharding=None):

@@ -482,6 +482,32 @@ def test_explicit_mode_output_type(name):
     assert not problems, "\n".join(problems)
 
 
+UNSHARDED_WEIGHT = {
+    "dense_bias_gelu": (*_dense("gelu"), ((M, K), (K, N), (N,)), P("x", None)),
+    "conv_relu": (*_conv("relu"), (CX, CW, (16,)), P("x")),
+}
+
+
+@pytest.mark.parametrize("name", list(UNSHARDED_WEIGHT))
+def test_explicit_mode_grad_of_unsharded_weight(name):
+    """The batch sharded, the weight and bias on no mesh (as most code holds them): their
+    gradients come back replicated, with one device's values, as jnp.matmul's do (the
+    weight gradient's contraction is sharded in both operands; its type is the primal's).
+    (lax.conv_general_dilated's own gradient raises here in JAX 0.10.)"""
+    ours, ref, shapes, x_spec = UNSHARDED_WEIGHT[name]
+    x, w, b = (random((name, i), s) for i, s in enumerate(shapes))
+
+    def grads(f, x):
+        return jax.jit(jax.grad(lambda w, b: jnp.sum(f(x, w, b) ** 2), argnums=(0, 1)))(w, b)
+
+    single = grads(ref, x)
+    with jax.set_mesh(explicit_mesh((8,))):
+        got = grads(ours, jax.device_put(x, x_spec))
+    assert [norm_spec(jax.typeof(g).sharding.spec) for g in got] == [(), ()]
+    problems = value_problems(got, single)
+    assert not problems, "\n".join(problems)
+
+
 CONTRACTING = {
     "matmul_K": (*_matmul(), ((M, K), (K, N)), (P(None, "x"), P("x", None))),
     "dense_K_bias_gelu": (*_dense("gelu"), ((M, K), (K, N), (N,)), (P(None, "x"), P("x", None), P())),

@@ -16,6 +16,7 @@ the collectives in each compiled HLO, and how far jaxgemm's results are from XLA
 (dp: loss and gradient norm; tp: the gradients). Sizes are strong scaling: the same
 global problem at every n. On CPU (or with --small) the sizes shrink to a smoke test.
     python3 -P tools/bench_parallel.py --devices 1,2,4 [--workload dp|tp|all] [--iters 20] [--json PATH]
+                                       [--plot PNG] [--from JSON: draw an earlier run's rows]
 CPU smoke test:
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python3 -P tools/bench_parallel.py --iters 3"""
 
@@ -249,11 +250,58 @@ def parse_args():
     parser.add_argument("--iters", type=int, default=20, help="timed calls per backend (default 20)")
     parser.add_argument("--small", action="store_true", help="smoke-test sizes (automatic on CPU)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--plot", metavar="PNG", help="draw step times and ratios (needs matplotlib)")
+    parser.add_argument("--from", dest="from_json", metavar="JSON", help="no run: draw --plot from this --json file")
     return parser.parse_args()
+
+
+def plot(rows: list, meta: dict, path: str) -> None:
+    """Per workload: each backend's step time by device count, and XLA / jaxgemm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    fig, axes = plt.subplots(1, len(workloads) + 1, figsize=(4.2 * (len(workloads) + 1), 3.6))
+    titles = {"dp": "data-parallel step", "tp": "tensor-parallel block"}
+    for ax, name in zip(axes, workloads):
+        sel = [r for r in rows if r["workload"] == name]
+        xs = [r["devices"] for r in sel]
+        for backend in BACKENDS:
+            ax.plot(xs, [r[backend].get("ms") for r in sel], "o-", label=backend)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel("ms per step")
+        ax.set_title(titles.get(name, name))
+        ax.legend()
+    ratio = axes[-1]
+    for name in workloads:
+        sel = [r for r in rows if r["workload"] == name]
+        ratio.plot([r["devices"] for r in sel], [r["ratio_xla_over_jaxgemm"] for r in sel], "o-", label=name)
+    ratio.axhline(1.0, color="gray", lw=1)
+    values = [r["ratio_xla_over_jaxgemm"] for r in rows if r["ratio_xla_over_jaxgemm"]]
+    ratio.set_ylim(min([0.9, *values]) - 0.02, max([1.1, *values]) + 0.02)  # noise is a few %: don't magnify it
+    ratio.set_xscale("log", base=2)
+    ratio.set_xticks(sorted({r["devices"] for r in rows}), [str(x) for x in sorted({r["devices"] for r in rows})])
+    ratio.set_xlabel("GPUs")
+    ratio.set_ylabel("XLA time / jaxgemm time")
+    ratio.set_title("> 1: jaxgemm faster")
+    ratio.legend()
+    fig.suptitle(f"jaxgemm vs XLA, {meta['device_kind']}, jax {meta['jax']}, median of {meta['iters']} steps")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main():
     args = parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        plot(saved["results"], saved["meta"], args.plot or "bench_parallel.png")
+        return
     available = len(jax.devices())
     counts = [int(c) for c in args.devices.split(",")]
     skipped = [c for c in counts if c > available]
@@ -274,9 +322,11 @@ def main():
             rows.append(run_case(name, workload, inputs, specs, n, args.iters))
     add_ratios(rows)
     print_table(rows)
+    meta = {"jax": jax.__version__, "backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
+            "iters": args.iters, "sizes": dataclasses.asdict(sizes)}
+    if args.plot:
+        plot(rows, meta, args.plot)
     if args.json:
-        meta = {"jax": jax.__version__, "backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
-                "iters": args.iters, "sizes": dataclasses.asdict(sizes)}
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "results": rows}, f, indent=1)
         print(f"wrote {args.json}")
