@@ -64,7 +64,7 @@ def gemm_workspace_bytes(m: int, n: int, k: int, batch: int, sm_count: int, spli
 
 
 def sm90_stream_k_walk(sk_items: int, item_k_tiles: int, workers: int) -> list[tuple[int, int, int, int, int, int]]:
-    """The Hopper kernel's stream-K walk (ffi_src/gemm/sm90_stream_k.h), for tests: every
+    """The Hopper kernel's stream-K walk (ffi_src/gemm/sm90/stream_k.h), for tests: every
     worker's pieces in order, as (worker, item, first k-tile, k-tiles, fixup, partners), with
     fixup 0 (whole item), 1 (a tail or middle: partial sums to the workspace) or 2 (head: adds
     the partial sums of the `partners` workers after it)."""

@@ -1,4 +1,5 @@
-"""Activation names, their FFI ids (ffi_src/common/activation.h) and JAX definitions.
+"""Activation names, their FFI ids (declared in ffi_src/common/activation.h, read from the
+extension) and JAX definitions.
 
 The JAX definitions are the reference the tests compare against and the epilogue applied
 after a split-K reduction; the kernels use the shared C++ math.
@@ -9,7 +10,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-_IDS = {None: 0, "relu": 1, "gelu": 2, "gelu_exact": 3, "silu": 4, "sigmoid": 5, "tanh": 6}
+from jaxgemm import _jaxgemm
+
+_IDS = {None: 0, **_jaxgemm.activation_ids()}
 
 _FUNCTIONS = {
     None: lambda z: z,
@@ -22,6 +25,8 @@ _FUNCTIONS = {
 }
 
 NAMES = tuple(name for name in _IDS if name is not None)
+if set(_IDS) != set(_FUNCTIONS):  # an activation of the kernels without a JAX definition, or the reverse
+    raise ImportError(f"jaxgemm: the extension's activations {sorted(NAMES)} differ from activations.py's")
 
 
 # jax.nn / jnp functions with a fused form, by identity (as Flax users pass them).

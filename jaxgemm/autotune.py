@@ -22,6 +22,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from jaxgemm import kernels
+
 ENV_ENABLE = "JAXGEMM_AUTOTUNE"
 ENV_CACHE = "JAXGEMM_AUTOTUNE_CACHE"
 
@@ -48,16 +50,15 @@ def problem_key(device: str, dtype, transpose_a: bool, transpose_b: bool, batch:
 def candidates(dtype, compute_capability: int, tf32: bool = False) -> list[dict]:
     """GemmConfig overrides worth timing for a dtype on a device (split_k None: the
     lowering's heuristic split). `tf32`: float32 that may run as tf32."""
-    sm90_tiles = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 256))
-    sm90 = [("sm90", t) for t in sm90_tiles] if compute_capability == 90 else []
+    # (Every schedule built for the dtype; one that cannot take the problem's layout fails,
+    # and tuning skips it.)
+    sm90 = [("sm90", t) for t in kernels.sm90_tiles(dtype)] if compute_capability == 90 else []
     if jnp.dtype(dtype) == jnp.float32:
         tiles = [("simt", t) for t in ((128, 128), (128, 64), (64, 64))]
         if tf32:
             tiles = sm90 + tiles
     else:
-        # (192 x 128, three consumers, and 160 x 128, the swapped product, are built for
-        # 16-bit inputs only; the swapped one takes A stored (m, k) only, and fails otherwise.)
-        tiles = sm90 + ([("sm90", (192, 128)), ("sm90", (160, 128))] if sm90 else []) + [("sm80", None)]
+        tiles = sm90 + [("sm80", None)]
     return [
         {"kernel": kernel, "tile": tile, "split_k": split}
         for kernel, tile in tiles

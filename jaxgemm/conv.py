@@ -32,17 +32,16 @@ import numpy as np
 from jax import lax
 from jax.interpreters import ad
 
-from jaxgemm import _ffi, activations, xla_cpu
+from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
 from jaxgemm._compat import cotangent_sharding
 from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype
+from jaxgemm.kernels import CONV_KERNEL_FAMILIES
 from jaxgemm.matmul import matmul
 from jaxgemm.primitive import BILINEAR, Op, Result, Rule, canonical_out_sharding, constrain_output, define, psum_over
 
-_FPROP, _DGRAD, _WGRAD = 0, 1, 2  # ConvKind ids (ffi_src/conv/problem.h)
+_FPROP, _DGRAD, _WGRAD = (_jaxgemm.conv_kinds()[k] for k in ("fprop", "dgrad", "wgrad"))  # ConvKind ids
 _TILE = 128  # output tile of every conv kernel (rows and columns)
-# ConvConfig.kernel -> the handler's KernelFamily id (ffi_src/gemm/dispatch.h).
-_CONV_KERNELS = {None: 0, "sm80": 2, "sm90": 3}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +62,7 @@ class ConvConfig:
     kernel: str | None = None
 
     def __post_init__(self):
-        if self.kernel not in _CONV_KERNELS:
+        if self.kernel not in CONV_KERNEL_FAMILIES:
             raise ValueError(f"ConvConfig.kernel must be None, 'sm80' or 'sm90', got {self.kernel!r}")
 
     def output_hw(self, hw, rs) -> tuple[int, int]:
@@ -86,7 +85,7 @@ def _attrs(config: ConvConfig, kind: int, activation: str | None = None) -> dict
         dil_w=np.int64(config.dilation[1]),
         groups=np.int64(config.groups),
         activation=np.int64(activations.activation_id(activation)),
-        kernel=np.int64(_CONV_KERNELS[config.kernel]),
+        kernel=np.int64(CONV_KERNEL_FAMILIES[config.kernel]),
     )
 
 
@@ -778,7 +777,7 @@ def conv2d(
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     pads = _padding(padding, (h, wd), (r, s), stride, dilation)
     kernel_dtype = _kernel_out_dtype(dtype, out_dtype)
-    if kernel not in _CONV_KERNELS:
+    if kernel not in CONV_KERNEL_FAMILIES:
         raise ValueError(f"jaxgemm.conv2d: kernel must be None, 'sm80' or 'sm90', got {kernel!r}")
     config = ConvConfig(stride, pads, dilation, groups, activation, kernel_dtype, kernel)
     out_shape = (n, *config.output_hw((h, wd), (r, s)), k)

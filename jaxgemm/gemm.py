@@ -21,16 +21,15 @@ import numpy as np
 from jax.interpreters import ad
 
 from jaxgemm import _ffi  # noqa: F401  (registers the FFI targets)
-from jaxgemm import xla_cpu
+from jaxgemm import _jaxgemm, xla_cpu
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
+from jaxgemm.kernels import KERNEL_FAMILIES, SM90_PINGPONG_TILES
 from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define, psum_over
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-_MAX_KERNEL_BATCH_DIMS = 4  # BatchLayout's limit in ffi_src/gemm/problem.h
+_MAX_KERNEL_BATCH_DIMS = _jaxgemm.max_batch_dims  # BatchLayout's limit (gemm/problem.h)
 
 
-# GemmConfig.kernel -> the handler's KernelFamily id (ffi_src/gemm/dispatch.h).
-KERNEL_FAMILIES = {None: 0, "simt": 1, "sm80": 2, "sm90": 3, "decode": 4}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,10 +187,6 @@ def _pad_axis(x, axis, amount):
     return jnp.pad(x, widths)
 
 
-# The sm90 tiles whose consumers alternate tiles (pingpong): no tf32 A from registers there.
-_SM90_PINGPONG_TILES = {(128, 128), (128, 64)}
-
-
 def _tf32_transposes(m: int, n: int, config: GemmConfig, plain: bool) -> tuple[bool, bool]:
     """Which stored operands the lowering transposes (XLA, one pass each) for the sm90 tf32
     kernel. wgmma reads a 32-bit B only K-major (b stored (n, k)), and a 32-bit A K-major
@@ -199,10 +194,10 @@ def _tf32_transposes(m: int, n: int, config: GemmConfig, plain: bool) -> tuple[b
     elements (16-byte pitches) and a cooperative tile. A plain product (`plain`: alpha only,
     unsplit) with a stored (m, k) and b stored (k, n) needs neither: the kernel computes
     D^T = B^T A^T (B^T is an A stored (k, m)) and writes its tiles transposed into D
-    (gemm/sm90_launch.h, Sm90Transposed); not with at most 64 rows (the transposed product
+    (gemm/sm90/launch.h, Sm90Transposed); not with at most 64 rows (the transposed product
     would have that few columns, which its tiles are not made for)."""
     ta, tb = config.transpose_a, config.transpose_b
-    cooperative = tuple(config.tile or ()) not in _SM90_PINGPONG_TILES
+    cooperative = tuple(config.tile or ()) not in SM90_PINGPONG_TILES  # (pingpong: no tf32 A from registers)
     if not ta and not tb and plain and cooperative and n % _F32_ROW_ALIGNMENT == 0 and m > 64:
         return False, False
     register_a = cooperative and m % _F32_ROW_ALIGNMENT == 0

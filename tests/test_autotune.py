@@ -10,7 +10,7 @@ import pytest
 from reference import TOLERANCE, random, rel_error, to64
 
 import jaxgemm
-from jaxgemm import autotune
+from jaxgemm import autotune, kernels
 
 
 @pytest.fixture
@@ -73,12 +73,13 @@ def test_candidates_cover_the_kernel_families():
     assert {c["kernel"] for c in autotune.candidates(jnp.float32, 90)} == {"simt"}
     assert {c["kernel"] for c in autotune.candidates(jnp.float32, 90, tf32=True)} == {"sm90", "simt"}
     assert {c["kernel"] for c in autotune.candidates(jnp.float32, 80, tf32=True)} == {"simt"}
-    # The three-consumer tile is built for 16-bit inputs only.
-    assert (192, 128) in {c["tile"] for c in autotune.candidates(jnp.bfloat16, 90)}
-    assert (192, 128) not in {c["tile"] for c in autotune.candidates(jnp.float32, 90, tf32=True)}
-    # So is the swapped one (A stored (k, m) makes it fail, and tuning skips it then).
-    assert (160, 128) in {c["tile"] for c in autotune.candidates(jnp.bfloat16, 90)}
-    assert (160, 128) not in {c["tile"] for c in autotune.candidates(jnp.float32, 90, tf32=True)}
+    # Every sm90 schedule for 16-bit inputs; for tf32 those built for it (not the
+    # three-consumer 192 x 128 nor the swapped 160 x 128).
+    tiles_16 = {c["tile"] for c in autotune.candidates(jnp.bfloat16, 90) if c["kernel"] == "sm90"}
+    tiles_tf32 = {c["tile"] for c in autotune.candidates(jnp.float32, 90, tf32=True) if c["kernel"] == "sm90"}
+    assert tiles_16 == {s.tile for s in kernels.SM90_SCHEDULES}
+    assert tiles_tf32 == {s.tile for s in kernels.SM90_SCHEDULES if s.tf32}
+    assert (192, 128) in tiles_16 - tiles_tf32 and (160, 128) in tiles_16 - tiles_tf32
     assert autotune.problem_key("H", jnp.float32, False, False, 1, 2, 3, 4, tf32=True) != autotune.problem_key(
         "H", jnp.float32, False, False, 1, 2, 3, 4)
 

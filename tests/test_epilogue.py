@@ -10,7 +10,7 @@ import pytest
 from jax.test_util import check_grads
 
 import jaxgemm
-from jaxgemm import activations
+from jaxgemm import activations, kernels
 from jaxgemm.epilogue import bias_act_grad
 from reference import ACTIVATIONS, TOLERANCE, jaxpr_equations, op, random, rel_error, to64
 
@@ -261,8 +261,7 @@ def test_bad_dense_arguments():
 @pytest.mark.parametrize(
     "kernel_tile,dtype",
     [(("simt", t), jnp.float32) for t in [(256, 128), (128, 128), (128, 64), (64, 64)]]
-    + [(k, d) for k in [("simt", (128, 128)), ("sm80", None), ("sm90", (128, 128)), ("sm90", (128, 256)),
-                        ("sm90", (256, 256)), ("sm90", (64, 128)), ("sm90", (192, 128)), ("sm90", (160, 128)),
+    + [(k, d) for k in [("simt", (128, 128)), ("sm80", None), *(("sm90", s.tile) for s in kernels.SM90_SCHEDULES),
                         (None, None)]
        for d in (jnp.float16, jnp.bfloat16)],
 )

@@ -14,7 +14,7 @@ import pytest
 from jax.test_util import check_grads
 
 import jaxgemm
-from jaxgemm import _ffi
+from jaxgemm import _ffi, kernels
 from conftest import on_gpu
 from reference import TF32_TOLERANCE, TOLERANCE, op, random, rel_error, to64
 from reference import matmul_operands as _operands
@@ -470,15 +470,12 @@ def _skip_unless_hopper(kernel):
         pytest.skip("the sm90 kernel needs compute capability 9.0")
 
 
-# (kernel family, tile): every tensor-core kernel the heuristic can pick (the 64-row sm90
-# tiles, one consumer warpgroup, for products of few rows; 192 x 128, three consumers, for
-# 129-192 rows, and 160 x 128, the product multiplied transposed, for 257-320 rows: 16-bit
-# inputs only, and the swapped one with A stored (m, k) only).
-TENSOR_CORE_KERNELS = [("sm80", None)] + [
-    ("sm90", t) for t in ((128, 64), (128, 128), (128, 256), (256, 256), (64, 64), (64, 128), (192, 128), (160, 128))
-]
-SM90_16BIT_ONLY_TILES = {(192, 128), (160, 128)}
-SM90_A_MK_ONLY_TILES = {(160, 128)}
+# (kernel family, tile): every tensor-core kernel the heuristic can pick: sm80, and every
+# sm90 schedule (some built for 16-bit inputs only, the swapped one taking A stored (m, k)
+# only).
+TENSOR_CORE_KERNELS = [("sm80", None)] + [("sm90", s.tile) for s in kernels.SM90_SCHEDULES]
+SM90_16BIT_ONLY_TILES = {s.tile for s in kernels.SM90_SCHEDULES if not s.tf32}
+SM90_A_MK_ONLY_TILES = {s.tile for s in kernels.SM90_SCHEDULES if s.swapped}
 
 
 @pytest.mark.gpu

@@ -46,7 +46,7 @@ def _source():
         for p, ti, to, ta, tb in KERNELS
         for e in _epilogue_sets(to)
     )
-    return f"""#include "gemm/sm90_kernel.cuh"
+    return f"""#include "gemm/sm90/launch.cuh"
 #include "conv/sm90_conv_launch.cuh"
 namespace jaxgemm {{
 template cudaError_t LaunchSm90ConvWgrad<__nv_bfloat16>(const Sm90ConvWgradLoads&, const GemmProblem&, int, int,

@@ -1,6 +1,6 @@
 """Stream-K on the sm90 kernel: when a persistent grid's last wave would be at most ~half
 full, the last items are shared out in equal k ranges and a tile's head adds its tail's partial
-sums (gemm/sm90_stream_k.h, gemm/sm90_kernel.cuh). The plan and the walk are checked without
+sums (gemm/sm90/stream_k.h, gemm/sm90/launch.cuh). The plan and the walk are checked without
 a GPU; on a GPU, JAXGEMM_SM_COUNT shrinks the grid so that small problems get several waves
 and a shared tail on every schedule."""
 

@@ -1,4 +1,4 @@
-# Emits ffi_src/gemm/sm90_wgmma.cuh: the wgmma.mma_async wrappers (long operand lists).
+# Emits ffi_src/gemm/sm90/wgmma.cuh: the wgmma.mma_async wrappers (long operand lists).
 def accumulator_lines(regs):
     """The asm lines of the accumulator list {%0, ..., %regs-1} (chunks of 16 per line)."""
     chunks = [", ".join(f"%{i}" for i in range(s, min(s + 16, regs))) for s in range(0, regs, 16)]

@@ -1,5 +1,5 @@
 """The sm90 heuristic's picks over a grid of problems, computed on the host (no GPU needed:
-jaxgemm built with its CUDA handlers): dump them before and after a change to dispatch.cu,
+jaxgemm built with its CUDA handlers): dump them before and after a change to sm90/heuristic.cu,
 then diff the two dumps to see which problems the change moves.
     python3 -P tools/heuristic_picks.py dump before.json
     (rebuild)

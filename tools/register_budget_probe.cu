@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "common/ptx_sm90.cuh"
-#include "gemm/sm90_wgmma.cuh"
+#include "gemm/sm90/wgmma.cuh"
 
 namespace jaxgemm {
 

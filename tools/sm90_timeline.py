@@ -1,6 +1,6 @@
 """Where the sm90 kernel's fixed cost goes: three launches per case with JAXGEMM_TIMELINE=1
 (the first after other kernels, with cold caches), which makes the launcher print when the
-blocks reached each point of their first two work items (ffi_src/gemm/sm90_timeline.cuh),
+blocks reached each point of their first two work items (ffi_src/gemm/sm90/timeline.cuh),
 beside the call's CUPTI time and XLA's.
     python3 -P tools/sm90_timeline.py [case index | M,N,K[,TMxTN] ...]   (on the GPU machine, jaxgemm installed)
 (M,N,K: a bf16 product on the heuristic's schedule, or on a forced sm90 tile TM x TN.)

@@ -1,6 +1,6 @@
 // How fast can the tensor cores run for a given split of a tile among warpgroups and wgmma
 // shapes? One block per SM runs a bare k-loop (no epilogue, no schedule): consumers issue
-// wgmmas on 128-byte-swizzled K-major stages, one group in flight, as sm90_kernel.cuh does.
+// wgmmas on 128-byte-swizzled K-major stages, one group in flight, as sm90/kernel.cuh does.
 // With loads on, a producer thread fills a ring of stages with 1-D bulk copies from an
 // L2-resident source (the same bytes per k-tile as the tile's TMA loads, full / empty
 // mbarriers); with loads off the consumers reuse two preloaded stages, which gives the
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/ptx_sm90.cuh"
-#include "gemm/sm90_wgmma.cuh"
+#include "gemm/sm90/wgmma.cuh"
 #include "cuda_check.h"
 
 using namespace jaxgemm;

@@ -6,8 +6,18 @@
 
 namespace jaxgemm {
 
-// Ids are part of the FFI contract (jaxgemm/activations.py).
+// Ids are part of the FFI contract; Python reads them with their names from kActivationNames
+// (the nanobind module's activation_ids).
 enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2, kGeluExact = 3, kSilu = 4, kSigmoid = 5, kTanh = 6 };
+
+struct ActivationName {
+  Activation id;
+  const char* name;
+};
+inline constexpr ActivationName kActivationNames[] = {
+    {Activation::kRelu, "relu"}, {Activation::kGelu, "gelu"},       {Activation::kGeluExact, "gelu_exact"},
+    {Activation::kSilu, "silu"}, {Activation::kSigmoid, "sigmoid"}, {Activation::kTanh, "tanh"},
+};
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;

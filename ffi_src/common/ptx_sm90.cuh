@@ -201,7 +201,7 @@ __device__ __forceinline__ uint32_t LoadAcquireGpu(const uint32_t* flag) {
 
 // TMA im2col mode on a 4-D (C, W, H, N) map: the box's pixel walk starts at (w, h, n) and
 // each visited position reads channels [c, c + channelsPerPixel) of the pixel shifted by
-// (off_w, off_h), zeros outside the tensor (gemm/sm90_tensor_map.h has the walk).
+// (off_w, off_h), zeros outside the tensor (gemm/sm90/tensor_map.h has the walk).
 __device__ __forceinline__ void TmaLoadIm2col4d(void* smem, const CUtensorMap* map, uint64_t* bar, int c, int w,
                                                 int h, int n, uint16_t off_w, uint16_t off_h) {
   asm volatile(

@@ -16,6 +16,7 @@
 
 namespace jaxgemm {
 
+// Ids are part of the FFI contract (the nanobind module's conv_kinds).
 enum class ConvKind : int { kFprop = 0, kDgrad = 1, kWgrad = 2 };
 
 struct ConvProblem {

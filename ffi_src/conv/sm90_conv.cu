@@ -9,7 +9,7 @@
 #include "conv/sm90_conv_loads.cuh"
 #include "conv/sm90_conv_wgrad_loads.cuh"
 #include "gemm/dispatch.h"
-#include "gemm/sm90_tensor_map.h"
+#include "gemm/sm90/tensor_map.h"
 
 namespace jaxgemm {
 namespace {

@@ -17,7 +17,7 @@
 #include "common/ptx_sm90.cuh"
 #include "common/fast_divmod.h"
 #include "gemm/problem.h"
-#include "gemm/sm90_kernel.cuh"
+#include "gemm/sm90/launch.cuh"
 
 namespace jaxgemm {
 

@@ -1,8 +1,13 @@
 // The Python extension: hands the FFI handlers to jaxgemm._ffi, which registers them with XLA.
 #include <nanobind/nanobind.h>
 
+#include "common/activation.h"
+#include "conv/problem.h"
 #include "ffi/handlers.h"
-#include "gemm/sm90_stream_k.h"
+#include "gemm/kernel_family.h"
+#include "gemm/problem.h"
+#include "gemm/sm90/schedules.h"
+#include "gemm/sm90/stream_k.h"
 #if defined(JAXGEMM_WITH_CUDA)
 #include "gemm/decode_launch.h"
 #include "gemm/dispatch.h"
@@ -51,7 +56,44 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCpu);
     return d;
   });
-  // The sm90 kernel's stream-K walk (sm90_stream_k.h), for tests: every worker's pieces as
+  // The FFI contract's ids and limits, so that Python copies none of them by hand.
+  m.def("activation_ids", []() {
+    nb::dict ids;
+    for (const jaxgemm::ActivationName& a : jaxgemm::kActivationNames) ids[a.name] = static_cast<int>(a.id);
+    return ids;
+  });
+  m.def("conv_kinds", []() {
+    nb::dict kinds;
+    kinds["fprop"] = static_cast<int>(jaxgemm::ConvKind::kFprop);
+    kinds["dgrad"] = static_cast<int>(jaxgemm::ConvKind::kDgrad);
+    kinds["wgrad"] = static_cast<int>(jaxgemm::ConvKind::kWgrad);
+    return kinds;
+  });
+  m.attr("max_batch_dims") = jaxgemm::kMaxBatchDims;
+  // Kernel family name -> the id the FFI calls' `kernel` attribute takes (gemm/kernel_family.h).
+  m.def("kernel_families", []() {
+    nb::dict families;
+    for (const jaxgemm::KernelFamilyName& f : jaxgemm::kKernelFamilyNames) {
+      families[f.name] = static_cast<int>(f.family);
+    }
+    return families;
+  });
+  // The sm90 kernel's schedules (gemm/sm90/schedules.h), one dict per row, in table order.
+  m.def("sm90_schedules", []() {
+    nb::list rows;
+    for (const jaxgemm::Sm90ScheduleRow& s : jaxgemm::kSm90Schedules) {
+      nb::dict row;
+      row["tile"] = nb::make_tuple(s.tile_m, s.tile_n);
+      row["cluster_m"] = s.cluster_m;
+      row["consumers"] = s.consumers;
+      row["pingpong"] = s.pingpong;
+      row["swapped"] = s.swapped;
+      row["tf32"] = s.tf32;
+      rows.append(row);
+    }
+    return rows;
+  });
+  // The sm90 kernel's stream-K walk (sm90/stream_k.h), for tests: every worker's pieces as
   // (worker, item, first k-tile, k-tiles, fixup, partners), for `sk_items` items of
   // `item_k_tiles` k-tiles shared out over `workers`.
   m.def("sm90_stream_k_walk", [](int32_t sk_items, int32_t item_k_tiles, int32_t workers) {

@@ -4,18 +4,16 @@
 
 #include <string>
 
+#include "gemm/kernel_family.h"
 #include "gemm/problem.h"
-#include "gemm/sm90_launch.h"
+#include "gemm/sm90/heuristic.h"
+#include "gemm/sm90/launch.h"
 
 namespace jaxgemm {
 
 struct SimtChoice {
   int bm, bn;
 };
-
-// A kernel family asked for by the caller (tests, tuning); kAuto lets the heuristic pick.
-// kDecode (gemm/decode_launch.h) runs only when asked for.
-enum class KernelFamily : int { kAuto = 0, kSimt = 1, kSm80 = 2, kSm90 = 3, kDecode = 4 };
 
 struct KernelRequest {
   KernelFamily family = KernelFamily::kAuto;
@@ -37,23 +35,6 @@ int64_t ChooseSplitK(const GemmProblem& p, int sm_count);
 // K chunks for the tensor-core kernels (same contract as ChooseSplitK); `sm90`: for the
 // sm90 kernel's schedules (Hopper), otherwise for sm80's.
 int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count, bool sm90);
-
-// The sm90 kernel's schedule for a problem (with its split_k), named by the output area one
-// block or cluster covers: 128x64 and 128x128 (pingpong), 128x256 (cooperative), 256x256
-// (cooperative, 2-block clusters sharing B). See LaunchSm90Gemm.
-struct Sm90Tile {
-  int m, n;
-};
-// `with_narrow`: 128x64 may be picked (GEMMs; convolutions pick it by their own rule).
-Sm90Tile ChooseSm90Tile(const GemmProblem& p, int sm_count, bool with_narrow = true);
-
-// The SMs the persistent grid of the heuristic's sm90 schedule is planned for: `sm_count`,
-// or, for a few-row product at one slab, tiles x share, where each 64 x 64 tile is shared out
-// stream-K by the workers a split would have used (FewRowsSm90 in dispatch.cu).
-int Sm90GridSms(const GemmProblem& p, int sm_count);
-
-// Whether (tile_m, tile_n) names an sm90 schedule.
-bool IsSm90Tile(int tile_m, int tile_n);
 
 // Multiprocessors of the current device (cached per device), or 0 without a GPU; fewer when
 // the environment variable JAXGEMM_SM_COUNT asks for fewer (testing).

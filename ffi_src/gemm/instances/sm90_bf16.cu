@@ -1,5 +1,5 @@
 // sm90 (TMA + wgmma) GEMM instantiations for bf16 inputs.
-#include "gemm/sm90_kernel.cuh"
+#include "gemm/sm90/launch.cuh"
 
 namespace jaxgemm {
 

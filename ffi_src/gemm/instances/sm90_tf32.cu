@@ -1,5 +1,5 @@
 // sm90 (TMA + wgmma) GEMM instantiation for float32 inputs multiplied as tf32.
-#include "gemm/sm90_kernel.cuh"
+#include "gemm/sm90/launch.cuh"
 
 namespace jaxgemm {
 

@@ -1,4 +1,4 @@
-#include "gemm/sm90_tensor_map.h"
+#include "gemm/sm90/tensor_map.h"
 
 #include <cudaTypedefs.h>
 

@@ -4,7 +4,7 @@
 // Sm90HandedStores) stores each block with TMA. A block (a box) is 64 rows of 128 bytes:
 // 64 x 64 16-bit or 64 x 32 float values. D = alpha * acc, any output type: Sm90StoreTile, or
 // Sm90PackBox + Sm90WriteBoxWords (handed stores); bias, activation, Aux (16-bit outputs):
-// Sm90StoreTileFused. Called by Sm90Consume (sm90_kernel.cuh); MakeSm90Store decides on the
+// Sm90StoreTileFused. Called by Sm90Consume (sm90/kernel.cuh); MakeSm90Store decides on the
 // host whether a problem can take them and encodes the maps.
 #pragma once
 #include <cuda.h>
@@ -19,8 +19,11 @@
 #include "common/ptx_sm90.cuh"
 #include "gemm/epilogue.cuh"
 #include "gemm/problem.h"
-#include "gemm/sm90_launch.h"
-#include "gemm/sm90_tensor_map.h"
+#include "gemm/sm90/launch.h"
+#include "gemm/sm90/mainloop.cuh"
+#include "gemm/sm90/scheduler.cuh"
+#include "gemm/sm90/tensor_map.h"
+#include "gemm/sm90/timeline.cuh"
 
 namespace jaxgemm {
 
@@ -192,7 +195,7 @@ __device__ __forceinline__ void Sm90StoreTile(const Sm90Store& store, const floa
 // The TMA-store epilogues (plain, and fused: Sm90StoreTileFused) of the cooperative
 // schedules, whose consumers finish a tile together, so that whatever their epilogue waits
 // for leaves the tensor cores idle: the consumer only writes its boxes; warp 1 + wg of the
-// producer warpgroup (Sm90StoreWarp, in sm90_kernel.cuh) issues the TMA stores and waits
+// producer warpgroup (Sm90StoreWarp, in sm90/kernel.cuh) issues the TMA stores and waits
 // for their reads. Per consumer and box b, two named barriers of 128 + 32 threads:
 // "written" (the consumer arrives, the store warp waits) and "free" (the store warp arrives
 // once the box's store has read it; the consumer waits before writing the box again). One
@@ -442,5 +445,94 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   store.slabs = static_cast<int>(slabs);
   return store;
 }
+
+#if defined(JG_SM90_ENABLED)
+
+// The handed TMA-store epilogue of a product computed transposed (Sm90Transposed: tf32,
+// register A, float32 D): the consumer's 64 x kBN block of D^T goes to D in boxes of 64 of
+// D's rows (the block's columns) by 32 of its columns (the block's rows), 128 B-swizzled.
+// Box c holds block rows 32 (c % 2) ... and columns 64 (c / 2) ...; with register A, warps
+// 0 and 1 hold block rows 0-31 (Sm90RegisterAFragments::Row) and warps 2 and 3 rows 32-63,
+// so box c is written by warps 2 (c % 2) and + 1 alone, one 4-byte store per value (a
+// thread's two adjacent columns are two rows of D). Box c is handed over in slot c % 2
+// (Sm90HandBox); the store warp places it (Sm90StoreWarp).
+template <class P>
+__device__ __forceinline__ void Sm90WriteTransposedBoxes(const float (&acc)[P::kBN / 2], float alpha, int wg,
+                                                         unsigned char* boxes, bool boxes_in_use) {
+  using H = Sm90HandedStores<P, float>;
+  static_assert(H::kBoxes == P::kBN / 32, "two boxes per 64 columns");
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32, q = lane % 4;
+  // Byte of this thread's value (h, e) in a box, for column group 0: D row 2 q + e of the
+  // box (block column 8 j + 2 q + e adds 8 j rows, 1 KB), D column `m` (its block row).
+  uint32_t offset[2][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = Sm90RegisterAFragments<P>::Row(16 * warp + lane / 4 + 8 * h) % 32;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int row = 2 * q + e;
+      offset[h][e] = row * 128 + ((m / 4) ^ row) * 16 + (m % 4) * 4;
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < H::kBoxes; ++c) {
+    Sm90HandBox<P, float>(c, wg, boxes, boxes_in_use || c >= 2, [&](uint32_t box) {
+      if (warp / 2 == c % 2) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float v = alpha * acc[4 * (8 * (c / 2) + j) + 2 * h + e];
+              StoreShared32(box + j * 1024 + offset[h][e], __float_as_uint(v));
+            }
+      }
+    });
+  }
+}
+
+// The store warp of consumer `wg` (Sm90HandedStores): walks the block's items as the
+// consumers do and, for each box the consumer has written, issues its TMA store and frees
+// the box once the store has read it.
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Schedule<P>& schedule,
+                                              const Sm90Store& store, int wg, unsigned char* boxes,
+                                              const Sm90Timeline& timeline) {
+  using H = Sm90HandedStores<P, TOut>;
+  constexpr int kColBlocks = P::kBN / kSm90BoxCols<TOut>;
+  const bool leader = threadIdx.x % 32 == 0;
+  const bool with_aux = store.fused && store.with_aux;  // Aux in box 0, D in box 1, one barrier pair
+  bool first = wg == 0 && leader;  // records the timeline's box events on its first whole item
+  Sm90Work w;
+  for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
+    if (w.fixup == kSm90StorePartial) continue;  // the consumer leaves these sums in the workspace
+    const int row0 = static_cast<int>(w.m0) + 64 * wg, col0 = static_cast<int>(w.n0);
+    for (int c = 0; c < H::kBoxes; ++c) {
+      const int slot = with_aux ? 0 : c % 2;
+      NamedBarrierSync(H::Written(wg, slot), H::kThreads);
+      if (first && c < kTimelineBoxes) timeline.Record(kTimelineBoxWritten + c);
+      if (leader) {
+        // A transposed D's box c: the tile's rows 32 (c % 2) ..., columns 64 (c / 2) ...
+        // (Sm90WriteTransposedBoxes), at D's (column, row) = (tile row, tile column).
+        const int col = store.transposed ? row0 + 32 * (c % 2) : col0 + kSm90BoxCols<TOut> * (c % kColBlocks);
+        const int row = store.transposed ? col0 + 64 * (c / 2) : row0 + 64 * (c / kColBlocks);
+        auto tma_store = [&](const CUtensorMap* map, unsigned char* smem) {
+          Sm90TmaStoreBox(store, map, smem, col, row, static_cast<int>(w.slab));
+        };
+        if (with_aux) tma_store(&store.aux, boxes);
+        tma_store(&store.d, boxes + (with_aux ? 1 : slot) * P::kOutBoxBytes);
+        BulkCommitGroup();
+        BulkWaitGroupRead<0>();
+        if (first && c < kTimelineBoxes) timeline.Record(kTimelineBoxRead + c);
+      }
+      __syncwarp();
+      NamedBarrierArrive(H::Free(wg, slot), H::kThreads);
+    }
+    first = false;
+  }
+}
+
+#endif  // JG_SM90_ENABLED
 
 }  // namespace jaxgemm

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "gemm/problem.h"
+#include "gemm/sm90/schedules.h"
 
 namespace jaxgemm {
 
@@ -101,39 +102,49 @@ inline int64_t Sm90StreamKItems(int64_t items, int64_t workers, int64_t k, int64
   return deep ? items : 0;
 }
 
-// The blocks behind a named sm90 schedule, whose name is the output area one block (or
-// cluster) covers: 64 x 64, 64 x 128, 128 x 64, 128 x 128, 128 x 256, 192 x 128 and
-// 160 x 128 are single blocks; 256 x 256 is a cluster of two 128 x 256 blocks, one above
-// the other. A block has one consumer warpgroup per 64 rows, except the swapped one
-// (160 x 128 of D, or 128 x 160 of D^T as the launch sees it), which has two, one per 64
-// columns of D.
+// The blocks behind a schedule (a row of kSm90Schedules), in D's orientation: one block
+// covers block_m x block_n of D; a cluster stacks cluster_m of them along M. A block has one
+// consumer warpgroup per 64 rows, except the swapped one (160 x 128 of D, or 128 x 160 of
+// D^T as the launch sees it), which has two, one per 64 columns of D.
 struct Sm90Shape {
   int block_m = 0, block_n = 0, cluster_m = 0;
   bool swapped = false;
-  int Consumers() const { return swapped ? 2 : block_m / 64; }
-  bool Pingpong() const { return !swapped && cluster_m == 1 && block_m == 128 && block_n < 256; }
+  constexpr int Consumers() const { return swapped ? 2 : block_m / 64; }
+  constexpr bool Pingpong() const { return !swapped && cluster_m == 1 && block_m == 128 && block_n < 256; }
 };
+constexpr Sm90Shape Sm90ShapeOfRow(const Sm90ScheduleRow& row) {
+  return {row.BlockM(), row.tile_n, row.cluster_m, row.swapped};
+}
 inline bool Sm90ShapeOf(int tile_m, int tile_n, Sm90Shape* shape) {
-  const bool narrow = tile_n == 64 || tile_n == 128;
-  if (tile_m == 128 && (narrow || tile_n == 256)) *shape = {128, tile_n, 1};
-  else if (tile_m == 64 && narrow) *shape = {64, tile_n, 1};
-  else if (tile_m == 256 && tile_n == 256) *shape = {128, 256, 2};
-  else if (tile_m == 192 && tile_n == 128) *shape = {192, 128, 1};
-  else if (tile_m == 160 && tile_n == 128) *shape = {160, 128, 1, true};
-  else return false;
+  const Sm90ScheduleRow* row = FindSm90Schedule(tile_m, tile_n);
+  if (row != nullptr) *shape = Sm90ShapeOfRow(*row);
+  return row != nullptr;
+}
+
+// The table's consumer and pingpong columns are what the shapes imply (the cost model and
+// stream-K read the shapes; the kernel's policies, the columns).
+constexpr bool Sm90ShapesMatchTable() {
+  for (const Sm90ScheduleRow& row : kSm90Schedules) {
+    const Sm90Shape shape = Sm90ShapeOfRow(row);
+    if (shape.Consumers() != row.consumers || shape.Pingpong() != row.pingpong) return false;
+  }
   return true;
 }
+static_assert(Sm90ShapesMatchTable(), "kSm90Schedules: a row's consumers or pingpong disagree with its shape");
 
 // The swapped schedule (Sm90Policy::kSwapped), named by the area of D a block covers:
 // 160 x 128, run as 128 x 160 tiles of D^T (Sm90Swapped). 16-bit inputs with A stored
 // (m, k) only (its transpose is then the kernel's K-major B).
-inline bool Sm90SwappedTile(int tile_m, int tile_n) { return tile_m == 160 && tile_n == 128; }
+inline bool Sm90SwappedTile(int tile_m, int tile_n) {
+  const Sm90ScheduleRow* row = FindSm90Schedule(tile_m, tile_n);
+  return row != nullptr && row->swapped;
+}
 
 // Whether a named schedule is a pingpong one (128 x 64, 128 x 128: two m64 blocks per
 // consumer), which has no tf32 register A (Sm90RegisterA).
 inline bool Sm90PingpongTile(int tile_m, int tile_n) {
-  Sm90Shape shape;
-  return Sm90ShapeOf(tile_m, tile_n, &shape) && shape.Pingpong();
+  const Sm90ScheduleRow* row = FindSm90Schedule(tile_m, tile_n);
+  return row != nullptr && row->pingpong;
 }
 
 // Whether stream-K may run at all: JAXGEMM_STREAM_K=0 turns it off (measurements). The

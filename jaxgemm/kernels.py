@@ -1,0 +1,46 @@
+"""Which CUDA kernel families and Hopper (sm90) schedules exist, as the C++ side declares
+them (ffi_src/gemm/kernel_family.h, ffi_src/gemm/sm90/schedules.h), read once from the
+extension: the lowering, the autotuner, tests and tools take them from here."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from jaxgemm import _jaxgemm
+
+# GemmConfig.kernel / conv2d's `kernel` -> the FFI calls' `kernel` id (None: the heuristic).
+KERNEL_FAMILIES: dict[str | None, int] = {None: 0, **_jaxgemm.kernel_families()}
+CONV_KERNEL_FAMILIES: dict[str | None, int] = {k: v for k, v in KERNEL_FAMILIES.items() if k in (None, "sm80", "sm90")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Sm90Schedule:
+    """One sm90 schedule, named by the area of D one block (or cluster) covers."""
+
+    tile: tuple[int, int]
+    cluster_m: int  # blocks per cluster, stacked along M
+    consumers: int  # consumer warpgroups
+    pingpong: bool  # the consumers take alternate tiles (else both work on every tile)
+    swapped: bool  # computes D^T = B^T A^T: 16-bit inputs with A stored (m, k) only
+    tf32: bool  # also built for float32 inputs multiplied as tf32
+
+
+SM90_SCHEDULES: tuple[Sm90Schedule, ...] = tuple(
+    Sm90Schedule(tile=tuple(row["tile"]), **{k: row[k] for k in ("cluster_m", "consumers", "pingpong", "swapped", "tf32")})
+    for row in _jaxgemm.sm90_schedules()
+)
+SM90_PINGPONG_TILES = frozenset(s.tile for s in SM90_SCHEDULES if s.pingpong)
+
+
+def sm90_tiles(dtype, transpose_a: bool = False) -> tuple[tuple[int, int], ...]:
+    """The schedules that can run inputs of `dtype` (float32: as tf32) with A stored as
+    given: a tf32 A stored (k, m) is read from registers, which the pingpong schedules
+    lack; the swapped schedule takes A stored (m, k) only."""
+    tf32 = jnp.dtype(dtype) == jnp.float32
+    return tuple(
+        s.tile
+        for s in SM90_SCHEDULES
+        if (s.tf32 or not tf32) and not (tf32 and transpose_a and s.pingpong) and not (s.swapped and transpose_a)
+    )
