@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# A/B on one GPU: another source tree (A) against the working tree (B), each built, installed
+# and benchmarked one after the other on the same machine, then compared row by row
+# (tools/ab_compare.py: our time B/A, with XLA's own drift between the runs beside it).
+#   git archive <rev> | tar -x -C ab/base     # here: A as an untracked folder, which the device call carries
+#   tools/gpu_ab.sh ab/base [bench suites, default tc,epilogue] [conv]
+# "conv" adds bench_conv --dtypes bfloat16. Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+base=$1
+suites=${2:-tc,epilogue}
+conv=${3:-}
+out=${OUT:-/tmp/jaxgemm_ab}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+
+run() {  # run NAME TREE: build TREE, benchmark it into $out/NAME*.json
+  local name=$1 tree=$2 start=$SECONDS
+  if ! (cd "$tree" && python3 -m pip install --no-build-isolation --no-deps -q . >"$out/$name.build.log" 2>&1); then
+    tail -30 "$out/$name.build.log"; echo "$name: BUILD FAILED"; return 1
+  fi
+  echo "$name: built in $(( SECONDS - start )) s"
+  # -P and a neutral folder: import the installed jaxgemm, not a source tree.
+  (cd /tmp && python3 -P -m jaxgemm.bench --suite "$suites" --json "$out/$name.json" >"$out/$name.txt" 2>"$out/$name.err") ||
+    tail -20 "$out/$name.err"
+  if [ "$conv" = conv ]; then
+    (cd /tmp && python3 -P -m jaxgemm.bench_conv --dtypes bfloat16 --json "$out/${name}_conv.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
+      tail -20 "$out/$name.err"
+  fi
+  echo "$name: built and benchmarked in $(( SECONDS - start )) s"
+}
+
+run A "$base" && run B . || exit 1
+python3 tools/ab_compare.py "$out/A.json" "$out/B.json"
+[ "$conv" = conv ] && python3 tools/ab_compare.py "$out/A_conv.json" "$out/B_conv.json"
+exit 0
