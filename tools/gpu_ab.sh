@@ -2,7 +2,7 @@
 # A/B on one GPU: another source tree (A) against the working tree (B), each built, installed
 # and benchmarked one after the other on the same machine, then compared row by row
 # (tools/ab_compare.py: our time B/A, with XLA's own drift between the runs beside it).
-#   git archive <rev> | tar -x -C ab/base     # here: A as an untracked folder, which the device call carries
+#   mkdir -p ab/base && git archive <rev> | tar -x -C ab/base   # here (ab/ is git-ignored: carry ["ab"])
 #   tools/gpu_ab.sh ab/base [bench suites, default tc,epilogue] [conv]
 # "conv" adds bench_conv --dtypes bfloat16. Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab.
 set -uo pipefail
