@@ -30,8 +30,6 @@ SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jn
 _MAX_KERNEL_BATCH_DIMS = _jaxgemm.max_batch_dims  # BatchLayout's limit (gemm/problem.h)
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class GemmConfig:
     """Static options of one `gemm_p` call (hashable: it is a primitive parameter)."""
