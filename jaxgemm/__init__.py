@@ -6,6 +6,7 @@ from jaxgemm.conv import ConvConfig, conv2d
 from jaxgemm.gemm import GemmConfig, gemm_p
 from jaxgemm.matmul import matmul
 from jaxgemm.nn import dense
+from jaxgemm.ragged import ragged_dot
 
-__all__ = ["ACTIVATIONS", "ConvConfig", "GemmConfig", "WITH_CUDA", "conv2d", "dense", "gemm_p", "matmul"]
+__all__ = ["ACTIVATIONS", "ConvConfig", "GemmConfig", "WITH_CUDA", "conv2d", "dense", "gemm_p", "matmul", "ragged_dot"]
 __version__ = "0.1.0"

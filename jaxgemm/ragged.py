@@ -1,0 +1,241 @@
+"""jaxgemm.ragged_dot: one GEMM per group of rows (mixture-of-experts layers), with
+`jax.lax.ragged_dot`'s semantics and an optional per-group bias and activation.
+
+Two primitives in primitive.py's pattern, each bilinear in its two arrays (the group sizes
+are integers, not differentiated) and each the other's transpose partner:
+
+    ragged_dot_p    out[m, n]    = lhs[rows of group j] @ rhs[j]     lhs (m, k), rhs (g, k, n)
+    ragged_wgrad_p  dw[g, k, n]  = lhs[rows of j]^T @ dy[rows of j]  the weight gradient
+
+Rows past sum(group_sizes) belong to no group: their outputs are zero.
+
+Their `local` is XLA's own ragged dot on every platform for now (custom_call=False: XLA
+partitions it itself under sharded jit in Auto mode; Explicit mode raises, as for
+lax.ragged_dot); the grouped Hopper kernel is to take its place (issue 51).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.interpreters import ad
+
+from jaxgemm import activations
+from jaxgemm.gemm import SUPPORTED_DTYPES
+from jaxgemm.primitive import Op, Result, Rule, define
+
+# The rows of a group sit anywhere in lhs, so neither the rows nor the groups are split
+# by a sharding (yet): both are gathered; k and n partition as in a GEMM.
+_REPLICATED = frozenset({"m", "g"})
+
+
+def _precision(dtype, precision):
+    """None means exact float32 for float32 inputs, as in jaxgemm.matmul."""
+    return lax.Precision.HIGHEST if precision is None and jnp.dtype(dtype) == jnp.float32 else precision
+
+
+# ---------------------------------------------------------------------------------------
+# ragged_dot_p
+
+
+def _dot_abstract(lhs, rhs, group_sizes, *, out_dtype, precision):
+    return [Result((lhs.shape[0], rhs.shape[2]), out_dtype)]
+
+
+def _dot_rule(lhs, rhs, group_sizes, **params):
+    return Rule((("m", "k"), ("g", "k", "n"), ("g",)), (("m", "n"),), _REPLICATED)
+
+
+def _dot_local(lhs, rhs, group_sizes, *, out_dtype, precision, platform, axes=None):
+    return [lax.ragged_dot(lhs, rhs, group_sizes, precision=precision, preferred_element_type=out_dtype)]
+
+
+def _swap_kn(w):
+    return jnp.swapaxes(w, -1, -2)
+
+
+def _dot_jvp(primals, tangents, **params):
+    lhs, rhs, group_sizes = primals
+    dlhs, drhs, _ = (None if type(t) is ad.Zero else t for t in tangents)
+    (out,) = ragged_dot_op.bind(lhs, rhs, group_sizes, **params)
+    parts = [ragged_dot_op.bind(dlhs, rhs, group_sizes, **params)[0]] if dlhs is not None else []
+    parts += [ragged_dot_op.bind(lhs, drhs, group_sizes, **params)[0]] if drhs is not None else []
+    tangent = sum(parts[1:], parts[0]) if parts else ad.Zero.from_primal_value(out)
+    return [out], [tangent]
+
+
+def _dot_transpose(cts, lhs, rhs, group_sizes, *, out_dtype, precision):
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        return [None, None, None]
+    if ad.is_undefined_primal(lhs):  # d lhs[rows of j] = ct[rows of j] @ rhs[j]^T
+        dlhs = ragged_dot_op.bind(ct.astype(rhs.dtype), _swap_kn(rhs), group_sizes, out_dtype=lhs.aval.dtype,
+                                  precision=precision)[0]  # fmt: skip
+        return [dlhs, None, None]
+    drhs = ragged_wgrad_op.bind(lhs, ct.astype(lhs.dtype), group_sizes, out_dtype=rhs.aval.dtype,
+                                groups=rhs.aval.shape[0], precision=precision)[0]  # fmt: skip
+    return [None, drhs, None]
+
+
+def _fold_batch(lhs, rhs, group_sizes, dims):
+    """vmap as one wider ragged product: batch b's rows follow batch b - 1's, its groups
+    theirs, and each batch gets one more group of zero weights that takes its rows past
+    sum(group_sizes) (which must stay zero)."""
+    size = next(x.shape[d] for x, d in zip((lhs, rhs, group_sizes), dims) if d is not None)
+    lhs, rhs, group_sizes = (jnp.broadcast_to(x[None], (size, *x.shape)) if d is None else jnp.moveaxis(x, d, 0)
+                             for x, d in zip((lhs, rhs, group_sizes), dims))  # fmt: skip
+    b, m, _ = lhs.shape
+    rest = m - group_sizes.sum(axis=1, keepdims=True)
+    group_sizes = jnp.concatenate([group_sizes, rest.astype(group_sizes.dtype)], axis=1).reshape(-1)
+    rhs = jnp.concatenate([rhs, jnp.zeros_like(rhs[:, :1])], axis=1)
+    return lhs.reshape(b * m, -1), rhs.reshape(-1, *rhs.shape[2:]), group_sizes, b
+
+
+def _dot_batch(args, dims, **params):
+    lhs, rhs, group_sizes, b = _fold_batch(*args, dims)
+    (out,) = ragged_dot_op.bind(lhs, rhs, group_sizes, **params)
+    return [out.reshape(b, -1, out.shape[-1])], [0]
+
+
+ragged_dot_op = define(Op(
+    "jaxgemm_ragged_dot", abstract=_dot_abstract, rule=_dot_rule, local=_dot_local, batch=_dot_batch,
+    jvp=_dot_jvp, transpose=_dot_transpose, custom_call=False,
+))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# ragged_wgrad_p
+
+
+def _wgrad_abstract(lhs, dy, group_sizes, *, out_dtype, groups, precision):
+    return [Result((groups, lhs.shape[1], dy.shape[1]), out_dtype)]
+
+
+def _wgrad_rule(lhs, dy, group_sizes, **params):
+    return Rule((("m", "k"), ("m", "n"), ("g",)), (("g", "k", "n"),), _REPLICATED)
+
+
+_RAGGED_CONTRACTING = lax.RaggedDotDimensionNumbers(
+    dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
+
+
+def _wgrad_local(lhs, dy, group_sizes, *, out_dtype, groups, precision, platform, axes=None):
+    return [lax.ragged_dot_general(lhs, dy, group_sizes, _RAGGED_CONTRACTING, precision=precision,
+                                   preferred_element_type=out_dtype)]  # fmt: skip
+
+
+def _wgrad_jvp(primals, tangents, **params):
+    lhs, dy, group_sizes = primals
+    dlhs, ddy, _ = (None if type(t) is ad.Zero else t for t in tangents)
+    (out,) = ragged_wgrad_op.bind(lhs, dy, group_sizes, **params)
+    parts = [ragged_wgrad_op.bind(dlhs, dy, group_sizes, **params)[0]] if dlhs is not None else []
+    parts += [ragged_wgrad_op.bind(lhs, ddy, group_sizes, **params)[0]] if ddy is not None else []
+    tangent = sum(parts[1:], parts[0]) if parts else ad.Zero.from_primal_value(out)
+    return [out], [tangent]
+
+
+def _wgrad_transpose(cts, lhs, dy, group_sizes, *, out_dtype, groups, precision):
+    (ct,) = cts
+    if type(ct) is ad.Zero:
+        return [None, None, None]
+    if ad.is_undefined_primal(lhs):  # d lhs[rows of j] = dy[rows of j] @ ct[j]^T
+        return [ragged_dot_op.bind(dy, _swap_kn(ct).astype(dy.dtype), group_sizes, out_dtype=lhs.aval.dtype,
+                                   precision=precision)[0], None, None]  # fmt: skip
+    return [None, ragged_dot_op.bind(lhs, ct.astype(lhs.dtype), group_sizes, out_dtype=dy.aval.dtype,
+                                     precision=precision)[0], None]  # fmt: skip
+
+
+def _wgrad_batch(args, dims, *, out_dtype, groups, precision):
+    lhs, dy, group_sizes = args
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    lhs, dy, group_sizes = (jnp.broadcast_to(x[None], (size, *x.shape)) if d is None else jnp.moveaxis(x, d, 0)
+                            for x, d in zip((lhs, dy, group_sizes), dims))  # fmt: skip
+    # Batch b's groups are groups b * (groups + 1) ...: the extra one per batch takes its
+    # rows past the sizes' sum, and is dropped.
+    b, m, _ = lhs.shape
+    rest = m - group_sizes.sum(axis=1, keepdims=True)
+    sizes = jnp.concatenate([group_sizes, rest.astype(group_sizes.dtype)], axis=1).reshape(-1)
+    (dw,) = ragged_wgrad_op.bind(lhs.reshape(b * m, -1), dy.reshape(b * m, -1), sizes, out_dtype=out_dtype,
+                                 groups=b * (groups + 1), precision=precision)  # fmt: skip
+    return [dw.reshape(b, groups + 1, *dw.shape[1:])[:, :groups]], [0]
+
+
+ragged_wgrad_op = define(Op(
+    "jaxgemm_ragged_wgrad", abstract=_wgrad_abstract, rule=_wgrad_rule, local=_wgrad_local,
+    batch=_wgrad_batch, jvp=_wgrad_jvp, transpose=_wgrad_transpose, custom_call=False,
+))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# The public function.
+
+
+def _check(lhs, rhs, group_sizes, bias):
+    for name, x in (("lhs", lhs), ("rhs", rhs)):
+        if jnp.dtype(x.dtype) not in SUPPORTED_DTYPES:
+            raise TypeError(f"jaxgemm.ragged_dot: {name} dtype {x.dtype} is not supported; use one of "
+                            + ", ".join(str(d) for d in SUPPORTED_DTYPES))  # fmt: skip
+    if lhs.ndim != 2 or rhs.ndim != 3 or group_sizes.ndim != 1:
+        raise ValueError(f"jaxgemm.ragged_dot: needs lhs (m, k), rhs (g, k, n) and group_sizes (g,); got shapes "
+                         f"{lhs.shape}, {rhs.shape}, {group_sizes.shape}")  # fmt: skip
+    if lhs.shape[1] != rhs.shape[1] or rhs.shape[0] != group_sizes.shape[0]:
+        raise ValueError(f"jaxgemm.ragged_dot: lhs {lhs.shape}, rhs {rhs.shape} and group_sizes "
+                         f"{group_sizes.shape} disagree on k or g")  # fmt: skip
+    if not jnp.issubdtype(group_sizes.dtype, jnp.integer):
+        raise TypeError(f"jaxgemm.ragged_dot: group_sizes must be integers, got {group_sizes.dtype}")
+    if bias is not None and bias.shape != (rhs.shape[0], rhs.shape[2]):
+        raise ValueError(f"jaxgemm.ragged_dot: bias of shape {bias.shape} is not (g, n) = "
+                         f"{(rhs.shape[0], rhs.shape[2])}")  # fmt: skip
+
+
+def _epilogue(z, group_sizes, bias, activation):
+    """act(z + bias[group of the row]) in float32; rows of no group stay zero."""
+    g, m = group_sizes.shape[0], z.shape[0]
+    ends = jnp.cumsum(group_sizes)
+    group = jnp.searchsorted(ends, jnp.arange(m), side="right")  # g for rows past the sum
+    y = z.astype(jnp.float32)
+    if bias is not None:
+        y = y + jnp.take(bias.astype(jnp.float32), jnp.minimum(group, g - 1), axis=0)
+    y = activations.apply(activation, y)
+    return jnp.where((group < g)[:, None], y, 0).astype(z.dtype)
+
+
+def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, *, bias=None, activation=None):
+    """`jax.lax.ragged_dot` with an optional fused per-group bias and activation.
+
+    Rows of `lhs` come in consecutive groups of `group_sizes[j]` rows; group j's rows are
+    multiplied by `rhs[j]` (a mixture-of-experts layer: tokens sorted by expert). Rows past
+    sum(group_sizes) belong to no group and come out zero.
+
+    Args:
+      lhs: (m, k) float32, float16 or bfloat16.
+      rhs: (g, k, n), one matrix per group.
+      group_sizes: (g,) integers (int32 as lax takes them), summing to at most m.
+      precision: as for `jaxgemm.matmul`: None (exact float32 for float32 inputs) or a
+        `jax.lax.Precision`.
+      preferred_element_type: the result dtype; default the inputs' promoted dtype.
+      bias: (g, n), added to each row of group j before the activation.
+      activation: None, a name in `jaxgemm.ACTIVATIONS` or its jax.nn function.
+
+    Returns:
+      (m, n): activation(lhs_rows(j) @ rhs[j] + bias[j]) for the rows of each group j.
+
+    Differentiable in lhs, rhs and bias (forward and reverse mode, any order: unlike
+    lax.ragged_dot, grad of grad works), vmap-able, jit-able, partitioned by sharded jit
+    in Auto mode. Today it runs on XLA's own ragged dot (the grouped kernel is to come).
+    """
+    lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
+    bias = None if bias is None else jnp.asarray(bias)
+    _check(lhs, rhs, group_sizes, bias)
+    activation = activations.canonical(activation)
+    activations.activation_id(activation)
+    dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
+    out_dtype = jnp.dtype(preferred_element_type) if preferred_element_type is not None else dtype
+    lhs, rhs = lhs.astype(dtype), rhs.astype(dtype)
+    (z,) = ragged_dot_op.bind(lhs, rhs, group_sizes.astype(np.int32), out_dtype=out_dtype,
+                              precision=_precision(dtype, precision))  # fmt: skip
+    if bias is None and activation is None:
+        return z
+    return _epilogue(z, group_sizes.astype(np.int32), bias, activation)
+

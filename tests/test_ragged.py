@@ -1,0 +1,185 @@
+"""jaxgemm.ragged_dot against jax.lax.ragged_dot (float64 where it can): values over group
+patterns (balanced, all rows in one group, empty groups, sizes that are no multiple of
+anything, rows past the sizes' sum), dtypes, the fused bias and activation; jit, vmap
+(folded into one wider product), grad, jvp, grad of grad; bad input."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxgemm
+from jaxgemm.ragged import ragged_dot
+
+M, K, N, G = 53, 24, 40, 5
+PATTERNS = {
+    "balanced": [11, 10, 11, 10, 11],
+    "one_group": [0, 0, 53, 0, 0],
+    "empty_ends": [0, 20, 13, 20, 0],
+    "ragged": [1, 7, 30, 2, 13],
+    "rows_past_the_sum": [5, 9, 0, 3, 20],  # 37 of 53 rows
+}
+TOL = {jnp.float32: 1e-5, jnp.bfloat16: 1e-2, jnp.float16: 2e-3}
+
+
+def rel(x, ref):
+    x, ref = np.asarray(x, np.float64), np.asarray(ref, np.float64)
+    return np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30)
+
+
+def inputs(seed, dtype=jnp.float32, m=M):
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
+    lhs = jax.random.normal(k1, (m, K), jnp.float32).astype(dtype)
+    rhs = (jax.random.normal(k2, (G, K, N), jnp.float32) / np.sqrt(K)).astype(dtype)
+    bias = jax.random.normal(k3, (G, N), jnp.float32).astype(dtype)
+    return lhs, rhs, bias
+
+
+def reference(lhs, rhs, sizes, bias=None, activation=None):
+    """Group by group in float64 (numpy), rows past the sum zero."""
+    lhs, rhs = np.asarray(lhs, np.float64), np.asarray(rhs, np.float64)
+    out, start = np.zeros((lhs.shape[0], rhs.shape[2])), 0
+    for j, size in enumerate(np.asarray(sizes)):
+        z = lhs[start:start + size] @ rhs[j] + (0 if bias is None else np.asarray(bias, np.float64)[j])
+        out[start:start + size] = np.asarray(jaxgemm.activations.apply(activation, jnp.asarray(z)), np.float64)
+        start += size
+    return out
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_values(pattern, dtype):
+    lhs, rhs, _ = inputs(0, dtype)
+    sizes = jnp.array(PATTERNS[pattern], jnp.int32)
+    out = jax.jit(ragged_dot)(lhs, rhs, sizes)
+    assert out.dtype == dtype and out.shape == (M, N)
+    assert rel(out, reference(lhs, rhs, sizes)) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("activation", [None, "relu", jax.nn.gelu, "silu"])
+@pytest.mark.parametrize("pattern", ["ragged", "rows_past_the_sum"])
+def test_bias_and_activation(activation, pattern):
+    lhs, rhs, bias = inputs(1)
+    sizes = jnp.array(PATTERNS[pattern], jnp.int32)
+    name = jaxgemm.activations.canonical(activation)
+    out = ragged_dot(lhs, rhs, sizes, bias=bias, activation=activation)
+    assert rel(out, reference(lhs, rhs, sizes, bias, name)) <= 1e-5
+
+
+def test_preferred_element_type_and_promotion():
+    lhs, rhs, _ = inputs(2, jnp.bfloat16)
+    sizes = jnp.array(PATTERNS["balanced"], jnp.int32)
+    out = ragged_dot(lhs, rhs, sizes, preferred_element_type=jnp.float32)
+    assert out.dtype == jnp.float32 and rel(out, reference(lhs, rhs, sizes)) <= 1e-5
+    assert ragged_dot(lhs, rhs.astype(jnp.float32), sizes).dtype == jnp.float32
+
+
+@pytest.mark.parametrize("pattern", ["balanced", "one_group", "rows_past_the_sum"])
+def test_grad_and_jvp_equal_lax(pattern):
+    lhs, rhs, bias = inputs(3)
+    sizes = jnp.array(PATTERNS[pattern], jnp.int32)
+    hi = lax.Precision.HIGHEST
+
+    def ours(lhs, rhs, bias):
+        return jnp.sum(jnp.sin(ragged_dot(lhs, rhs, sizes, bias=bias, activation="gelu")))
+
+    def theirs(lhs, rhs, bias):
+        z = lax.ragged_dot(lhs, rhs, sizes, precision=hi)
+        rows = np.repeat(np.arange(G), np.asarray(sizes))
+        live = np.arange(M) < len(rows)
+        group = np.concatenate([rows, np.zeros(M - len(rows), int)])
+        y = jnp.where(live[:, None], jax.nn.gelu(z + bias[group]), 0)
+        return jnp.sum(jnp.sin(y))
+
+    args = (lhs, rhs, bias)
+    for got, want in zip(jax.jit(jax.grad(ours, argnums=(0, 1, 2)))(*args), jax.grad(theirs, argnums=(0, 1, 2))(*args)):
+        assert rel(got, want) <= 1e-5
+    tangents = inputs(4)
+    _, t_ours = jax.jvp(ours, args, tangents)
+    _, t_theirs = jax.jvp(theirs, args, tangents)
+    assert rel(t_ours, t_theirs) <= 1e-5
+
+
+def sliced(lhs, rhs, sizes):
+    """The product group by group with static slices: differentiable to any order (lax's
+    ragged dot is not: its weight gradient has no transpose)."""
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    parts = [jnp.dot(lhs[a:b], rhs[j], precision=lax.Precision.HIGHEST) for j, (a, b) in enumerate(itertools.pairwise(bounds))]
+    return jnp.concatenate(parts + [jnp.zeros((lhs.shape[0] - bounds[-1], rhs.shape[2]), lhs.dtype)])
+
+
+def test_grad_of_grad():
+    """Second order through both primitives (each transposes into the other)."""
+    lhs, rhs, _ = inputs(5)
+    sizes = np.array(PATTERNS["rows_past_the_sum"], np.int32)
+
+    def f(dot):
+        return lambda lhs, rhs: jnp.sum(jnp.tanh(dot(lhs, rhs)) ** 2)
+
+    ours = f(lambda l, r: ragged_dot(l, r, jnp.asarray(sizes)))
+    theirs = f(lambda l, r: sliced(l, r, sizes))
+    gg = lambda fn: jax.grad(lambda l, r: jnp.sum(jax.grad(fn, argnums=1)(l, r) ** 2), argnums=(0, 1))  # noqa: E731
+    for got, want in zip(gg(ours)(lhs, rhs), gg(theirs)(lhs, rhs)):
+        assert rel(got, want) <= 1e-5
+
+
+@pytest.mark.parametrize("in_axes", [(0, 0, 0), (0, None, None), (None, 0, 0), (0, None, 0)])
+def test_vmap_folds_into_one_product(in_axes):
+    sizes = np.array([PATTERNS["ragged"], PATTERNS["rows_past_the_sum"], PATTERNS["one_group"]], np.int32)
+    batched = [inputs(10 + i) for i in range(3)]
+    args = (jnp.stack([b[0] for b in batched]), jnp.stack([b[1] for b in batched]), jnp.asarray(sizes))
+    args = tuple(a if ax == 0 else a[0] for a, ax in zip(args, in_axes))
+    out = jax.jit(jax.vmap(ragged_dot, in_axes=in_axes))(*args)
+    for i in range(3):
+        one = [a[i] if ax == 0 else a for a, ax in zip(args, in_axes)]
+        assert rel(out[i], reference(*one)) <= 1e-5
+    # and its gradient (ragged_wgrad_p batched the same way)
+    loss = lambda *a: jnp.sum(jax.vmap(ragged_dot, in_axes=in_axes)(*a) ** 2)  # noqa: E731
+    ref_loss = lambda *a: sum(  # noqa: E731
+        jnp.sum(ragged_dot(*[x[i] if ax == 0 else x for x, ax in zip(a, in_axes)]) ** 2) for i in range(3))
+    for got, want in zip(jax.grad(loss, argnums=(0, 1))(*args), jax.grad(ref_loss, argnums=(0, 1))(*args)):
+        assert rel(got, want) <= 1e-5
+
+
+def test_bad_input_names_the_shapes():
+    lhs, rhs, bias = inputs(6)
+    sizes = jnp.array(PATTERNS["balanced"], jnp.int32)
+    with pytest.raises(ValueError, match=r"\(1, 53, 24\), \(5, 24, 40\)"):
+        ragged_dot(lhs[None], rhs, sizes)
+    with pytest.raises(ValueError, match="disagree on k or g"):
+        ragged_dot(lhs[:, :20], rhs, sizes)
+    with pytest.raises(ValueError, match="disagree on k or g"):
+        ragged_dot(lhs, rhs, sizes[:4])
+    with pytest.raises(TypeError, match="integers"):
+        ragged_dot(lhs, rhs, sizes.astype(jnp.float32))
+    with pytest.raises(TypeError, match="float64|int32"):
+        ragged_dot(lhs.astype(jnp.int32), rhs, sizes)
+    with pytest.raises(ValueError, match=r"bias of shape \(40,\)"):
+        ragged_dot(lhs, rhs, sizes, bias=bias[0])
+    with pytest.raises(ValueError, match="unknown activation"):
+        ragged_dot(lhs, rhs, sizes, activation="swish_plus")
+
+
+@pytest.mark.skipif(len(jax.devices()) < 2, reason="needs several devices (tests/conftest.py asks for 8)")
+@pytest.mark.parametrize("specs", [("rows", (("x", None), ())), ("experts", ((), ("x",))), ("k", ((None, "x"), (None, "x")))],
+                         ids=lambda s: s[0])
+def test_sharded_jit_auto_mode(specs):
+    """Sharded jit (Auto mode) gives one device's values; rows sharded (data parallel) need no
+    collective. (Explicit mode is not supported yet, as for lax.ragged_dot.)"""
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    name, (lhs_spec, rhs_spec) = specs
+    n = 2 ** int(np.log2(min(len(jax.devices()), 8)))
+    mesh = jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:n])
+    lhs, rhs, _ = inputs(7, m=64)
+    rhs = jnp.concatenate([rhs] * 2)[:8]  # 8 experts: divisible by the mesh
+    sizes = jnp.array([10, 0, 30, 4, 4, 4, 4, 4], jnp.int32)
+    f = jax.jit(lambda l, r: ragged_dot(l, r, sizes), in_shardings=(NamedSharding(mesh, P(*lhs_spec)), NamedSharding(mesh, P(*rhs_spec))))
+    assert rel(f(lhs, rhs), ragged_dot(lhs, rhs, sizes)) <= 1e-5
+    if name == "rows":
+        hlo = f.lower(lhs, rhs).compile().as_text()
+        assert "all-gather" not in hlo and "all-reduce" not in hlo
