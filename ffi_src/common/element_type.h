@@ -7,16 +7,40 @@ namespace jaxgemm {
 
 enum class ElementType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
 
-inline const char* ElementTypeName(ElementType t) {
-  switch (t) {
-    case ElementType::kF32: return "float32";
-    case ElementType::kF16: return "float16";
-    case ElementType::kBF16: return "bfloat16";
+// What the host side knows of each element type, one row per type in the enum's order:
+// adding a type (fp8) is a row here, its device type in common/element_dispatch.cuh and
+// its TMA type in gemm/sm90/tensor_map.cu.
+struct ElementInfo {
+  ElementType type;
+  const char* name;
+  int bytes;
+  // wgmma reads the type from shared memory K-major only: 32-bit (tf32) and 8-bit types;
+  // 16-bit ones in either major (the kernels then transpose MN-major tiles with its bit).
+  bool wgmma_k_major_only;
+};
+inline constexpr ElementInfo kElementInfo[] = {
+    {ElementType::kF32, "float32", 4, true},
+    {ElementType::kF16, "float16", 2, false},
+    {ElementType::kBF16, "bfloat16", 2, false},
+};
+inline constexpr int kElementTypes = static_cast<int>(sizeof(kElementInfo) / sizeof(kElementInfo[0]));
+
+constexpr bool ElementRowsInEnumOrder() {
+  for (int i = 0; i < kElementTypes; ++i) {
+    if (static_cast<int>(kElementInfo[i].type) != i) return false;
   }
-  return "?";
+  return true;
+}
+static_assert(ElementRowsInEnumOrder(), "kElementInfo: one row per ElementType, in the enum's order");
+
+inline const char* ElementTypeName(ElementType t) {
+  const int i = static_cast<int>(t);
+  return i >= 0 && i < kElementTypes ? kElementInfo[i].name : "?";
 }
 
-inline int ElementBytes(ElementType t) { return t == ElementType::kF32 ? 4 : 2; }
+inline int ElementBytes(ElementType t) { return kElementInfo[static_cast<int>(t)].bytes; }
+
+inline bool WgmmaKMajorOnly(ElementType t) { return kElementInfo[static_cast<int>(t)].wgmma_k_major_only; }
 
 // Host-side half conversions (the CPU reference sees raw 16-bit words). Device code
 // uses cuda_fp16.h / cuda_bf16.h instead.

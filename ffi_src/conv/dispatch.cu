@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "common/element_dispatch.cuh"
 #include "conv/implicit_gemm.h"
 #include "conv/launch.h"
 #include "conv/sm90_conv.h"
@@ -92,12 +93,11 @@ cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fami
       // The heuristic's choice: fall back to the sm80 kernel below.
     }
   }
-  using E = ElementType;
-  if (p.in_type == E::kF32 && p.out_type == E::kF32) return LaunchAll<float, float>(p, stream);
-  if (p.in_type == E::kF16 && p.out_type == E::kF16) return LaunchAll<__half, __half>(p, stream);
-  if (p.in_type == E::kF16 && p.out_type == E::kF32) return LaunchAll<__half, float>(p, stream);
-  if (p.in_type == E::kBF16 && p.out_type == E::kBF16) return LaunchAll<__nv_bfloat16, __nv_bfloat16>(p, stream);
-  if (p.in_type == E::kBF16 && p.out_type == E::kF32) return LaunchAll<__nv_bfloat16, float>(p, stream);
+  if (KernelElementPair(p.in_type, p.out_type)) {
+    return WithElementTypes(p.in_type, p.out_type, [&](auto in, auto out) {
+      return LaunchAll<typename decltype(in)::type, typename decltype(out)::type>(p, stream);
+    });
+  }
   *unsupported = std::string("no conv kernel for ") + ElementTypeName(p.in_type) + " inputs with " +
                  ElementTypeName(p.out_type) + " output";
   return cudaErrorInvalidValue;

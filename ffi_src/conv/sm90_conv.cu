@@ -3,8 +3,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
 #include <vector>
 
+#include "common/element_dispatch.cuh"
 #include "conv/implicit_gemm.h"
 #include "conv/sm90_conv_loads.cuh"
 #include "conv/sm90_conv_wgrad_loads.cuh"
@@ -160,16 +162,14 @@ cudaError_t LaunchFprop(const ConvProblem& c, const Sm90ConvFpropLoads& loads, c
                         cudaStream_t stream) {
   // The conv loads do not multicast: the GEMM's cluster schedule becomes its 128 x 256 tile.
   const int tile_n = Sm90NarrowTile(p) ? 64 : ChooseSm90Tile(p, sm_count, false).n;
-  using E = ElementType;
-  if (c.in_type == E::kBF16 && c.out_type == E::kBF16)
-    return LaunchSm90ConvFprop<__nv_bfloat16, __nv_bfloat16>(loads, p, tile_n, sm_count, stream);
-  if (c.in_type == E::kBF16 && c.out_type == E::kF32)
-    return LaunchSm90ConvFprop<__nv_bfloat16, float>(loads, p, tile_n, sm_count, stream);
-  if (c.in_type == E::kF16 && c.out_type == E::kF16)
-    return LaunchSm90ConvFprop<__half, __half>(loads, p, tile_n, sm_count, stream);
-  if (c.in_type == E::kF16 && c.out_type == E::kF32)
-    return LaunchSm90ConvFprop<__half, float>(loads, p, tile_n, sm_count, stream);
-  return cudaErrorInvalidValue;
+  return WithElementTypes(c.in_type, c.out_type, [&](auto in, auto out) {
+    using TIn = typename decltype(in)::type;
+    if constexpr (std::is_same_v<TIn, float>) {
+      return cudaErrorInvalidValue;  // (16-bit only: Sm90ConvSupports)
+    } else {
+      return LaunchSm90ConvFprop<TIn, typename decltype(out)::type>(loads, p, tile_n, sm_count, stream);
+    }
+  });
 }
 
 }  // namespace
@@ -235,9 +235,15 @@ cudaError_t RunSm90ConvWgrad(const ConvProblem& c, int sm_count, cudaStream_t st
   loads.pad_h = int32_t(c.pad_h), loads.pad_w = int32_t(c.pad_w);
   loads.dil_h = int32_t(c.dil_h), loads.dil_w = int32_t(c.dil_w);
   const int tile_n = Sm90NarrowTile(p) ? 64 : 128;
-  if (c.in_type == ElementType::kBF16) return LaunchSm90ConvWgrad<__nv_bfloat16>(loads, p, tile_n, sm_count, stream);
-  if (c.in_type == ElementType::kF16) return LaunchSm90ConvWgrad<__half>(loads, p, tile_n, sm_count, stream);
-  return cudaErrorInvalidValue;
+  // (float32 partial sums, whatever the conv's output)
+  return WithElementTypes(c.in_type, ElementType::kF32, [&](auto in, auto) {
+    using TIn = typename decltype(in)::type;
+    if constexpr (std::is_same_v<TIn, float>) {
+      return cudaErrorInvalidValue;  // (16-bit only: Sm90ConvSupports)
+    } else {
+      return LaunchSm90ConvWgrad<TIn>(loads, p, tile_n, sm_count, stream);
+    }
+  });
 }
 
 }  // namespace jaxgemm

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "common/element_dispatch.cuh"
 #include "gemm/decode_launch.h"
 #include "gemm/simt_launch.h"
 #include "gemm/sm80_launch.h"
@@ -251,14 +252,18 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   // The decode kernel runs only when asked for: so far it is slower than the sm90 kernel's
   // few-row schedules (NOTES.md, session 31).
   if (request.family == F::kDecode) {
-    if (p.in_type == E::kF16 && p.out_type == E::kF16) return LaunchDecodeGemm<__half, __half>(p, sm_count, stream);
-    if (p.in_type == E::kF16 && p.out_type == E::kF32) return LaunchDecodeGemm<__half, float>(p, sm_count, stream);
-    if (p.in_type == E::kBF16 && p.out_type == E::kBF16)
-      return LaunchDecodeGemm<__nv_bfloat16, __nv_bfloat16>(p, sm_count, stream);
-    if (p.in_type == E::kBF16 && p.out_type == E::kF32)
-      return LaunchDecodeGemm<__nv_bfloat16, float>(p, sm_count, stream);
-    *unsupported = "the decode kernel writes the input dtype or float32";
-    return cudaErrorInvalidValue;
+    if (!KernelElementPair(p.in_type, p.out_type)) {
+      *unsupported = "the decode kernel writes the input dtype or float32";
+      return cudaErrorInvalidValue;
+    }
+    return WithElementTypes(p.in_type, p.out_type, [&](auto in, auto out) {
+      using TIn = typename decltype(in)::type;
+      if constexpr (std::is_same_v<TIn, float>) {
+        return cudaErrorInvalidValue;  // (DecodeSupports takes 16-bit inputs only)
+      } else {
+        return LaunchDecodeGemm<TIn, typename decltype(out)::type>(p, sm_count, stream);
+      }
+    });
   }
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
     const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};
@@ -279,12 +284,12 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
       *unsupported = "the 160x128 tile takes A stored (m, k) only";
       return cudaErrorInvalidValue;
     }
-    if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunTensorCore<__half, __half>(p, stream, sm90, tile, sm_count, workspace);
-    if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunTensorCore<__half, float>(p, stream, sm90, tile, sm_count, workspace);
-    if (p.in_type == E::kBF16 && p.out_type == E::kBF16)
-      return RunTensorCore<__nv_bfloat16, __nv_bfloat16>(p, stream, sm90, tile, sm_count, workspace);
-    if (p.in_type == E::kBF16 && p.out_type == E::kF32)
-      return RunTensorCore<__nv_bfloat16, float>(p, stream, sm90, tile, sm_count, workspace);
+    if (p.in_type != E::kF32 && KernelElementPair(p.in_type, p.out_type)) {
+      return WithElementTypes(p.in_type, p.out_type, [&](auto in, auto out) {
+        return RunTensorCore<typename decltype(in)::type, typename decltype(out)::type>(p, stream, sm90, tile,
+                                                                                        sm_count, workspace);
+      });
+    }
   }
   const SimtChoice tile = request.family == F::kSimt && request.tile_m != 0
                               ? SimtChoice{request.tile_m, request.tile_n}
@@ -293,12 +298,11 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
     *unsupported = "no SIMT tile " + std::to_string(tile.bm) + "x" + std::to_string(tile.bn);
     return cudaErrorInvalidValue;
   }
-  if (p.in_type == E::kF32 && p.out_type == E::kF32) return RunSimt<float, float>(p, stream, tile);
-  if (p.in_type == E::kF16 && p.out_type == E::kF16) return RunSimt<__half, __half>(p, stream, tile);
-  if (p.in_type == E::kF16 && p.out_type == E::kF32) return RunSimt<__half, float>(p, stream, tile);
-  if (p.in_type == E::kBF16 && p.out_type == E::kBF16)
-    return RunSimt<__nv_bfloat16, __nv_bfloat16>(p, stream, tile);
-  if (p.in_type == E::kBF16 && p.out_type == E::kF32) return RunSimt<__nv_bfloat16, float>(p, stream, tile);
+  if (KernelElementPair(p.in_type, p.out_type)) {
+    return WithElementTypes(p.in_type, p.out_type, [&](auto in, auto out) {
+      return RunSimt<typename decltype(in)::type, typename decltype(out)::type>(p, stream, tile);
+    });
+  }
   *unsupported = std::string("no kernel for ") + ElementTypeName(p.in_type) + " inputs with " +
                  ElementTypeName(p.out_type) + " output";
   return cudaErrorInvalidValue;

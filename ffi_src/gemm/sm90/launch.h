@@ -53,16 +53,17 @@ inline GemmProblem Sm90Transposed(const GemmProblem& p) {
   return takes ? Sm90Swapped(p) : p;
 }
 
-// Whether tf32 A comes from registers (MN-major A): the cooperative schedules only (one
-// m64 block per consumer; see LaunchSm90Gemm).
-inline bool Sm90RegisterA(const GemmProblem& p) { return p.in_type == ElementType::kF32 && p.trans_a; }
+// Whether A comes from registers: an MN-major A (stored (k, m)) of a type wgmma reads from
+// shared memory K-major only (tf32). The cooperative schedules only (one m64 block per
+// consumer; see LaunchSm90Gemm).
+inline bool Sm90RegisterA(const GemmProblem& p) { return WgmmaKMajorOnly(p.in_type) && p.trans_a; }
 
 // Whether the sm90 kernel takes the problem: 16-bit inputs, or float32 inputs allowed to
-// run as tf32 with B K-major (transposed); TMA-addressable operands: 16-byte row pitches,
-// bases and batch strides, 32-bit coordinates.
+// run as tf32; B K-major (stored (n, k)) for types wgmma reads K-major only;
+// TMA-addressable operands: 16-byte row pitches, bases and batch strides, 32-bit coordinates.
 inline bool Sm90Supports(const GemmProblem& p) {
-  const bool tf32 = p.in_type == ElementType::kF32;
-  if (tf32 && (!p.tf32 || !p.trans_b)) return false;
+  if (p.in_type == ElementType::kF32 && !p.tf32) return false;  // exact float32: SIMT
+  if (WgmmaKMajorOnly(p.in_type) && !p.trans_b) return false;
   const int64_t align = 16 / ElementBytes(p.in_type);  // elements per 16 bytes
   int64_t stride_a, stride_b;
   return p.k > 0 && p.lda % align == 0 && p.ldb % align == 0 &&
