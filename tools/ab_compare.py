@@ -20,6 +20,10 @@ def key(row: dict) -> str:
     return f"{row['name']}{shape} {row.get('dtype', '')}".strip()
 
 
+def geomean(values) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("a")
@@ -32,20 +36,19 @@ def main():
         rows_b = {key(r): r for r in json.load(f)}
     print(f"{'case':<52} {'A ms':>9} {'B ms':>9} {'B/A':>7} {'XLA B/A':>8}")
     ours, drift = [], []
-    for name in rows_a:
+    for name, row_a in rows_a.items():
         if name not in rows_b:
             print(f"{name:<52} only in A")
             continue
-        for part, (ours_a, xla_a) in times(rows_a[name]).items():
+        for part, (ours_a, xla_a) in times(row_a).items():
             ours_b, xla_b = times(rows_b[name])[part]
             ratio, xla_ratio = ours_b / ours_a, xla_b / xla_a
             ours.append(ratio)
             drift.append(xla_ratio)
             flag = "  <-- slower" if ratio - xla_ratio > args.tolerance else ""
             print(f"{(name + part)[:52]:<52} {ours_a:>9.3f} {ours_b:>9.3f} {ratio:>7.3f} {xla_ratio:>8.3f}{flag}")
-    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
     if ours:
-        print(f"geomean B/A: ours {geo(ours):.4f}, XLA {geo(drift):.4f} (B/A > 1: B slower)")
+        print(f"geomean B/A: ours {geomean(ours):.4f}, XLA {geomean(drift):.4f} (B/A > 1: B slower)")
 
 
 if __name__ == "__main__":
