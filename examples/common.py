@@ -1,8 +1,7 @@
 """What train_lm.py and train_cnn.py share: the command line, the training loop (`train`),
 data-parallel placement, the step timer, checkpoints, and the --compare report (a PNG and a
-JSON). Each example keeps its data, its model, its loss and its config.
-
-Nothing here is specific to jaxgemm; the examples' models are where the kernels are used.
+JSON), and the dense layer both models use (`Dense`: jaxgemm.dense or XLA's ops). Each
+example keeps its data, its model, its loss and its config.
 """
 
 from __future__ import annotations
@@ -16,10 +15,13 @@ import statistics
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from tqdm import tqdm
+
+import jaxgemm
 
 # ---------------------------------------------------------------------------------------
 # Command line: the flags both examples take; each adds its data's (and its own) flags.
@@ -51,6 +53,29 @@ def config(args, sizes):
 
 def backends(args):
     return ("jaxgemm", "xla") if args.compare else (args.backend,)
+
+
+# ---------------------------------------------------------------------------------------
+# The dense layer of both models.
+
+# --backend xla's activations: jax.nn's, whose gelu is the tanh form, as jaxgemm's "gelu".
+XLA_ACTIVATIONS = {None: lambda y: y, "relu": jax.nn.relu, "gelu": jax.nn.gelu}
+
+
+class Dense(nnx.Module):
+    """activation(x @ w + b): one fused jaxgemm.dense kernel, or plain XLA ops (--backend
+    xla). Float32 master weights, cast with the input to the compute dtype."""
+
+    def __init__(self, d_in, d_out, *, backend, dtype, rngs, activation=None, std=0.02):
+        self.w = nnx.Param(std * jax.random.normal(rngs.params(), (d_in, d_out)))
+        self.b = nnx.Param(jnp.zeros((d_out,)))
+        self.backend, self.dtype, self.activation = backend, dtype, activation
+
+    def __call__(self, x):
+        x, w, b = x.astype(self.dtype), self.w[...].astype(self.dtype), self.b[...].astype(self.dtype)
+        if self.backend == "jaxgemm":
+            return jaxgemm.dense(x, w, b, activation=self.activation)
+        return XLA_ACTIVATIONS[self.activation](x @ w + b)
 
 
 # ---------------------------------------------------------------------------------------

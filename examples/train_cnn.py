@@ -163,23 +163,6 @@ class Conv(nnx.Module):
         return jax.nn.relu(y + b)
 
 
-class Dense(nnx.Module):
-    """activation(x @ w + b): one fused jaxgemm.dense kernel, or XLA ops."""
-
-    def __init__(self, d_in, d_out, *, backend, dtype, rngs, activation=None):
-        std = math.sqrt((2.0 if activation == "relu" else 1.0) / d_in)
-        self.w = nnx.Param(std * jax.random.normal(rngs.params(), (d_in, d_out)))
-        self.b = nnx.Param(jnp.zeros((d_out,)))
-        self.backend, self.dtype, self.activation = backend, dtype, activation
-
-    def __call__(self, x):
-        x, w, b = x.astype(self.dtype), self.w[...].astype(self.dtype), self.b[...].astype(self.dtype)
-        if self.backend == "jaxgemm":
-            return jaxgemm.dense(x, w, b, activation=self.activation)
-        y = x @ w + b
-        return jax.nn.relu(y) if self.activation == "relu" else y
-
-
 class CNN(nnx.Module):
     """28x28 -> two stages (conv, conv stride 2) -> 7x7 -> hidden dense -> 10 logits."""
 
@@ -188,8 +171,9 @@ class CNN(nnx.Module):
         c1, c2 = cfg.channels
         self.convs = nnx.List([Conv(1, c1, stride=1, **kw), Conv(c1, c1, stride=2, **kw),  # 28 -> 14
                                Conv(c1, c2, stride=1, **kw), Conv(c2, c2, stride=2, **kw)])  # 14 -> 7
-        self.hidden = Dense(7 * 7 * c2, cfg.hidden, activation="relu", **kw)
-        self.out = Dense(cfg.hidden, 10, **kw)
+        d_in = 7 * 7 * c2
+        self.hidden = common.Dense(d_in, cfg.hidden, activation="relu", std=math.sqrt(2 / d_in), **kw)
+        self.out = common.Dense(cfg.hidden, 10, std=math.sqrt(1 / cfg.hidden), **kw)
 
     def __call__(self, x):
         for conv in self.convs:

@@ -57,8 +57,6 @@ import numpy as np
 import optax
 from flax import nnx
 
-import jaxgemm
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
@@ -133,23 +131,6 @@ def get_batch(data, step, batch_size, context, seed):
 # Model
 
 
-class Dense(nnx.Module):
-    """activation(x @ w + b): one fused jaxgemm kernel, or plain XLA ops (--backend xla)."""
-
-    def __init__(self, d_in, d_out, *, backend, dtype, rngs, activation=None, std=0.02):
-        self.w = nnx.Param(std * jax.random.normal(rngs.params(), (d_in, d_out)))
-        self.b = nnx.Param(jnp.zeros((d_out,)))
-        self.backend, self.dtype, self.activation = backend, dtype, activation
-
-    def __call__(self, x):
-        # Mixed precision: operands cast to the compute dtype, float32 master weights.
-        x, w, b = x.astype(self.dtype), self.w[...].astype(self.dtype), self.b[...].astype(self.dtype)
-        if self.backend == "jaxgemm":
-            return jaxgemm.dense(x, w, b, activation=self.activation)
-        y = x @ w + b
-        return jax.nn.gelu(y) if self.activation == "gelu" else y  # jax.nn.gelu is the tanh form
-
-
 class Block(nnx.Module):
     """A pre-LayerNorm transformer block: causal self-attention, then a GELU MLP."""
 
@@ -158,11 +139,11 @@ class Block(nnx.Module):
         out_std = 0.02 / math.sqrt(2 * cfg.n_layers)  # GPT-2: residual branches start small
         self.n_heads = cfg.n_heads
         self.ln1 = nnx.LayerNorm(d, rngs=rngs)
-        self.qkv = Dense(d, 3 * d, **kw)  # q, k and v projections in one GEMM
-        self.proj = Dense(d, d, std=out_std, **kw)
+        self.qkv = common.Dense(d, 3 * d, **kw)  # q, k and v projections in one GEMM
+        self.proj = common.Dense(d, d, std=out_std, **kw)
         self.ln2 = nnx.LayerNorm(d, rngs=rngs)
-        self.fc = Dense(d, 4 * d, activation="gelu", **kw)  # bias + GELU fused in the kernel
-        self.fc_out = Dense(4 * d, d, std=out_std, **kw)
+        self.fc = common.Dense(d, 4 * d, activation="gelu", **kw)  # bias + GELU fused in the kernel
+        self.fc_out = common.Dense(4 * d, d, std=out_std, **kw)
 
     def __call__(self, x):
         b, t, d = x.shape
@@ -179,7 +160,7 @@ class TransformerLM(nnx.Module):
         self.pos = nnx.Param(0.01 * jax.random.normal(rngs.params(), (cfg.context, cfg.d_model)))
         self.blocks = nnx.List([Block(cfg, backend, rngs) for _ in range(cfg.n_layers)])
         self.ln_f = nnx.LayerNorm(cfg.d_model, rngs=rngs)
-        self.head = Dense(cfg.d_model, VOCAB, backend=backend, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
+        self.head = common.Dense(cfg.d_model, VOCAB, backend=backend, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
 
     def __call__(self, tokens):
         x = self.embed(tokens) + self.pos[: tokens.shape[1]]  # float32 residual stream

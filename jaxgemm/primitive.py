@@ -210,14 +210,17 @@ _custom.def_partition(_partition, sharding_rule=_shardy_rule)
 # The declaration.
 
 
-BILINEAR = "bilinear"  # Op.jvp for ops bilinear in their two operands
+# Op.jvp for ops bilinear in their first two operands; any further operands (a grouped
+# GEMM's integer group sizes) are constants of the op, not differentiated.
+BILINEAR = "bilinear"
 
 
 def _bilinear_jvp(op, primals, tangents, **params):
-    x, y = primals
-    dx, dy = (None if type(t) is ad.Zero else t for t in tangents)
-    outs = op.bind(x, y, **params)
-    parts = ([op.bind(dx, y, **params)] if dx is not None else []) + ([op.bind(x, dy, **params)] if dy is not None else [])
+    x, y, *rest = primals
+    dx, dy = (None if type(t) is ad.Zero else t for t in tangents[:2])
+    outs = op.bind(x, y, *rest, **params)
+    parts = ([op.bind(dx, y, *rest, **params)] if dx is not None else []) + (
+        [op.bind(x, dy, *rest, **params)] if dy is not None else [])
     if not parts:
         return outs, [ad.Zero.from_primal_value(o) for o in outs]
     return outs, [functools.reduce(jax.numpy.add, ts) for ts in zip(*parts)]

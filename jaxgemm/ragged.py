@@ -23,7 +23,7 @@ from jax.interpreters import ad
 
 from jaxgemm import activations
 from jaxgemm.gemm import SUPPORTED_DTYPES
-from jaxgemm.primitive import Op, Result, Rule, define
+from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define
 
 # The rows of a group sit anywhere in lhs, so neither the rows nor the groups are split
 # by a sharding (yet): both are gathered; k and n partition as in a GEMM.
@@ -55,16 +55,6 @@ def _swap_kn(w):
     return jnp.swapaxes(w, -1, -2)
 
 
-def _dot_jvp(primals, tangents, **params):
-    lhs, rhs, group_sizes = primals
-    dlhs, drhs, _ = (None if type(t) is ad.Zero else t for t in tangents)
-    (out,) = ragged_dot_op.bind(lhs, rhs, group_sizes, **params)
-    parts = [ragged_dot_op.bind(dlhs, rhs, group_sizes, **params)[0]] if dlhs is not None else []
-    parts += [ragged_dot_op.bind(lhs, drhs, group_sizes, **params)[0]] if drhs is not None else []
-    tangent = sum(parts[1:], parts[0]) if parts else ad.Zero.from_primal_value(out)
-    return [out], [tangent]
-
-
 def _dot_transpose(cts, lhs, rhs, group_sizes, *, out_dtype, precision):
     (ct,) = cts
     if type(ct) is ad.Zero:
@@ -78,29 +68,30 @@ def _dot_transpose(cts, lhs, rhs, group_sizes, *, out_dtype, precision):
     return [None, drhs, None]
 
 
-def _fold_batch(lhs, rhs, group_sizes, dims):
-    """vmap as one wider ragged product: batch b's rows follow batch b - 1's, its groups
-    theirs, and each batch gets one more group of zero weights that takes its rows past
-    sum(group_sizes) (which must stay zero)."""
-    size = next(x.shape[d] for x, d in zip((lhs, rhs, group_sizes), dims) if d is not None)
-    lhs, rhs, group_sizes = (jnp.broadcast_to(x[None], (size, *x.shape)) if d is None else jnp.moveaxis(x, d, 0)
-                             for x, d in zip((lhs, rhs, group_sizes), dims))  # fmt: skip
-    b, m, _ = lhs.shape
+def _fold_batch(args, dims):
+    """vmap as one wider ragged product: the operands with the vmapped axis first (an
+    unbatched one broadcast), batch b's rows after batch b - 1's, and per batch one more
+    group, after its own, that takes its rows past sum(group_sizes) (they must stay zero,
+    or out of the weight gradient). Returns (x, y, group_sizes, batch)."""
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    x, y, group_sizes = (jnp.broadcast_to(a[None], (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
+                         for a, d in zip(args, dims))  # fmt: skip
+    b, m, _ = x.shape
     rest = m - group_sizes.sum(axis=1, keepdims=True)
     group_sizes = jnp.concatenate([group_sizes, rest.astype(group_sizes.dtype)], axis=1).reshape(-1)
-    rhs = jnp.concatenate([rhs, jnp.zeros_like(rhs[:, :1])], axis=1)
-    return lhs.reshape(b * m, -1), rhs.reshape(-1, *rhs.shape[2:]), group_sizes, b
+    return x.reshape(b * m, -1), y, group_sizes, b
 
 
 def _dot_batch(args, dims, **params):
-    lhs, rhs, group_sizes, b = _fold_batch(*args, dims)
-    (out,) = ragged_dot_op.bind(lhs, rhs, group_sizes, **params)
+    lhs, rhs, group_sizes, b = _fold_batch(args, dims)
+    rhs = jnp.concatenate([rhs, jnp.zeros_like(rhs[:, :1])], axis=1)  # the extra groups' zero weights
+    (out,) = ragged_dot_op.bind(lhs, rhs.reshape(-1, *rhs.shape[2:]), group_sizes, **params)
     return [out.reshape(b, -1, out.shape[-1])], [0]
 
 
 ragged_dot_op = define(Op(
     "jaxgemm_ragged_dot", abstract=_dot_abstract, rule=_dot_rule, local=_dot_local, batch=_dot_batch,
-    jvp=_dot_jvp, transpose=_dot_transpose, custom_call=False,
+    jvp=BILINEAR, transpose=_dot_transpose, custom_call=False,
 ))  # fmt: skip
 
 
@@ -125,16 +116,6 @@ def _wgrad_local(lhs, dy, group_sizes, *, out_dtype, groups, precision, platform
                                    preferred_element_type=out_dtype)]  # fmt: skip
 
 
-def _wgrad_jvp(primals, tangents, **params):
-    lhs, dy, group_sizes = primals
-    dlhs, ddy, _ = (None if type(t) is ad.Zero else t for t in tangents)
-    (out,) = ragged_wgrad_op.bind(lhs, dy, group_sizes, **params)
-    parts = [ragged_wgrad_op.bind(dlhs, dy, group_sizes, **params)[0]] if dlhs is not None else []
-    parts += [ragged_wgrad_op.bind(lhs, ddy, group_sizes, **params)[0]] if ddy is not None else []
-    tangent = sum(parts[1:], parts[0]) if parts else ad.Zero.from_primal_value(out)
-    return [out], [tangent]
-
-
 def _wgrad_transpose(cts, lhs, dy, group_sizes, *, out_dtype, groups, precision):
     (ct,) = cts
     if type(ct) is ad.Zero:
@@ -147,23 +128,15 @@ def _wgrad_transpose(cts, lhs, dy, group_sizes, *, out_dtype, groups, precision)
 
 
 def _wgrad_batch(args, dims, *, out_dtype, groups, precision):
-    lhs, dy, group_sizes = args
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    lhs, dy, group_sizes = (jnp.broadcast_to(x[None], (size, *x.shape)) if d is None else jnp.moveaxis(x, d, 0)
-                            for x, d in zip((lhs, dy, group_sizes), dims))  # fmt: skip
-    # Batch b's groups are groups b * (groups + 1) ...: the extra one per batch takes its
-    # rows past the sizes' sum, and is dropped.
-    b, m, _ = lhs.shape
-    rest = m - group_sizes.sum(axis=1, keepdims=True)
-    sizes = jnp.concatenate([group_sizes, rest.astype(group_sizes.dtype)], axis=1).reshape(-1)
-    (dw,) = ragged_wgrad_op.bind(lhs.reshape(b * m, -1), dy.reshape(b * m, -1), sizes, out_dtype=out_dtype,
+    lhs, dy, group_sizes, b = _fold_batch(args, dims)
+    (dw,) = ragged_wgrad_op.bind(lhs, dy.reshape(lhs.shape[0], -1), group_sizes, out_dtype=out_dtype,
                                  groups=b * (groups + 1), precision=precision)  # fmt: skip
-    return [dw.reshape(b, groups + 1, *dw.shape[1:])[:, :groups]], [0]
+    return [dw.reshape(b, groups + 1, *dw.shape[1:])[:, :groups]], [0]  # (without the extra groups)
 
 
 ragged_wgrad_op = define(Op(
     "jaxgemm_ragged_wgrad", abstract=_wgrad_abstract, rule=_wgrad_rule, local=_wgrad_local,
-    batch=_wgrad_batch, jvp=_wgrad_jvp, transpose=_wgrad_transpose, custom_call=False,
+    batch=_wgrad_batch, jvp=BILINEAR, transpose=_wgrad_transpose, custom_call=False,
 ))  # fmt: skip
 
 

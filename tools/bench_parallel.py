@@ -168,11 +168,16 @@ def time_alternating(fns: dict, args, iters: int) -> dict:
     return {name: 1e3 * statistics.median(t) for name, t in samples.items()}
 
 
+def shardings(workload: Workload, specs, n: int):
+    """(in, out) NamedShardings of `workload` on an Auto mesh of the first n devices."""
+    mesh = Mesh(np.array(jax.devices()[:n]), (workload.axis,), axis_types=(AxisType.Auto,))
+    named = lambda tree: jax.tree.map(lambda spec: NamedSharding(mesh, spec), tree)  # noqa: E731
+    return named(specs), named(workload.out_specs(specs))
+
+
 def run_case(name: str, workload: Workload, inputs, specs, n: int, iters: int) -> dict:
     """Compiles, checks and times both backends on a mesh of the first n devices."""
-    mesh = Mesh(np.array(jax.devices()[:n]), (workload.axis,), axis_types=(AxisType.Auto,))
-    in_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs)
-    out_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), workload.out_specs(specs))
+    in_shardings, out_shardings = shardings(workload, specs, n)
     args = jax.device_put(inputs, in_shardings)
     compiled, results, outputs = {}, {}, {}
     for backend in BACKENDS:

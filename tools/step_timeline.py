@@ -16,8 +16,6 @@ import sys
 import tempfile
 
 import jax
-import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_parallel as bp
@@ -115,9 +113,7 @@ def main():
     sizes = bp.SMALL if jax.default_backend() == "cpu" else bp.FULL
     workload = bp.WORKLOADS[args.workload]
     inputs, specs = workload.inputs(sizes, jax.random.key(0))
-    mesh = Mesh(np.array(jax.devices()[: args.devices]), (workload.axis,), axis_types=(AxisType.Auto,))
-    in_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs)
-    out_shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), workload.out_specs(specs))
+    in_shardings, out_shardings = bp.shardings(workload, specs, args.devices)
     step_args = jax.device_put(inputs, in_shardings)
     out_root = args.out or tempfile.mkdtemp(prefix="step_timeline_")
     os.makedirs(out_root, exist_ok=True)
