@@ -34,13 +34,9 @@ SM90_SCHEDULES: tuple[Sm90Schedule, ...] = tuple(
 SM90_PINGPONG_TILES = frozenset(s.tile for s in SM90_SCHEDULES if s.pingpong)
 
 
-def sm90_tiles(dtype, transpose_a: bool = False) -> tuple[tuple[int, int], ...]:
-    """The schedules that can run inputs of `dtype` (float32: as tf32) with A stored as
-    given: a tf32 A stored (k, m) is read from registers, which the pingpong schedules
-    lack; the swapped schedule takes A stored (m, k) only."""
+def sm90_tiles(dtype) -> tuple[tuple[int, int], ...]:
+    """The schedules built for inputs of `dtype` (float32: as tf32). Some take only some
+    layouts (no pingpong for a tf32 A stored (k, m); the swapped one wants A stored (m, k)):
+    a forced one that cannot run its problem is an error."""
     tf32 = jnp.dtype(dtype) == jnp.float32
-    return tuple(
-        s.tile
-        for s in SM90_SCHEDULES
-        if (s.tf32 or not tf32) and not (tf32 and transpose_a and s.pingpong) and not (s.swapped and transpose_a)
-    )
+    return tuple(s.tile for s in SM90_SCHEDULES if s.tf32 or not tf32)
