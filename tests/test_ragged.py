@@ -183,3 +183,30 @@ def test_sharded_jit_auto_mode(specs):
     if name == "rows":
         hlo = f.lower(lhs, rhs).compile().as_text()
         assert "all-gather" not in hlo and "all-reduce" not in hlo
+
+
+@pytest.mark.skipif(len(jax.devices()) < 2, reason="needs several devices (tests/conftest.py asks for 8)")
+def test_shard_map_forward_and_grad():
+    """Token groups per device (rows and their group sizes sharded, experts replicated), as
+    expert routing leaves them: forward and the gradient of the replicated weights (its
+    psum), with shard_map's default checks."""
+    from jax.sharding import AxisType
+    from jax.sharding import PartitionSpec as P
+
+    n = 2 ** int(np.log2(min(len(jax.devices()), 8)))
+    mesh = jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:n])
+    lhs, rhs, _ = inputs(8, m=M * n)
+    sizes = np.array([PATTERNS[name] for name in PATTERNS] * n, np.int32)[:n]
+    shard_map = getattr(jax, "shard_map", None) or __import__("jax.experimental.shard_map", fromlist=["x"]).shard_map
+
+    def local(l, r, s):
+        return ragged_dot(l, r, s[0])
+
+    f = shard_map(local, mesh=mesh, in_specs=(P("x"), P(), P("x")), out_specs=P("x"))
+    out = jax.jit(f)(lhs, rhs, jnp.asarray(sizes))
+    want = np.concatenate([reference(lhs[i * M:(i + 1) * M], rhs, sizes[i]) for i in range(n)])
+    assert rel(out, want) <= 1e-5
+    grad = jax.jit(jax.grad(lambda r: jnp.sum(f(lhs, r, jnp.asarray(sizes)) ** 2)))(rhs)
+    want_grad = sum(jax.grad(lambda r: jnp.sum(sliced(lhs[i * M:(i + 1) * M], r, sizes[i]) ** 2))(rhs)
+                    for i in range(n))  # fmt: skip
+    assert rel(grad, want_grad) <= 1e-5
