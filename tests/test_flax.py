@@ -39,6 +39,14 @@ def KERNEL_INIT(key, shape, dtype=jnp.float32):
     return jax.random.uniform(key, (int(np.prod(shape)),), dtype, -bound, bound).reshape(shape)
 
 
+@pytest.fixture(autouse=True)
+def _exact_float32_references():
+    """The nnx references in exact float32, as jaxgemm's float32 is: on a GPU, XLA's default
+    precision multiplies float32 in tf32 (about 1e-3 off), which no float32 tolerance admits."""
+    with jax.default_matmul_precision("float32"):
+        yield
+
+
 def _act_fn(activation):
     if activation is None or isinstance(activation, str):
         return _REFERENCE_ACT[activation]
