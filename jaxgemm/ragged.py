@@ -9,19 +9,23 @@ are integers, not differentiated) and each the other's transpose partner:
 
 Rows past sum(group_sizes) belong to no group: their outputs are zero.
 
-Their `local` is XLA's own ragged dot on every platform for now (custom_call=False: XLA
-partitions it itself under sharded jit in Auto mode; Explicit mode raises, as for
-lax.ragged_dot); the grouped Hopper kernel is to take its place (issue 51).
+ragged_dot_p also takes rhs stored (g, n, k) (`transpose_rhs`: the input gradient's
+weights, read as they are stored). On a Hopper GPU with 16-bit inputs their `local` is the
+grouped kernel (ffi_src/gemm/sm90/grouped.cuh: group sizes read on the device); elsewhere
+XLA's own ragged dot. custom_call=False: under sharded jit in Auto mode XLA partitions the
+XLA version itself and gathers the operands of the custom call; Explicit mode raises, as
+for lax.ragged_dot.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.interpreters import ad
 
-from jaxgemm import activations
+from jaxgemm import _ffi, activations
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define
 
@@ -36,18 +40,45 @@ def _precision(dtype, precision):
 
 
 # ---------------------------------------------------------------------------------------
+# The grouped Hopper kernel (jaxgemm_ragged_dot): modes of ffi/ragged_handler_cuda.cu.
+
+_ROWS, _ROWS_RHS_T, _CONTRACTION = 0, 1, 2
+_MAX_GROUPS = 1024  # kMaxGroupedGroups (gemm/sm90/grouped.h)
+
+
+def _grouped_kernel_runs(dtype, out_dtype, platform, groups, *dims) -> bool:
+    """Whether the grouped kernel takes this product: a Hopper GPU, 16-bit inputs, an output
+    of their type or float32, at most _MAX_GROUPS groups, dims in whole 16-byte rows."""
+    dtype, out_dtype = jnp.dtype(dtype), jnp.dtype(out_dtype)
+    return (platform == "cuda" and _ffi.WITH_CUDA and _ffi.cuda_compute_capability() == 90
+            and dtype in (jnp.float16, jnp.bfloat16) and out_dtype in (dtype, jnp.float32)
+            and 1 <= groups <= _MAX_GROUPS and all(d % 8 == 0 for d in dims))  # fmt: skip
+
+
+def _grouped_call(mode, lhs, rhs, group_sizes, out_shape, out_dtype):
+    call = jax.ffi.ffi_call("jaxgemm_ragged_dot", jax.ShapeDtypeStruct(out_shape, out_dtype))
+    return call(lhs, rhs, group_sizes, mode=np.int64(mode))
+
+
+# ---------------------------------------------------------------------------------------
 # ragged_dot_p
 
 
-def _dot_abstract(lhs, rhs, group_sizes, *, out_dtype, precision):
-    return [Result((lhs.shape[0], rhs.shape[2]), out_dtype)]
+def _dot_abstract(lhs, rhs, group_sizes, *, out_dtype, precision, transpose_rhs=False):
+    return [Result((lhs.shape[0], rhs.shape[1 if transpose_rhs else 2]), out_dtype)]
 
 
-def _dot_rule(lhs, rhs, group_sizes, **params):
-    return Rule((("m", "k"), ("g", "k", "n"), ("g",)), (("m", "n"),), _REPLICATED)
+def _dot_rule(lhs, rhs, group_sizes, *, transpose_rhs=False, **params):
+    rhs_dims = ("g", "n", "k") if transpose_rhs else ("g", "k", "n")
+    return Rule((("m", "k"), rhs_dims, ("g",)), (("m", "n"),), _REPLICATED)
 
 
-def _dot_local(lhs, rhs, group_sizes, *, out_dtype, precision, platform, axes=None):
+def _dot_local(lhs, rhs, group_sizes, *, out_dtype, precision, platform, transpose_rhs=False, axes=None):
+    out_shape = (lhs.shape[0], rhs.shape[1 if transpose_rhs else 2])
+    if _grouped_kernel_runs(lhs.dtype, out_dtype, platform, rhs.shape[0], lhs.shape[1], out_shape[1]):
+        mode = _ROWS_RHS_T if transpose_rhs else _ROWS
+        return [_grouped_call(mode, lhs, rhs, group_sizes, out_shape, out_dtype)]
+    rhs = _swap_kn(rhs) if transpose_rhs else rhs
     return [lax.ragged_dot(lhs, rhs, group_sizes, precision=precision, preferred_element_type=out_dtype)]
 
 
@@ -55,16 +86,18 @@ def _swap_kn(w):
     return jnp.swapaxes(w, -1, -2)
 
 
-def _dot_transpose(cts, lhs, rhs, group_sizes, *, out_dtype, precision):
+def _dot_transpose(cts, lhs, rhs, group_sizes, *, out_dtype, precision, transpose_rhs=False):
     (ct,) = cts
     if type(ct) is ad.Zero:
         return [None, None, None]
-    if ad.is_undefined_primal(lhs):  # d lhs[rows of j] = ct[rows of j] @ rhs[j]^T
-        dlhs = ragged_dot_op.bind(ct.astype(rhs.dtype), _swap_kn(rhs), group_sizes, out_dtype=lhs.aval.dtype,
-                                  precision=precision)[0]  # fmt: skip
+    if ad.is_undefined_primal(lhs):  # d lhs[rows of j] = ct[rows of j] @ W_j^T, W_j = op(rhs[j])
+        dlhs = ragged_dot_op.bind(ct.astype(rhs.dtype), rhs, group_sizes, out_dtype=lhs.aval.dtype,
+                                  precision=precision, transpose_rhs=not transpose_rhs)[0]  # fmt: skip
         return [dlhs, None, None]
-    drhs = ragged_wgrad_op.bind(lhs, ct.astype(lhs.dtype), group_sizes, out_dtype=rhs.aval.dtype,
-                                groups=rhs.aval.shape[0], precision=precision)[0]  # fmt: skip
+    # d W_j = lhs[rows of j]^T @ ct[rows of j]; stored transposed, ct[rows of j]^T @ lhs[...].
+    x, dy = (ct.astype(lhs.dtype), lhs) if transpose_rhs else (lhs, ct.astype(lhs.dtype))
+    drhs = ragged_wgrad_op.bind(x, dy, group_sizes, out_dtype=rhs.aval.dtype, groups=rhs.aval.shape[0],
+                                precision=precision)[0]  # fmt: skip
     return [None, drhs, None]
 
 
@@ -112,6 +145,9 @@ _RAGGED_CONTRACTING = lax.RaggedDotDimensionNumbers(
 
 
 def _wgrad_local(lhs, dy, group_sizes, *, out_dtype, groups, precision, platform, axes=None):
+    if _grouped_kernel_runs(lhs.dtype, out_dtype, platform, groups, lhs.shape[1], dy.shape[1]):
+        out_shape = (groups, lhs.shape[1], dy.shape[1])
+        return [_grouped_call(_CONTRACTION, lhs, dy, group_sizes, out_shape, out_dtype)]
     return [lax.ragged_dot_general(lhs, dy, group_sizes, _RAGGED_CONTRACTING, precision=precision,
                                    preferred_element_type=out_dtype)]  # fmt: skip
 
@@ -121,8 +157,8 @@ def _wgrad_transpose(cts, lhs, dy, group_sizes, *, out_dtype, groups, precision)
     if type(ct) is ad.Zero:
         return [None, None, None]
     if ad.is_undefined_primal(lhs):  # d lhs[rows of j] = dy[rows of j] @ ct[j]^T
-        return [ragged_dot_op.bind(dy, _swap_kn(ct).astype(dy.dtype), group_sizes, out_dtype=lhs.aval.dtype,
-                                   precision=precision)[0], None, None]  # fmt: skip
+        return [ragged_dot_op.bind(dy, ct.astype(dy.dtype), group_sizes, out_dtype=lhs.aval.dtype,
+                                   precision=precision, transpose_rhs=True)[0], None, None]  # fmt: skip
     return [None, ragged_dot_op.bind(lhs, ct.astype(lhs.dtype), group_sizes, out_dtype=dy.aval.dtype,
                                      precision=precision)[0], None]  # fmt: skip
 
@@ -196,7 +232,9 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
 
     Differentiable in lhs, rhs and bias (forward and reverse mode, any order: unlike
     lax.ragged_dot, grad of grad works), vmap-able, jit-able, partitioned by sharded jit
-    in Auto mode. Today it runs on XLA's own ragged dot (the grouped kernel is to come).
+    in Auto mode. On a Hopper GPU, 16-bit products (k and n multiples of 8, at most 1024
+    groups) run on jaxgemm's grouped kernel, forward and backward; others on XLA's own
+    ragged dot. The bias and activation are applied in JAX, after the product, for now.
     """
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     bias = None if bias is None else jnp.asarray(bias)

@@ -122,6 +122,7 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_bias_act_grad"] = EncapsulateFfiHandler(JaxgemmBiasActGradCuda);
     d["jaxgemm_conv"] = EncapsulateFfiHandler(JaxgemmConvCuda);
     d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCuda);
+    d["jaxgemm_ragged_dot"] = EncapsulateFfiHandler(JaxgemmRaggedDotCuda);
 #endif
     return d;
   });

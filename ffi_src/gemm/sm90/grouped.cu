@@ -1,0 +1,107 @@
+// Host side of the grouped Hopper GEMM (grouped.cuh): the tensor maps, the persistent grid
+// and one kernel instance per (mode, input type, output type).
+#include "gemm/sm90/grouped.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "gemm/dispatch.h"
+#include "gemm/sm90/grouped.cuh"
+#include "gemm/sm90/tensor_map.h"
+
+namespace jaxgemm {
+namespace {
+
+// 128 x 256 tiles, cooperative: the dense kernel's schedule for large products.
+using GroupedPolicy = Sm90Policy<256>;
+
+bool Is16Bit(ElementType t) { return t == ElementType::kBF16 || t == ElementType::kF16; }
+
+template <class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
+cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
+  using P = GroupedPolicy;
+  Sm90GroupedArgs args{};
+  args.group_sizes = p.group_sizes;
+  args.out = p.out;
+  args.m = static_cast<int32_t>(p.m);
+  args.n = static_cast<int32_t>(p.n);
+  args.k = static_cast<int32_t>(p.k);
+  args.groups = static_cast<int32_t>(p.groups);
+  TmaMatrix a{p.lhs, p.in_type, p.k, p.m, p.k};  // lhs (m, k)
+  cudaError_t status = EncodeTmaMap(&args.a, a, kTransA ? 64 : P::kBK, kTransA ? P::kBK : P::kBM);
+  if (status != cudaSuccess) return status;
+  if constexpr (kContraction) {  // rhs (m, n), read in (k = rows, n) boxes of 64-wide blocks
+    TmaMatrix b{p.rhs, p.in_type, p.n, p.m, p.n};
+    status = EncodeTmaMap(&args.b, b, 64, P::kBK);
+  } else {  // rhs (g, k, n), or (g, n, k) for kTransB
+    const int64_t cols = kTransB ? p.k : p.n, rows = kTransB ? p.n : p.k;
+    TmaMatrix b{p.rhs, p.in_type, cols, rows, cols, p.groups, rows * cols};
+    args.b_per_group = p.groups > 1;
+    status = EncodeTmaMap(&args.b, b, kTransB ? P::kBK : 64, kTransB ? P::kBN : P::kBK);
+  }
+  if (status != cudaSuccess) return status;
+
+  using Layout = Sm90GroupedLayout<P>;
+  auto kernel = Sm90GroupedKernel<P, TIn, TOut, kTransA, kTransB, kContraction>;
+  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kSmemBytes);
+  if (status != cudaSuccess) return status;
+  // Items: at most every group's rows in whole tiles (one partial tile per group, and the
+  // rows of no group), by column tiles; or every group's (k, n) tiles.
+  const int64_t tiles_n = (p.n + P::kBN - 1) / P::kBN;
+  const int64_t items = kContraction ? p.groups * ((p.k + P::kBM - 1) / P::kBM) * tiles_n
+                                     : ((p.m + P::kBM - 1) / P::kBM + p.groups + 1) * tiles_n;
+  const int blocks = static_cast<int>(std::min<int64_t>(std::max(CurrentDeviceSmCount(), 1), items));
+  kernel<<<blocks, P::kThreads, Layout::kSmemBytes, stream>>>(args);
+  return cudaGetLastError();
+}
+
+template <class TIn, class TOut>
+cudaError_t LaunchMode(const GroupedProblem& p, cudaStream_t stream) {
+  switch (p.mode) {
+    case GroupedMode::kRows: return Launch<TIn, TOut, false, false, false>(p, stream);
+    case GroupedMode::kRowsRhsT: return Launch<TIn, TOut, false, true, false>(p, stream);
+    case GroupedMode::kContraction: return Launch<TIn, TOut, true, false, true>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <class TIn>
+cudaError_t LaunchOut(const GroupedProblem& p, cudaStream_t stream) {
+  return p.out_type == ElementType::kF32 ? LaunchMode<TIn, float>(p, stream) : LaunchMode<TIn, TIn>(p, stream);
+}
+
+}  // namespace
+
+std::string GroupedUnsupported(const GroupedProblem& p) {
+  if (!Is16Bit(p.in_type)) return "grouped GEMM: inputs must be float16 or bfloat16";
+  if (p.out_type != p.in_type && p.out_type != ElementType::kF32) {
+    return "grouped GEMM: the output must be float32 or the inputs' type";
+  }
+  if (p.groups < 1 || p.groups > kMaxGroupedGroups) {
+    return "grouped GEMM: 1 to " + std::to_string(kMaxGroupedGroups) + " groups, got " + std::to_string(p.groups);
+  }
+  // TMA: row pitches in 16-byte multiples; int32 coordinates and offsets.
+  const int64_t pitch_elems = 16 / ElementBytes(p.in_type);
+  if (p.k % pitch_elems || p.n % pitch_elems) return "grouped GEMM: k and n must be multiples of 8";
+  if (p.m >= INT_MAX || p.k >= INT_MAX || p.n >= INT_MAX || p.groups * p.k * p.n >= (int64_t{1} << 40)) {
+    return "grouped GEMM: dims too large";
+  }
+  if (CurrentDeviceComputeCapability() != 90) return "grouped GEMM: needs an sm_90 GPU (Hopper)";
+  return "";
+}
+
+cudaError_t RunGroupedGemm(const GroupedProblem& p, cudaStream_t stream) {
+  if (!GroupedUnsupported(p).empty()) return cudaErrorInvalidValue;
+  const int64_t out_elems = p.mode == GroupedMode::kContraction ? p.groups * p.k * p.n : p.m * p.n;
+  if (out_elems == 0) return cudaSuccess;
+  if (p.m == 0 || p.k == 0) {  // no products: zeros (and no zero-sized tensor maps)
+    return cudaMemsetAsync(p.out, 0, out_elems * ElementBytes(p.out_type), stream);
+  }
+  if (p.in_type == ElementType::kBF16) return LaunchOut<__nv_bfloat16>(p, stream);
+  return LaunchOut<__half>(p, stream);
+}
+
+}  // namespace jaxgemm

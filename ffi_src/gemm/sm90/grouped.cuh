@@ -1,0 +1,340 @@
+// The grouped (ragged) Hopper GEMM: the cooperative sm90 kernel's roles (a producer thread
+// streaming TMA k-tiles into a ring of stages, two consumer warpgroups multiplying with
+// wgmma) over work items that the groups define, read from device memory by every block.
+//   Row modes (GroupedMode::kRows, kRowsRhsT): an item is a tile of one group's rows of D;
+//   a tile that runs past its group's last row still loads and multiplies those rows (the
+//   next group's), but stores none of them. Rows past the groups form one more group, of
+//   zero k-tiles, whose tiles store zeros.
+//   Contraction mode (kContraction, the weight gradient): an item is a tile of one group's
+//   (k, n) product, its k-loop over the group's rows; the rows of the last k-tile past the
+//   group are zeroed in shared memory before they are multiplied.
+// Stores go from the accumulators straight to global memory, masked by row and column.
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/device_numeric.cuh"
+#include "common/ptx_sm90.cuh"
+#include "gemm/sm90/grouped.h"
+#include "gemm/sm90/mainloop.cuh"
+#include "gemm/sm90/policy.cuh"
+
+namespace jaxgemm {
+
+// Everything a block needs; the tensor maps are A's and B's as the k-loop reads them
+// (row modes: A = lhs (m, k), B = rhs (g, k, n) or (g, n, k); contraction: A = lhs (m, k)
+// read MN-major, B = rhs (m, n)).
+struct Sm90GroupedArgs {
+  CUtensorMap a, b;
+  const int32_t* group_sizes;
+  void* out;
+  int32_t m, n;          // rows of lhs; columns of D
+  int32_t k;             // row modes: the contraction; contraction mode: D's rows per group
+  int32_t groups;
+  bool b_per_group;      // B's map has a group dim (row modes with more than one group)
+};
+
+// One work item, as every role walks them.
+struct Sm90GroupedWork {
+  int32_t group;
+  int32_t row0, row_end;  // D's rows [row0, row_end) of this item (row_end: the group's end)
+  int32_t n0;
+  int32_t k_begin, k_end;  // the contraction's range (row modes: 0, k)
+  int32_t k_tiles;
+};
+
+// The groups' offsets, in shared memory: row_end[g] (g < groups: min(sizes so far, m);
+// g = groups: m, the rows of no group) and, in the row modes, item_end[g], the items of
+// groups 0 .. g together.
+template <class P, bool kContraction>
+struct Sm90GroupTable {
+  static constexpr int kBandRows = 16;  // row tiles per raster band (row modes)
+  int32_t* row_end;
+  int32_t* item_end;
+  int32_t tiles_n, tiles_k;  // contraction: D's row tiles per group
+
+#if defined(JG_SM90_ENABLED)
+  // Called by every thread of the block: fills the table (warp 0 scans 32 groups a step).
+  __device__ __forceinline__ void Build(const Sm90GroupedArgs& args, int32_t* sizes) {
+    tiles_n = (args.n + P::kBN - 1) / P::kBN;
+    tiles_k = (args.k + P::kBM - 1) / P::kBM;
+    for (int g = threadIdx.x; g < args.groups; g += blockDim.x) sizes[g] = max(args.group_sizes[g], 0);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      const int lane = threadIdx.x;
+      int64_t rows_before = 0;
+      int32_t end_before = 0, items_before = 0;
+      for (int base = 0; base <= args.groups; base += 32) {
+        const int g = base + lane;
+        int64_t rows = g < args.groups ? sizes[g] : 0;
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+          const int64_t up = __shfl_up_sync(0xffffffffu, rows, d);
+          if (lane >= d) rows += up;
+        }
+        rows += rows_before;
+        const int32_t end = g >= args.groups ? args.m : static_cast<int32_t>(rows < args.m ? rows : int64_t{args.m});
+        int32_t begin = __shfl_up_sync(0xffffffffu, end, 1);
+        if (lane == 0) begin = end_before;
+        int32_t items = 0;
+        if (!kContraction && g <= args.groups) items = (end - begin + P::kBM - 1) / P::kBM * tiles_n;
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+          const int32_t up = __shfl_up_sync(0xffffffffu, items, d);
+          if (lane >= d) items += up;
+        }
+        items += items_before;
+        if (g <= args.groups) {
+          row_end[g] = end;
+          if (!kContraction) item_end[g] = items;
+        }
+        rows_before = __shfl_sync(0xffffffffu, rows, 31);
+        end_before = __shfl_sync(0xffffffffu, end, 31);
+        items_before = __shfl_sync(0xffffffffu, items, 31);
+      }
+    }
+    __syncthreads();
+  }
+
+  __device__ __forceinline__ int32_t Items(const Sm90GroupedArgs& args) const {
+    return kContraction ? args.groups * tiles_k * tiles_n : item_end[args.groups];
+  }
+
+  __device__ __forceinline__ int32_t RowBegin(int g) const { return g == 0 ? 0 : row_end[g - 1]; }
+
+  __device__ __forceinline__ Sm90GroupedWork Get(const Sm90GroupedArgs& args, int32_t t) const {
+    Sm90GroupedWork w;
+    if constexpr (kContraction) {
+      const int32_t per_group = tiles_k * tiles_n, local = t % per_group;
+      w.group = t / per_group;
+      w.row0 = local % tiles_k * P::kBM;  // rows of the group's (k, n) slab
+      w.row_end = args.k;
+      w.n0 = local / tiles_k * P::kBN;
+      w.k_begin = RowBegin(w.group);
+      w.k_end = row_end[w.group];
+      w.k_tiles = (w.k_end - w.k_begin + P::kBK - 1) / P::kBK;
+      return w;
+    }
+    // The group: the first whose items end past t (groups + 1 entries, the last the rows
+    // of no group).
+    int lo = 0, hi = args.groups;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (item_end[mid] > t) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    w.group = lo;
+    const int32_t begin = RowBegin(lo), local = t - (lo == 0 ? 0 : item_end[lo - 1]);
+    const int32_t tiles_m = (row_end[lo] - begin + P::kBM - 1) / P::kBM;
+    // Bands of kBandRows row tiles, each walked column by column: the items resident at
+    // once share their A rows and B columns in L2.
+    const int32_t band = local / (kBandRows * tiles_n), in_band = local - band * kBandRows * tiles_n;
+    const int32_t height = min(kBandRows, tiles_m - band * kBandRows);
+    w.row0 = begin + (band * kBandRows + in_band % height) * P::kBM;
+    w.row_end = row_end[lo];
+    w.n0 = in_band / height * P::kBN;
+    w.k_begin = 0;
+    w.k_end = args.k;
+    w.k_tiles = lo < args.groups ? (args.k + P::kBK - 1) / P::kBK : 0;
+    return w;
+  }
+#endif
+};
+
+#if defined(JG_SM90_ENABLED)
+
+// The producer thread: every item's k-tiles into the ring.
+template <class P, bool kTransA, bool kTransB, bool kContraction>
+__device__ __forceinline__ void Sm90GroupedProduce(const Sm90GroupedArgs& args,
+                                                   const Sm90GroupTable<P, kContraction>& table,
+                                                   unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
+                                                   uint64_t* empty) {
+  Sm90ProducerRing<P> ring(full, empty);
+  const int32_t items = table.Items(args);
+  for (int32_t t = blockIdx.x; t < items; t += gridDim.x) {
+    const Sm90GroupedWork w = table.Get(args, t);
+    for (int kt = 0; kt < w.k_tiles; ++kt) {
+      uint64_t* const bar = ring.Acquire(P::kStageBytes);  // out-of-bounds parts count, as zeros
+      const int k0 = w.k_begin + kt * P::kBK;
+      unsigned char* sa = tiles_a + ring.stage * P::kTileABytes;
+      unsigned char* sb = tiles_b + ring.stage * P::kTileBBytes;
+      if constexpr (!kTransA) {  // lhs rows: one box of kBM rows
+        TmaLoad2d(sa, &args.a, bar, k0, w.row0);
+      } else {  // lhs read (k, m): 64-wide blocks of D's rows
+#pragma unroll
+        for (int j = 0; j < P::kBM / 64; ++j) TmaLoad2d(sa + j * P::kMnBlockTileBytes, &args.a, bar, w.row0 + 64 * j, k0);
+      }
+      auto load_b = [&](void* dst, int c0, int c1) {
+        if (args.b_per_group) {
+          TmaLoad3d(dst, &args.b, bar, c0, c1, w.group);
+        } else {
+          TmaLoad2d(dst, &args.b, bar, c0, c1);
+        }
+      };
+      if constexpr (kTransB) {  // rhs (g, n, k): a box of kBN rows
+        load_b(sb, k0, w.n0);
+      } else {  // (k, n) rows: 64-wide n blocks
+#pragma unroll
+        for (int j = 0; j < P::kBN / 64; ++j) load_b(sb + j * P::kMnBlockBytes, w.n0 + 64 * j, k0);
+      }
+      ring.Advance();
+    }
+  }
+}
+
+// Rows [valid, kBK) of this consumer's 64-wide block of an MN-major A stage to zero (rows
+// are whole 128-byte lines, which the swizzle only permutes within), made visible to
+// wgmma before any of the warpgroup's threads multiplies.
+template <class P>
+__device__ __forceinline__ void Sm90ZeroRowsPast(unsigned char* block, int valid, int wg) {
+  const int tid = threadIdx.x % 128;
+  for (int i = valid * 8 + tid; i < P::kBK * 8; i += 128) {
+    reinterpret_cast<uint4*>(block)[i] = make_uint4(0, 0, 0, 0);
+  }
+  FenceProxyAsyncShared();
+  NamedBarrierSync(1 + wg, 128);
+}
+
+// Two adjacent outputs: one vector store where `vector` (an even row pitch), else one or two
+// scalar ones (`second`: the pair's second column is inside D).
+template <class TOut>
+__device__ __forceinline__ void Sm90StorePair(TOut* dst, float x, float y, bool vector, bool second) {
+  if (vector) {
+    if constexpr (sizeof(TOut) == 4) {
+      *reinterpret_cast<float2*>(dst) = make_float2(x, y);
+    } else {
+      *reinterpret_cast<uint32_t*>(dst) = PackPair<TOut>(x, y);
+    }
+    return;
+  }
+  dst[0] = FromFloat<TOut>(x);
+  if (second) dst[1] = FromFloat<TOut>(y);
+}
+
+// Consumer warpgroup wg: rows [64 wg, 64 wg + 64) of every item's tile.
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
+__device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
+                                                   const Sm90GroupTable<P, kContraction>& table, int wg,
+                                                   unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
+                                                   uint64_t* empty) {
+  // The descriptors of kernel.cuh's Sm90Consume (K-major steps 32 B, MN-major two 8-row groups).
+  constexpr uint32_t kStepA = kTransA ? 2048 : 32, kStepB = kTransB ? 32 : 2048;
+  constexpr uint32_t kLeadA = kTransA ? P::kMnBlockBytes : 16, kLeadB = kTransB ? 16 : P::kMnBlockBytes;
+  const int first_row = 64 * wg, lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  unsigned char* own_a = tiles_a + first_row * P::kRowBytes;
+  const uint32_t desc_a0 = uint32_t(SmemDescriptorSw128(SharedAddress(own_a), kLeadA, 1024));
+  const uint32_t desc_b0 = uint32_t(SmemDescriptorSw128(SharedAddress(tiles_b), kLeadB, 1024));
+  constexpr uint32_t kDescHi = uint32_t(SmemDescriptorSw128(0, 0, 1024) >> 32);
+  auto descriptor = [](uint32_t lo) { return (uint64_t(kDescHi) << 32) | lo; };
+  int stage = 0;
+  uint32_t phase = 0;
+  float acc[P::kBN / 2];
+  const int32_t items = table.Items(args);
+  for (int32_t t = blockIdx.x; t < items; t += gridDim.x) {
+    const Sm90GroupedWork w = table.Get(args, t);
+    if (w.k_tiles == 0) {
+#pragma unroll
+      for (int j = 0; j < P::kBN / 2; ++j) acc[j] = 0.f;
+    }
+    int previous = -1;
+    for (int kt = 0; kt < w.k_tiles; ++kt) {
+      MbarrierWait(&full[stage], phase);
+      if constexpr (kContraction) {
+        const int valid = w.k_end - (w.k_begin + kt * P::kBK);
+        if (valid < P::kBK) Sm90ZeroRowsPast<P>(own_a + stage * P::kTileABytes, valid, wg);
+      }
+      const uint32_t desc_a = desc_a0 + stage * (P::kTileABytes / 16);
+      const uint32_t desc_b = desc_b0 + stage * (P::kTileBBytes / 16);
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < P::kKSteps; ++kk) {
+        Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc, descriptor(desc_a + kk * kStepA / 16),
+                                              descriptor(desc_b + kk * kStepB / 16), (kt | kk) != 0);
+      }
+      WgmmaCommitGroup();
+      WgmmaWaitGroup<1>();  // the previous k-tile's wgmmas are done: its stage is free
+      if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
+      previous = stage;
+      if (++stage == P::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    WgmmaWaitGroup<0>();
+    if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
+
+    // acc[4 j + 2 h + e]: row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e.
+    TOut* out = static_cast<TOut*>(args.out);
+    if constexpr (kContraction) out += int64_t{w.group} * args.k * args.n;
+    const bool pairs = args.n % 2 == 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t row = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
+      if (row >= w.row_end) continue;
+      TOut* out_row = out + int64_t{row} * args.n;
+#pragma unroll
+      for (int j = 0; j < P::kBN / 8; ++j) {
+        const int32_t col = w.n0 + 8 * j + 2 * (lane % 4);
+        if (col < args.n) {
+          Sm90StorePair<TOut>(out_row + col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], pairs, col + 1 < args.n);
+        }
+      }
+    }
+  }
+}
+
+#endif  // JG_SM90_ENABLED
+
+template <class P>
+struct Sm90GroupedLayout {
+  static constexpr int kTableBytes = 2 * (kMaxGroupedGroups + 1) * 4 + kMaxGroupedGroups * 4;
+  static constexpr int kBarrierBytes = 2 * P::kStages * 8;
+  static constexpr int kSmemBytes = P::kStages * P::kStageBytes + kBarrierBytes + kTableBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
+};
+
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
+__global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid_constant__ Sm90GroupedArgs args) {
+#if defined(JG_SM90_ENABLED)
+  static_assert(!P::kPingpong && P::kClusterM == 1 && P::kConsumers == 2 && !P::kSwapped,
+                "grouped: the cooperative two-consumer schedule, one block per cluster");
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(tiles_b + P::kStages * P::kTileBBytes);
+  uint64_t* empty = full + P::kStages;
+  int32_t* row_end = reinterpret_cast<int32_t*>(empty + P::kStages);
+  int32_t* item_end = row_end + kMaxGroupedGroups + 1;
+  int32_t* sizes = item_end + kMaxGroupedGroups + 1;
+
+  if (threadIdx.x == 0) {
+    PrefetchTensorMap(&args.a);
+    PrefetchTensorMap(&args.b);
+    for (int s = 0; s < P::kStages; ++s) {
+      MbarrierInit(&full[s], 1);
+      MbarrierInit(&empty[s], 4 * P::kConsumers);  // one arrival per consumer warp
+    }
+    FenceMbarrierInit();
+  }
+  Sm90GroupTable<P, kContraction> table{row_end, item_end, 0, 0};
+  table.Build(args, sizes);  // (its __syncthreads also publishes the barriers)
+
+  if (threadIdx.x < 128) {
+    SetMaxRegistersDecrease<P::kProducerRegisters>();
+    if (threadIdx.x == 0) Sm90GroupedProduce<P, kTransA, kTransB, kContraction>(args, table, tiles_a, tiles_b, full, empty);
+  } else {
+    SetMaxRegistersIncrease<P::kConsumerRegisters>();
+    Sm90GroupedConsume<P, TIn, TOut, kTransA, kTransB, kContraction>(args, table, threadIdx.x / 128 - 1, tiles_a,
+                                                                      tiles_b, full, empty);
+  }
+#endif
+}
+
+}  // namespace jaxgemm
