@@ -240,6 +240,8 @@ class Op:
     # local runs an FFI call: partition it from the rule (on a CPU with JAXGEMM_CPU unset
     # local is XLA's own ops, which XLA partitions itself)
     custom_call: bool = True
+    # partition from the rule on a CPU too (XLA's ops in local cannot type Explicit mode)
+    rule_on_cpu: bool = False
     primitive: Primitive = dataclasses.field(default=None, init=False)
 
     def bind(self, *args, **params) -> list:
@@ -268,7 +270,7 @@ def define(op: Op) -> Op:
     prim.def_abstract_eval(abstract_eval)
 
     def lowering(ctx, *args, platform, **params):
-        if op.custom_call and not xla_cpu.enabled(platform):
+        if op.custom_call and (op.rule_on_cpu or not xla_cpu.enabled(platform)):
             static = _Static(op, platform, tuple(sorted(params.items())), op.rule(*ctx.avals_in, **params))
             fun = functools.partial(_call_partitioned, static=static)
         else:

@@ -12,9 +12,13 @@ Rows past sum(group_sizes) belong to no group: their outputs are zero.
 ragged_dot_p also takes rhs stored (g, n, k) (`transpose_rhs`: the input gradient's
 weights, read as they are stored). On a Hopper GPU with 16-bit inputs their `local` is the
 grouped kernel (ffi_src/gemm/sm90/grouped.cuh: group sizes read on the device); elsewhere
-XLA's own ragged dot. custom_call=False: under sharded jit in Auto mode XLA partitions the
-XLA version itself and gathers the operands of the custom call; Explicit mode raises, as
-for lax.ragged_dot.
+XLA's own ragged dot.
+
+Sharding (the rule): rows (m) split as in data parallelism, each device taking its rows'
+share of every group (`_local_sizes`): no collective in the product, an all-reduce of the
+weight gradient's partial sums; k and n split as in a GEMM. The experts (g) are gathered:
+tokens would have to move to their experts' devices (an all-to-all), which a shard_map
+over the routing does.
 """
 
 from __future__ import annotations
@@ -24,14 +28,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.interpreters import ad
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxgemm import _ffi, activations
 from jaxgemm.gemm import SUPPORTED_DTYPES
-from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define
+from jaxgemm._compat import cotangent_sharding, explicit_sharding
+from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define, psum_over
 
-# The rows of a group sit anywhere in lhs, so neither the rows nor the groups are split
-# by a sharding (yet): both are gathered; k and n partition as in a GEMM.
-_REPLICATED = frozenset({"m", "g"})
+_REPLICATED = frozenset({"g"})
 
 
 def _precision(dtype, precision):
@@ -60,11 +65,35 @@ def _grouped_call(mode, lhs, rhs, group_sizes, out_shape, out_dtype):
     return call(lhs, rhs, group_sizes, mode=np.int64(mode))
 
 
+def _local_sizes(group_sizes, rows, axes):
+    """The group sizes of this device's `rows` rows where m is split over the mesh axes
+    axes["m"] (device i holds rows [i rows, (i + 1) rows)): each group's rows clipped to them."""
+    names = axes.get("m", ())
+    if not names:
+        return group_sizes
+    first = lax.axis_index(names) * rows
+    ends = jnp.cumsum(group_sizes)
+    clip = lambda r: jnp.clip(r - first, 0, rows)  # noqa: E731
+    return (clip(ends) - clip(ends - group_sizes)).astype(group_sizes.dtype)
+
+
+def _xla_out_sharding(x, y, dims):
+    """For XLA's ragged dot traced on Explicit-typed operands (custom_partitioning traces
+    local whole, on the global types), which cannot infer its result's sharding: the entries
+    of x's and y's dims named by `dims` ((operand, dim) pairs, None: unsplit); else None."""
+    sharding = explicit_sharding(jax.typeof(x)) or explicit_sharding(jax.typeof(y))
+    if sharding is None:
+        return None
+    specs = [tuple(explicit_sharding(jax.typeof(a)).spec) if explicit_sharding(jax.typeof(a)) else () for a in (x, y)]
+    entry = lambda o, d: specs[o][d] if d < len(specs[o]) else None  # noqa: E731
+    return NamedSharding(sharding.mesh, P(*(None if pair is None else entry(*pair) for pair in dims)))
+
+
 # ---------------------------------------------------------------------------------------
 # ragged_dot_p
 
 
-def _dot_abstract(lhs, rhs, group_sizes, *, out_dtype, precision, transpose_rhs=False):
+def _dot_abstract(lhs, rhs, group_sizes, *, out_dtype, precision, transpose_rhs=False, out_sharding=None):
     return [Result((lhs.shape[0], rhs.shape[1 if transpose_rhs else 2]), out_dtype)]
 
 
@@ -73,31 +102,39 @@ def _dot_rule(lhs, rhs, group_sizes, *, transpose_rhs=False, **params):
     return Rule((("m", "k"), rhs_dims, ("g",)), (("m", "n"),), _REPLICATED)
 
 
-def _dot_local(lhs, rhs, group_sizes, *, out_dtype, precision, platform, transpose_rhs=False, axes=None):
+def _dot_local(lhs, rhs, group_sizes, *, out_dtype, precision, platform, transpose_rhs=False, out_sharding=None,
+               axes=None):  # fmt: skip
+    axes = axes or {}
+    group_sizes = _local_sizes(group_sizes, lhs.shape[0], axes)
     out_shape = (lhs.shape[0], rhs.shape[1 if transpose_rhs else 2])
     if _grouped_kernel_runs(lhs.dtype, out_dtype, platform, rhs.shape[0], lhs.shape[1], out_shape[1]):
         mode = _ROWS_RHS_T if transpose_rhs else _ROWS
-        return [_grouped_call(mode, lhs, rhs, group_sizes, out_shape, out_dtype)]
-    rhs = _swap_kn(rhs) if transpose_rhs else rhs
-    return [lax.ragged_dot(lhs, rhs, group_sizes, precision=precision, preferred_element_type=out_dtype)]
+        out = _grouped_call(mode, lhs, rhs, group_sizes, out_shape, out_dtype)
+    else:
+        rhs = _swap_kn(rhs) if transpose_rhs else rhs
+        out_spec = _xla_out_sharding(lhs, rhs, [(0, 0), (1, 2)])
+        out = lax.ragged_dot(lhs, rhs, group_sizes, precision=precision, preferred_element_type=out_dtype,
+                             out_sharding=out_spec)  # fmt: skip
+    return [psum_over(out, axes, ("k",), ("m", "n"))]
 
 
 def _swap_kn(w):
     return jnp.swapaxes(w, -1, -2)
 
 
-def _dot_transpose(cts, lhs, rhs, group_sizes, *, out_dtype, precision, transpose_rhs=False):
+def _dot_transpose(cts, lhs, rhs, group_sizes, *, out_dtype, precision, transpose_rhs=False, out_sharding=None):
     (ct,) = cts
     if type(ct) is ad.Zero:
         return [None, None, None]
     if ad.is_undefined_primal(lhs):  # d lhs[rows of j] = ct[rows of j] @ W_j^T, W_j = op(rhs[j])
         dlhs = ragged_dot_op.bind(ct.astype(rhs.dtype), rhs, group_sizes, out_dtype=lhs.aval.dtype,
-                                  precision=precision, transpose_rhs=not transpose_rhs)[0]  # fmt: skip
+                                  precision=precision, transpose_rhs=not transpose_rhs,
+                                  out_sharding=cotangent_sharding(lhs.aval, ct))[0]  # fmt: skip
         return [dlhs, None, None]
     # d W_j = lhs[rows of j]^T @ ct[rows of j]; stored transposed, ct[rows of j]^T @ lhs[...].
     x, dy = (ct.astype(lhs.dtype), lhs) if transpose_rhs else (lhs, ct.astype(lhs.dtype))
     drhs = ragged_wgrad_op.bind(x, dy, group_sizes, out_dtype=rhs.aval.dtype, groups=rhs.aval.shape[0],
-                                precision=precision)[0]  # fmt: skip
+                                precision=precision, out_sharding=cotangent_sharding(rhs.aval, ct))[0]  # fmt: skip
     return [None, drhs, None]
 
 
@@ -115,7 +152,7 @@ def _fold_batch(args, dims):
     return x.reshape(b * m, -1), y, group_sizes, b
 
 
-def _dot_batch(args, dims, **params):
+def _dot_batch(args, dims, out_sharding=None, **params):
     lhs, rhs, group_sizes, b = _fold_batch(args, dims)
     rhs = jnp.concatenate([rhs, jnp.zeros_like(rhs[:, :1])], axis=1)  # the extra groups' zero weights
     (out,) = ragged_dot_op.bind(lhs, rhs.reshape(-1, *rhs.shape[2:]), group_sizes, **params)
@@ -124,7 +161,7 @@ def _dot_batch(args, dims, **params):
 
 ragged_dot_op = define(Op(
     "jaxgemm_ragged_dot", abstract=_dot_abstract, rule=_dot_rule, local=_dot_local, batch=_dot_batch,
-    jvp=BILINEAR, transpose=_dot_transpose, custom_call=False,
+    jvp=BILINEAR, transpose=_dot_transpose, rule_on_cpu=True,
 ))  # fmt: skip
 
 
@@ -132,7 +169,7 @@ ragged_dot_op = define(Op(
 # ragged_wgrad_p
 
 
-def _wgrad_abstract(lhs, dy, group_sizes, *, out_dtype, groups, precision):
+def _wgrad_abstract(lhs, dy, group_sizes, *, out_dtype, groups, precision, out_sharding=None):
     return [Result((groups, lhs.shape[1], dy.shape[1]), out_dtype)]
 
 
@@ -144,26 +181,33 @@ _RAGGED_CONTRACTING = lax.RaggedDotDimensionNumbers(
     dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0], rhs_group_dimensions=[])
 
 
-def _wgrad_local(lhs, dy, group_sizes, *, out_dtype, groups, precision, platform, axes=None):
+def _wgrad_local(lhs, dy, group_sizes, *, out_dtype, groups, precision, platform, out_sharding=None, axes=None):
+    axes = axes or {}
+    group_sizes = _local_sizes(group_sizes, lhs.shape[0], axes)
     if _grouped_kernel_runs(lhs.dtype, out_dtype, platform, groups, lhs.shape[1], dy.shape[1]):
         out_shape = (groups, lhs.shape[1], dy.shape[1])
-        return [_grouped_call(_CONTRACTION, lhs, dy, group_sizes, out_shape, out_dtype)]
-    return [lax.ragged_dot_general(lhs, dy, group_sizes, _RAGGED_CONTRACTING, precision=precision,
-                                   preferred_element_type=out_dtype)]  # fmt: skip
+        dw = _grouped_call(_CONTRACTION, lhs, dy, group_sizes, out_shape, out_dtype)
+    else:
+        out_spec = _xla_out_sharding(lhs, dy, [None, (0, 1), (1, 1)])
+        dw = lax.ragged_dot_general(lhs, dy, group_sizes, _RAGGED_CONTRACTING, precision=precision,
+                                    preferred_element_type=out_dtype, out_sharding=out_spec)  # fmt: skip
+    return [psum_over(dw, axes, ("m",), ("g", "k", "n"))]
 
 
-def _wgrad_transpose(cts, lhs, dy, group_sizes, *, out_dtype, groups, precision):
+def _wgrad_transpose(cts, lhs, dy, group_sizes, *, out_dtype, groups, precision, out_sharding=None):
     (ct,) = cts
     if type(ct) is ad.Zero:
         return [None, None, None]
     if ad.is_undefined_primal(lhs):  # d lhs[rows of j] = dy[rows of j] @ ct[j]^T
         return [ragged_dot_op.bind(dy, ct.astype(dy.dtype), group_sizes, out_dtype=lhs.aval.dtype,
-                                   precision=precision, transpose_rhs=True)[0], None, None]  # fmt: skip
+                                   precision=precision, transpose_rhs=True,
+                                   out_sharding=cotangent_sharding(lhs.aval, ct))[0], None, None]  # fmt: skip
     return [None, ragged_dot_op.bind(lhs, ct.astype(lhs.dtype), group_sizes, out_dtype=dy.aval.dtype,
-                                     precision=precision)[0], None]  # fmt: skip
+                                     precision=precision, out_sharding=cotangent_sharding(dy.aval, ct))[0],
+            None]  # fmt: skip
 
 
-def _wgrad_batch(args, dims, *, out_dtype, groups, precision):
+def _wgrad_batch(args, dims, *, out_dtype, groups, precision, out_sharding=None):
     lhs, dy, group_sizes, b = _fold_batch(args, dims)
     (dw,) = ragged_wgrad_op.bind(lhs, dy.reshape(lhs.shape[0], -1), group_sizes, out_dtype=out_dtype,
                                  groups=b * (groups + 1), precision=precision)  # fmt: skip
@@ -172,7 +216,7 @@ def _wgrad_batch(args, dims, *, out_dtype, groups, precision):
 
 ragged_wgrad_op = define(Op(
     "jaxgemm_ragged_wgrad", abstract=_wgrad_abstract, rule=_wgrad_rule, local=_wgrad_local,
-    batch=_wgrad_batch, jvp=BILINEAR, transpose=_wgrad_transpose, custom_call=False,
+    batch=_wgrad_batch, jvp=BILINEAR, transpose=_wgrad_transpose, rule_on_cpu=True,
 ))  # fmt: skip
 
 

@@ -163,26 +163,78 @@ def test_bad_input_names_the_shapes():
         ragged_dot(lhs, rhs, sizes, activation="swish_plus")
 
 
-@pytest.mark.skipif(len(jax.devices()) < 2, reason="needs several devices (tests/conftest.py asks for 8)")
-@pytest.mark.parametrize("specs", [("rows", (("x", None), ())), ("experts", ((), ("x",))), ("k", ((None, "x"), (None, "x")))],
-                         ids=lambda s: s[0])
-def test_sharded_jit_auto_mode(specs):
-    """Sharded jit (Auto mode) gives one device's values; rows sharded (data parallel) need no
-    collective. (Explicit mode is not supported yet, as for lax.ragged_dot.)"""
+def collectives(hlo: str) -> dict:
+    return {op: hlo.count(f" {op}(") + hlo.count(f" {op}-start(") for op in ("all-gather", "all-reduce", "reduce-scatter")}
+
+
+SHARDED = [  # (name, lhs spec, rhs spec, collectives of the forward, of the gradients of lhs and rhs)
+    ("rows", ("x", None), (), {}, {"all-reduce": 1}),  # the weight gradient's partial sums
+    ("rows_2d_mesh", (("x", "y"), None), (), {}, {"all-reduce": 1}),
+    ("k", (None, "x"), (None, "x"), {"all-reduce": 1}, {}),
+    ("n", (), (None, None, "x"), {}, {"all-reduce": 1}),  # d lhs sums over the split n
+    ("experts", (), ("x",), None, None),  # gathered: values only
+]
+
+
+def _mesh(axis_type, two_d=False):
+    from jax.sharding import AxisType
+
+    n = 2 ** int(np.log2(min(len(jax.devices()), 8)))
+    shape, names = ((2, n // 2), ("x", "y")) if two_d else ((n,), ("x",))
+    return jax.make_mesh(shape, names, axis_types=(axis_type,) * len(shape), devices=jax.devices()[:n])
+
+
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs several devices (tests/conftest.py asks for 8)")
+@pytest.mark.parametrize("case", SHARDED, ids=lambda c: c[0])
+def test_sharded_jit_auto_mode(case):
+    """Sharded jit (Auto mode): one device's values and gradients, with the collectives the
+    rule implies and no others (rows split: none in the product; the weight gradient's
+    partial sums all-reduced)."""
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    name, (lhs_spec, rhs_spec) = specs
-    n = 2 ** int(np.log2(min(len(jax.devices()), 8)))
-    mesh = jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:n])
+    name, lhs_spec, rhs_spec, fwd_collectives, grad_collectives = case
+    mesh = _mesh(AxisType.Auto, two_d=name == "rows_2d_mesh")
     lhs, rhs, _ = inputs(7, m=64)
     rhs = jnp.concatenate([rhs] * 2)[:8]  # 8 experts: divisible by the mesh
-    sizes = jnp.array([10, 0, 30, 4, 4, 4, 4, 4], jnp.int32)
-    f = jax.jit(lambda l, r: ragged_dot(l, r, sizes), in_shardings=(NamedSharding(mesh, P(*lhs_spec)), NamedSharding(mesh, P(*rhs_spec))))
-    assert rel(f(lhs, rhs), ragged_dot(lhs, rhs, sizes)) <= 1e-5
-    if name == "rows":
-        hlo = f.lower(lhs, rhs).compile().as_text()
-        assert "all-gather" not in hlo and "all-reduce" not in hlo
+    sizes = jnp.array([10, 0, 30, 4, 4, 4, 4, 4], jnp.int32)  # groups cut across the row shards
+    shardings = (NamedSharding(mesh, P(*lhs_spec)), NamedSharding(mesh, P(*rhs_spec)))
+    loss = lambda l, r: jnp.sum(jnp.sin(ragged_dot(l, r, sizes)))  # noqa: E731
+    f = jax.jit(lambda l, r: ragged_dot(l, r, sizes), in_shardings=shardings)
+    g = jax.jit(jax.grad(loss, argnums=(0, 1)), in_shardings=shardings)
+    assert rel(f(lhs, rhs), reference(lhs, rhs, sizes)) <= 1e-5
+    for got, want in zip(g(lhs, rhs), jax.grad(loss, argnums=(0, 1))(lhs, rhs)):
+        assert rel(got, want) <= 1e-5
+    if fwd_collectives is not None:
+        none = {"all-gather": 0, "all-reduce": 0, "reduce-scatter": 0}
+        assert collectives(f.lower(lhs, rhs).compile().as_text()) == {**none, **fwd_collectives}
+        assert collectives(g.lower(lhs, rhs).compile().as_text()) == {**none, **fwd_collectives, **grad_collectives}
+
+
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs several devices (tests/conftest.py asks for 8)")
+def test_explicit_mode_rows_split():
+    """Explicit mode: rows split give an output typed like them and the gradient of a
+    replicated weight typed replicated (lax.ragged_dot raises here)."""
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh(AxisType.Explicit)
+    lhs, rhs, _ = inputs(9, m=64)
+    sizes = jnp.array([20, 0, 30, 4, 10], jnp.int32)
+    with _compat_set_mesh(mesh):
+        x = jax.device_put(lhs, NamedSharding(mesh, P("x", None)))
+        w = jax.device_put(rhs, NamedSharding(mesh, P()))
+        out = jax.jit(lambda l, r: ragged_dot(l, r, sizes))(x, w)
+        assert jax.typeof(out).sharding.spec == P("x", None)
+        dx, dw = jax.jit(jax.grad(lambda l, r: jnp.sum(ragged_dot(l, r, sizes) ** 2), argnums=(0, 1)))(x, w)
+        assert jax.typeof(dx).sharding.spec == P("x", None) and jax.typeof(dw).sharding.spec == P(None, None, None)
+    assert rel(out, reference(lhs, rhs, sizes)) <= 1e-5
+    want = jax.grad(lambda l, r: jnp.sum(sliced(l, r, np.asarray(sizes)) ** 2), argnums=(0, 1))(lhs, rhs)
+    assert rel(dx, want[0]) <= 1e-5 and rel(dw, want[1]) <= 1e-5
+
+
+def _compat_set_mesh(mesh):
+    return jax.set_mesh(mesh) if hasattr(jax, "set_mesh") else jax.sharding.use_mesh(mesh)
 
 
 @pytest.mark.skipif(len(jax.devices()) < 2, reason="needs several devices (tests/conftest.py asks for 8)")
