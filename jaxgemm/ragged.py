@@ -276,7 +276,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
 
     Differentiable in lhs, rhs and bias (forward and reverse mode, any order: unlike
     lax.ragged_dot, grad of grad works), vmap-able, jit-able, partitioned by sharded jit
-    in Auto mode. On a Hopper GPU, 16-bit products (k and n multiples of 8, at most 1024
+    in Auto and Explicit modes: rows (each device takes its share of every group), k and n
+    split; the experts are gathered. On a Hopper GPU, 16-bit products (k and n multiples of 8, at most 1024
     groups) run on jaxgemm's grouped kernel, forward and backward; others on XLA's own
     ragged dot. The bias and activation are applied in JAX, after the product, for now.
     """
