@@ -240,6 +240,11 @@ def _check(lhs, rhs, group_sizes, bias):
     if bias is not None and bias.shape != (rhs.shape[0], rhs.shape[2]):
         raise ValueError(f"jaxgemm.ragged_dot: bias of shape {bias.shape} is not (g, n) = "
                          f"{(rhs.shape[0], rhs.shape[2])}")  # fmt: skip
+    if not isinstance(group_sizes, jax.core.Tracer):  # values known: check them (traced: see the docstring)
+        sizes = np.asarray(group_sizes)
+        if (sizes < 0).any() or sizes.sum() > lhs.shape[0]:
+            raise ValueError(f"jaxgemm.ragged_dot: group_sizes {sizes.tolist()} must be >= 0 and sum to at most "
+                             f"m = {lhs.shape[0]} (sum {sizes.sum()})")  # fmt: skip
 
 
 def _epilogue(z, group_sizes, bias, activation):
@@ -264,7 +269,9 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     Args:
       lhs: (m, k) float32, float16 or bfloat16.
       rhs: (g, k, n), one matrix per group.
-      group_sizes: (g,) integers (int32 as lax takes them), summing to at most m.
+      group_sizes: (g,) integers (int32 as lax takes them), >= 0, summing to at most m
+        (checked when they are concrete; under jit, negative sizes count as 0 and rows
+        past m are cut off on a GPU, as XLA's ragged dot leaves them undefined).
       precision: as for `jaxgemm.matmul`: None (exact float32 for float32 inputs) or a
         `jax.lax.Precision`.
       preferred_element_type: the result dtype; default the inputs' promoted dtype.

@@ -161,6 +161,10 @@ def test_bad_input_names_the_shapes():
         ragged_dot(lhs, rhs, sizes, bias=bias[0])
     with pytest.raises(ValueError, match="unknown activation"):
         ragged_dot(lhs, rhs, sizes, activation="swish_plus")
+    with pytest.raises(ValueError, match=r"sum to at most m = 53 \(sum 54\)"):
+        ragged_dot(lhs, rhs, sizes.at[0].add(1))
+    with pytest.raises(ValueError, match=">= 0"):
+        ragged_dot(lhs, rhs, sizes.at[0].set(-1))
 
 
 def collectives(hlo: str) -> dict:
