@@ -35,7 +35,7 @@ from jax.interpreters import ad
 from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
 from jaxgemm._compat import cotangent_sharding
 from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax, epilogue_tangent
-from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype
+from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype, collective_sm_margin
 from jaxgemm.kernels import CONV_KERNEL_FAMILIES
 from jaxgemm.matmul import matmul
 from jaxgemm.primitive import BILINEAR, Op, Result, Rule, canonical_out_sharding, constrain_output, define, psum_over
@@ -74,7 +74,7 @@ class ConvConfig:
         return tuple(out)
 
 
-def _attrs(config: ConvConfig, kind: int, activation: str | None = None) -> dict:
+def _attrs(config: ConvConfig, kind: int, activation: str | None = None, sm_margin: int = 0) -> dict:
     return dict(
         kind=np.int64(kind),
         stride_h=np.int64(config.stride[0]),
@@ -86,10 +86,12 @@ def _attrs(config: ConvConfig, kind: int, activation: str | None = None) -> dict
         groups=np.int64(config.groups),
         activation=np.int64(activations.activation_id(activation)),
         kernel=np.int64(CONV_KERNEL_FAMILIES[config.kernel]),
+        sm_margin=np.int64(sm_margin),
     )
 
 
-def _ffi_conv(kind, a, b, out_shape, out_dtype, config, *, bias=None, residual=None, want_aux=False, activation=None):
+def _ffi_conv(kind, a, b, out_shape, out_dtype, config, *, bias=None, residual=None, want_aux=False, activation=None,
+              sm_margin=0):  # fmt: skip
     """The jaxgemm_conv FFI call (ffi_src/ffi/conv_decode.h has the contract): (out, aux)."""
     empty = jnp.zeros((0,), out_dtype)
     results = (
@@ -101,7 +103,7 @@ def _ffi_conv(kind, a, b, out_shape, out_dtype, config, *, bias=None, residual=N
         b,
         empty if bias is None else bias,
         empty if residual is None else residual,
-        **_attrs(config, kind, activation),
+        **_attrs(config, kind, activation, sm_margin),
     )
 
 
@@ -305,7 +307,7 @@ def _wgrad_rule(x, dy, *, config, kernel_hw, split, out_sharding=None):
     return _conv_rule(config, (_X, _Y), (_W,))
 
 
-def _wgrad_split(m, n, k, groups, platform, forced, sm90=False) -> int:
+def _wgrad_split(m, n, k, groups, platform, forced, sm90=False, sm_margin=0) -> int:
     """Chunks of N*P*Q computed in parallel (one fp32 partial each), within the kernels'
     65535 grid rows. sm80 / SIMT: about two blocks per SM, chunks of at least 512 pixels.
     sm90 (`sm90`: the persistent kernel will run it): the count minimizing a cost model."""
@@ -318,7 +320,7 @@ def _wgrad_split(m, n, k, groups, platform, forced, sm90=False) -> int:
     if sm_count <= 0:
         return 1
     if sm90:
-        return _sm90_wgrad_split(m, n, k, sm_count)
+        return _sm90_wgrad_split(m, n, k, max(2, sm_count - sm_margin))  # as the handler counts them
     tiles = math.ceil(m / _TILE) * math.ceil(n / _TILE) * groups
     return int(max(1, min(math.ceil(2 * sm_count / tiles), k // 512, 128, limit)))
 
@@ -363,8 +365,11 @@ def _wgrad_local(x, dy, *, config, kernel_hw, split, platform, axes, out_shardin
         return [jnp.zeros(shape, x.dtype)]
     pixels = math.prod(dy.shape[:3])  # N*P*Q: the GEMM's k
     sm90 = platform == "cuda" and _sm90_wgrad_likely(x.dtype, x.shape[3], config.groups, config.kernel)
-    parts = _wgrad_split(r * s * cg, k // config.groups, pixels, config.groups, platform, split, sm90)
-    partials = _ffi_conv(_WGRAD, x, dy, (parts, *shape), jnp.float32, config)[0]
+    # Images sharded: the partial sums are all-reduced beside the next layer's wgrad, which
+    # leaves SMs free for NCCL (gemm.collective_sm_margin).
+    margin = collective_sm_margin() if platform == "cuda" and (axes or {}).get("n") else 0
+    parts = _wgrad_split(r * s * cg, k // config.groups, pixels, config.groups, platform, split, sm90, margin)
+    partials = _ffi_conv(_WGRAD, x, dy, (parts, *shape), jnp.float32, config, sm_margin=margin)[0]
     # Images sharded (data parallel): each device's weight gradient is a partial sum.
     return [psum_over(partials.sum(axis=0), axes, ("n",), _W).astype(x.dtype)]
 

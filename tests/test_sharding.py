@@ -437,6 +437,18 @@ def test_weight_gradients_leave_sms_for_all_reduce(name, margins):
     assert sum(int(m) > 0 for m in found) == margins, found
 
 
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="the SM margin is a CUDA kernel option")
+def test_conv_weight_gradient_leaves_sms_for_all_reduce():
+    """Images split (data parallel): the conv weight gradient, whose partial sums are
+    all-reduced, leaves SMs free; the forward and input-gradient convs keep every SM."""
+    x, w = random("x", CX), random("w", CW) * CW_SCALE
+    loss = lambda x, w: jnp.sum(jaxgemm.conv2d(x, w, activation="relu") ** 2)  # noqa: E731
+    _, hlo = compile_sharded(jax.grad(loss, argnums=(0, 1)), auto_mesh((8,)), (P("x"), P()), (x, w))
+    found = re.findall(r"sm_margin = (\d+)", hlo)
+    assert len(found) == hlo.count('custom_call_target="jaxgemm_conv"') >= 2, found
+    assert sum(int(m) > 0 for m in found) == 1, found
+
+
 # ---------------------------------------------------------------------------------------
 # Explicit mode: shardings in the types.
 

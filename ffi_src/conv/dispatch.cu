@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "common/element_dispatch.cuh"
@@ -50,7 +51,8 @@ cudaError_t LaunchAll(const ConvProblem& p, cudaStream_t stream) {
 
 }  // namespace
 
-cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily family, std::string* unsupported) {
+cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily family, std::string* unsupported,
+                    int sm_margin) {
   const ConvGemm g = MakeConvGemm(p);
   if (g.m == 0 || g.n == 0) return cudaSuccess;  // nothing to write (K == 0 still writes the epilogue)
   if (!ConvFitsInt32(p)) {
@@ -72,7 +74,7 @@ cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fami
     if (sm90_ok && (forced || Sm90ConvPreferred(p))) {
       const int sm_count = CurrentDeviceSmCount();
       bool encoded = false;
-      const int sms = sm_count > 0 ? sm_count : 132;
+      const int sms = std::max(2, (sm_count > 0 ? sm_count : 132) - std::max(0, sm_margin));
       cudaError_t status = cudaSuccess;
       switch (p.kind) {
         case ConvKind::kFprop:

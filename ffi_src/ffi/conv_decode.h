@@ -7,7 +7,8 @@
 //                   summed by the caller.
 // Attributes: the forward convolution's strides, top/left padding, dilations and groups;
 // `kernel` picks the CUDA fprop kernel (KernelFamily ids: 0 heuristic, 2 never sm90,
-// 3 sm90 or an error); the other kinds and the CPU handler ignore it.
+// 3 sm90 or an error); the other kinds and the CPU handler ignore it. `sm_margin`: SMs the
+// sm90 kernel's persistent grid leaves free (a weight gradient beside an all-reduce).
 #pragma once
 #include <string>
 #include <utility>
@@ -21,6 +22,7 @@ struct ConvAttrs {
   int64_t kind = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
   int64_t activation = 0;
   int64_t kernel = 0;
+  int64_t sm_margin = 0;
 };
 
 template <class Binding>
@@ -40,7 +42,8 @@ auto BindConvCall(Binding binding) {
       .template Attr<int64_t>("dil_w")
       .template Attr<int64_t>("groups")
       .template Attr<int64_t>("activation")
-      .template Attr<int64_t>("kernel");
+      .template Attr<int64_t>("kernel")
+      .template Attr<int64_t>("sm_margin");
 }
 
 inline ffi::ErrorOr<ConvProblem> DecodeConv(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
