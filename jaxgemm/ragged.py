@@ -240,11 +240,13 @@ def _check(lhs, rhs, group_sizes, bias):
     if bias is not None and bias.shape != (rhs.shape[0], rhs.shape[2]):
         raise ValueError(f"jaxgemm.ragged_dot: bias of shape {bias.shape} is not (g, n) = "
                          f"{(rhs.shape[0], rhs.shape[2])}")  # fmt: skip
-    if not isinstance(group_sizes, jax.core.Tracer):  # values known: check them (traced: see the docstring)
+    try:  # values known: check them (traced: see the docstring)
         sizes = np.asarray(group_sizes)
-        if (sizes < 0).any() or sizes.sum() > lhs.shape[0]:
-            raise ValueError(f"jaxgemm.ragged_dot: group_sizes {sizes.tolist()} must be >= 0 and sum to at most "
-                             f"m = {lhs.shape[0]} (sum {sizes.sum()})")  # fmt: skip
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return
+    if (sizes < 0).any() or sizes.sum() > lhs.shape[0]:
+        raise ValueError(f"jaxgemm.ragged_dot: group_sizes {sizes.tolist()} must be >= 0 and sum to at most "
+                         f"m = {lhs.shape[0]} (sum {sizes.sum()})")  # fmt: skip
 
 
 def _epilogue(z, group_sizes, bias, activation):

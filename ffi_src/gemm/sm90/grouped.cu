@@ -86,7 +86,9 @@ std::string GroupedUnsupported(const GroupedProblem& p) {
   // TMA: row pitches in 16-byte multiples; int32 coordinates and offsets.
   const int64_t pitch_elems = 16 / ElementBytes(p.in_type);
   if (p.k % pitch_elems || p.n % pitch_elems) return "grouped GEMM: k and n must be multiples of 8";
-  if (p.m >= INT_MAX || p.k >= INT_MAX || p.n >= INT_MAX || p.groups * p.k * p.n >= (int64_t{1} << 40)) {
+  // (Work items, int32, stay below 2^40 / (128 x 256) elements of D.)
+  if (p.m >= INT_MAX || p.k >= INT_MAX || p.n >= INT_MAX || p.groups * p.k * p.n >= (int64_t{1} << 40) ||
+      p.m * p.n >= (int64_t{1} << 40)) {
     return "grouped GEMM: dims too large";
   }
   if (CurrentDeviceComputeCapability() != 90) return "grouped GEMM: needs an sm_90 GPU (Hopper)";
