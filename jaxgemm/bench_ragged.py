@@ -7,8 +7,11 @@ Each case runs with balanced routing (equal groups), skewed routing (Zipf-like s
 where named, an empty group. Forward alone, and forward + backward (gradients of the
 tokens and of the expert weights), bfloat16. Times come from jaxgemm.bench's alternating
 CUPTI rounds on a GPU. "xla/ours" > 1: jaxgemm is faster; "of dense": jaxgemm's TFLOP/s
-over its dense GEMM's at the same total work. Where XLA fails (it materializes a masked
-copy of the tokens per expert and runs out of memory), its column says so.
+over its dense GEMM's at the same total work; "padded/ours": XLA's padded formulation
+(each expert's rows scattered into a buffer of the largest group's size, one batched
+matmul, the rows gathered back). Where XLA fails (its ragged dot materializes a masked copy
+of the tokens per expert; the padded buffer of skewed routing), the column says so.
+`--cases tiny` runs anywhere (a check of the script, not a measurement).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 from jax import lax
 
 import jaxgemm
-from jaxgemm.bench import time_alternating_ms
+from jaxgemm.bench import _rel_error, time_alternating_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +43,7 @@ CASES = {
     "mixtral": Case("mixtral", 8, 16384 * 2, 4096, 14336),  # 16384 tokens, top-2
     "fine64": Case("fine64", 64, 32768 * 8, 2048, 1408),  # 32768 tokens, top-8
     "fine128": Case("fine128", 128, 32768 * 8, 2048, 768),
+    "tiny": Case("tiny", 8, 512, 64, 128),
 }
 
 
@@ -66,6 +70,29 @@ def _fwd_bwd(dot):
     return run
 
 
+def _padded(sizes: np.ndarray, rows: int):
+    """The padded formulation of a ragged product with these (concrete) group sizes."""
+    groups, capacity = len(sizes), -(-max(int(sizes.max()), 1) // 128) * 128
+    group = np.repeat(np.arange(groups), sizes)
+    position = np.arange(rows) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+
+    def dot(x, w, _sizes):
+        buffer = jnp.zeros((groups, capacity, x.shape[1]), x.dtype).at[group, position].set(x)
+        y = jnp.einsum("gck,gkn->gcn", buffer, w, preferred_element_type=jnp.float32).astype(x.dtype)
+        return y[group, position]
+
+    return dot
+
+
+def _timed(name, fn, args, iterations, what) -> float:
+    """Median ms of fn, or NaN (said on stderr) where it fails: a baseline's failure is a result."""
+    try:
+        return time_alternating_ms({name: fn}, args, iterations, rounds=2)[0][name]
+    except Exception as e:  # noqa: BLE001
+        print(f"  {name} {what} failed: {str(e).splitlines()[0][:160]}", file=sys.stderr)
+        return float("nan")
+
+
 def _dense_fwd_bwd(x, w, ct):
     out, vjp = jax.vjp(jaxgemm.matmul, x, w)
     return out, *vjp(ct)
@@ -77,41 +104,43 @@ def run_case(case: Case, routing: str, iterations: int) -> dict:
     x = jax.random.normal(keys[0], (case.rows, case.k), dtype)
     w = (jax.random.normal(keys[1], (case.groups, case.k, case.n), jnp.float32) / np.sqrt(case.k)).astype(dtype)
     ct = jax.random.normal(keys[2], (case.rows, case.n), dtype)
-    sizes = jnp.asarray(group_sizes(case.rows, case.groups, routing))
+    sizes_np = group_sizes(case.rows, case.groups, routing)
+    sizes, padded = jnp.asarray(sizes_np), _padded(sizes_np, case.rows)
     flops = 2.0 * case.rows * case.k * case.n
     row = {"case": case.name, "routing": routing, "groups": case.groups, "rows": case.rows, "k": case.k, "n": case.n}
-    for label, ours, xla, dense, args, dense_args, work in (
-        ("fwd", jax.jit(jaxgemm.ragged_dot), jax.jit(lax.ragged_dot), jax.jit(jaxgemm.matmul),
-         (x, w, sizes), (x, w[0]), flops),
-        ("fwd_bwd", jax.jit(_fwd_bwd(jaxgemm.ragged_dot)), jax.jit(_fwd_bwd(lax.ragged_dot)), jax.jit(_dense_fwd_bwd),
-         (x, w, sizes, ct), (x, w[0], ct), 3 * flops),
+    for label, wrap, args, dense, dense_args, work in (
+        ("fwd", lambda dot: dot, (x, w, sizes), jaxgemm.matmul, (x, w[0]), flops),
+        ("fwd_bwd", _fwd_bwd, (x, w, sizes, ct), _dense_fwd_bwd, (x, w[0], ct), 3 * flops),
     ):  # fmt: skip
-        ms, _ = time_alternating_ms({"ours": ours}, args, iterations, rounds=2)
-        dense_ms, _ = time_alternating_ms({"dense": dense}, dense_args, iterations, rounds=2)
-        try:
-            xla_ms, _ = time_alternating_ms({"xla": xla}, args, max(1, iterations // 2), rounds=2)
-            xla_ms = xla_ms["xla"]
-        except Exception as e:  # noqa: BLE001 - XLA's failure (out of memory) is a result
-            print(f"  XLA {case.name} {routing} {label} failed: {str(e).splitlines()[0][:160]}", file=sys.stderr)
-            xla_ms = float("nan")
-        row[f"{label}_ms"], row[f"{label}_xla_ms"], row[f"{label}_dense_ms"] = ms["ours"], xla_ms, dense_ms["dense"]
-        row[f"{label}_tflops"] = work / ms["ours"] / 1e9
-        row[f"{label}_of_dense"] = dense_ms["dense"] / ms["ours"]
-        row[f"{label}_xla_over_ours"] = xla_ms / ms["ours"]
+        what = f"{case.name} {routing} {label}"
+        ms = _timed("ours", jax.jit(wrap(jaxgemm.ragged_dot)), args, iterations, what)
+        row[f"{label}_ms"] = ms
+        row[f"{label}_dense_ms"] = _timed("dense", jax.jit(dense), dense_args, iterations, what)
+        row[f"{label}_xla_ms"] = _timed("xla", jax.jit(wrap(lax.ragged_dot)), args, max(1, iterations // 2), what)
+        row[f"{label}_padded_ms"] = _timed("padded", jax.jit(wrap(padded)), args, max(1, iterations // 2), what)
+        row[f"{label}_tflops"] = work / ms / 1e9
+        row[f"{label}_of_dense"] = row[f"{label}_dense_ms"] / ms
+        row[f"{label}_xla_over_ours"] = row[f"{label}_xla_ms"] / ms
+        row[f"{label}_padded_over_ours"] = row[f"{label}_padded_ms"] / ms
+    try:  # the same answer (bf16 outputs of the same products)
+        row["rel_err_vs_padded"] = _rel_error(jax.jit(jaxgemm.ragged_dot)(x, w, sizes), jax.jit(padded)(x, w, sizes))
+    except Exception:  # noqa: BLE001 - where the padded buffer does not fit
+        row["rel_err_vs_padded"] = float("nan")
     return row
 
 
 def format_table(rows: list[dict]) -> str:
-    head = (f"{'case':8} {'routing':9} {'fwd ms':>8} {'TFLOP/s':>8} {'xla/ours':>9} {'of dense':>9}"
-            f" {'f+b ms':>8} {'TFLOP/s':>8} {'xla/ours':>9} {'of dense':>9}")  # fmt: skip
-    lines = [head]
+    def ratio(x):
+        return "fails" if np.isnan(x) else f"{x:.2f}x"
+
+    part = f"{'ms':>8} {'TFLOP/s':>8} {'xla/ours':>9} {'padded/ours':>11} {'of dense':>9}"
+    lines = [f"{'':18} {'forward':^49} {'forward + backward':^49}", f"{'case':8} {'routing':9} {part} {part}"]
     for r in rows:
         cells = [f"{r['case']:8} {r['routing']:9}"]
         for label in ("fwd", "fwd_bwd"):
-            ratio = r[f"{label}_xla_over_ours"]
-            cells.append(f"{r[f'{label}_ms']:8.2f} {r[f'{label}_tflops']:8.0f} "
-                         f"{'fails' if np.isnan(ratio) else f'{ratio:.2f}x':>9} {r[f'{label}_of_dense']:9.2f}")  # fmt: skip
-        lines.append(" ".join(cells))
+            cells.append(f"{r[f'{label}_ms']:8.2f} {r[f'{label}_tflops']:8.0f} {ratio(r[f'{label}_xla_over_ours']):>9} "
+                         f"{ratio(r[f'{label}_padded_over_ours']):>11} {r[f'{label}_of_dense']:9.2f}")  # fmt: skip
+        lines.append(" ".join(cells) + f"  (error vs padded {r['rel_err_vs_padded']:.1e})")
     return "\n".join(lines)
 
 
@@ -122,14 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
-    if jax.default_backend() != "gpu":
-        print("bench_ragged: no GPU; these shapes take minutes per case on a CPU", file=sys.stderr)
-        return 1
-    unknown = [c for c in args.cases.split(",") if c not in CASES]
+    cases = args.cases.split(",")
+    unknown = [c for c in cases if c not in CASES]
     if unknown:
         parser.error(f"unknown cases {unknown}; choose from {', '.join(CASES)}")
+    if jax.default_backend() != "gpu" and cases != ["tiny"]:
+        print("bench_ragged: no GPU; these shapes take minutes per case on a CPU (--cases tiny checks the script)",
+              file=sys.stderr)  # fmt: skip
+        return 1
     rows = []
-    for name in args.cases.split(","):
+    for name in cases:
         for routing in args.routings.split(","):
             print(f"{name} {routing} ...", file=sys.stderr, flush=True)
             rows.append(run_case(CASES[name], routing, args.iterations))
