@@ -23,7 +23,23 @@ def on_gpu() -> bool:
     return jax.default_backend() == "gpu"
 
 
+def _shard(items, config):
+    """JAXGEMM_TEST_SHARD=i/n keeps every n-th test from the i-th (1-based), so that a suite
+    longer than one call on a lent GPU runs in n calls of about equal length (the
+    parametrizations of each test are dealt out across the shards)."""
+    shard = os.environ.get("JAXGEMM_TEST_SHARD")
+    if not shard:
+        return
+    i, n = (int(x) for x in shard.split("/"))
+    if not 1 <= i <= n:
+        raise pytest.UsageError(f"JAXGEMM_TEST_SHARD={shard}: want i/n with 1 <= i <= n")
+    keep = [item for k, item in enumerate(items) if k % n == i - 1]
+    config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % n != i - 1])
+    items[:] = keep
+
+
 def pytest_collection_modifyitems(config, items):
+    _shard(items, config)
     if on_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
