@@ -73,3 +73,21 @@ def test_sm90_wgmmas_are_pipelined(tmp_path):
     assert len(compiled) >= len(KERNELS), log[-4000:]
     serialized = [line for line in log.splitlines() if re.search(r"\(C75\d\d\)", line)]
     assert not serialized, "\n".join(serialized)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_grouped_wgmmas_are_pipelined(tmp_path):
+    """The grouped GEMM's instances (ffi_src/gemm/sm90/grouped.cu builds all twelve: three
+    modes, two input types, two output types): none serialized. Writing the accumulators
+    in a divergent path (zeroing them for an item of no k-tiles, or moving them into a
+    float box's register pairs) is enough to serialize every wgmma."""
+    cmd = ["nvcc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", os.path.join(ROOT, "ffi_src"),
+           "-Xptxas=-v", "-c", os.path.join(ROOT, "ffi_src", "gemm", "sm90", "grouped.cu"), "-o", str(tmp_path / "g.o")]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-4000:]
+    compiled = re.findall(r"Compiling entry function '(\w*Sm90GroupedKernel\w*)'", log)
+    assert len(compiled) == 12, log[-4000:]
+    serialized = [line for line in log.splitlines() if re.search(r"\(C75\d\d\)", line)]
+    assert not serialized, "\n".join(serialized)
+    assert not re.search(r"[1-9]\d* bytes spill stores", log), log[-4000:]
