@@ -3,13 +3,14 @@
 # and benchmarked one after the other on the same machine, then compared row by row
 # (tools/ab_compare.py: our time B/A, with XLA's own drift between the runs beside it).
 #   mkdir -p ab/base && git archive <rev> | tar -x -C ab/base   # here (ab/ is git-ignored: carry ["ab"])
-#   tools/gpu_ab.sh ab/base [bench suites, default tc,epilogue] [conv]
-# "conv" adds bench_conv --dtypes bfloat16. Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab.
+#   tools/gpu_ab.sh ab/base [bench suites, default tc,epilogue; "none": skip] [conv,ragged]
+# "conv" adds bench_conv --dtypes bfloat16; "ragged" adds bench_ragged (both trees must have
+# it). Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 base=$1
 suites=${2:-tc,epilogue}
-conv=${3:-}
+extras=",${3:-},"
 out=${OUT:-/tmp/jaxgemm_ab}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
@@ -21,16 +22,23 @@ run() {  # run NAME TREE: build TREE, benchmark it into $out/NAME*.json
   fi
   echo "$name: built in $(( SECONDS - start )) s"
   # -P and a neutral folder: import the installed jaxgemm, not a source tree.
-  (cd /tmp && python3 -P -m jaxgemm.bench --suite "$suites" --json "$out/$name.json" >"$out/$name.txt" 2>"$out/$name.err") ||
-    tail -20 "$out/$name.err"
-  if [ "$conv" = conv ]; then
+  if [ "$suites" != none ]; then
+    (cd /tmp && python3 -P -m jaxgemm.bench --suite "$suites" --json "$out/$name.json" >"$out/$name.txt" 2>"$out/$name.err") ||
+      tail -20 "$out/$name.err"
+  fi
+  if [[ $extras == *,conv,* ]]; then
     (cd /tmp && python3 -P -m jaxgemm.bench_conv --dtypes bfloat16 --json "$out/${name}_conv.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
+      tail -20 "$out/$name.err"
+  fi
+  if [[ $extras == *,ragged,* ]]; then
+    (cd /tmp && python3 -P -m jaxgemm.bench_ragged --json "$out/${name}_ragged.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
       tail -20 "$out/$name.err"
   fi
   echo "$name: built and benchmarked in $(( SECONDS - start )) s"
 }
 
 run A "$base" && run B . || exit 1
-python3 tools/ab_compare.py "$out/A.json" "$out/B.json"
-[ "$conv" = conv ] && python3 tools/ab_compare.py "$out/A_conv.json" "$out/B_conv.json"
+[ "$suites" != none ] && python3 tools/ab_compare.py "$out/A.json" "$out/B.json"
+[[ $extras == *,conv,* ]] && python3 tools/ab_compare.py "$out/A_conv.json" "$out/B_conv.json"
+[[ $extras == *,ragged,* ]] && grep -hE "^(case|mixtral|fine)" "$out/A.txt" "$out/B.txt"
 exit 0
