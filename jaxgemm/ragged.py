@@ -80,13 +80,14 @@ def _local_sizes(group_sizes, rows, axes):
 def _xla_out_sharding(x, y, dims):
     """For XLA's ragged dot traced on Explicit-typed operands (custom_partitioning traces
     local whole, on the global types), which cannot infer its result's sharding: the entries
-    of x's and y's dims named by `dims` ((operand, dim) pairs, None: unsplit); else None."""
+    of x's and y's dims named by `dims` ((operand, dim) pairs, None: unsplit), as the
+    keyword arguments {"out_sharding": ...}; else none."""
     sharding = explicit_sharding(jax.typeof(x)) or explicit_sharding(jax.typeof(y))
     if sharding is None:
-        return None
+        return {}
     specs = [tuple(explicit_sharding(jax.typeof(a)).spec) if explicit_sharding(jax.typeof(a)) else () for a in (x, y)]
     entry = lambda o, d: specs[o][d] if d < len(specs[o]) else None  # noqa: E731
-    return NamedSharding(sharding.mesh, P(*(None if pair is None else entry(*pair) for pair in dims)))
+    return {"out_sharding": NamedSharding(sharding.mesh, P(*(None if pair is None else entry(*pair) for pair in dims)))}
 
 
 # ---------------------------------------------------------------------------------------
@@ -112,9 +113,8 @@ def _dot_local(lhs, rhs, group_sizes, *, out_dtype, precision, platform, transpo
         out = _grouped_call(mode, lhs, rhs, group_sizes, out_shape, out_dtype)
     else:
         rhs = _swap_kn(rhs) if transpose_rhs else rhs
-        out_spec = _xla_out_sharding(lhs, rhs, [(0, 0), (1, 2)])
-        out = lax.ragged_dot(lhs, rhs, group_sizes, precision=precision, preferred_element_type=out_dtype,
-                             out_sharding=out_spec)  # fmt: skip
+        typed = _xla_out_sharding(lhs, rhs, [(0, 0), (1, 2)])
+        out = lax.ragged_dot(lhs, rhs, group_sizes, precision=precision, preferred_element_type=out_dtype, **typed)
     return [psum_over(out, axes, ("k",), ("m", "n"))]
 
 
@@ -188,9 +188,9 @@ def _wgrad_local(lhs, dy, group_sizes, *, out_dtype, groups, precision, platform
         out_shape = (groups, lhs.shape[1], dy.shape[1])
         dw = _grouped_call(_CONTRACTION, lhs, dy, group_sizes, out_shape, out_dtype)
     else:
-        out_spec = _xla_out_sharding(lhs, dy, [None, (0, 1), (1, 1)])
+        typed = _xla_out_sharding(lhs, dy, [None, (0, 1), (1, 1)])
         dw = lax.ragged_dot_general(lhs, dy, group_sizes, _RAGGED_CONTRACTING, precision=precision,
-                                    preferred_element_type=out_dtype, out_sharding=out_spec)  # fmt: skip
+                                    preferred_element_type=out_dtype, **typed)  # fmt: skip
     return [psum_over(dw, axes, ("m",), ("g", "k", "n"))]
 
 
