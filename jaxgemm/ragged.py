@@ -32,8 +32,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxgemm import _ffi, activations
-from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
+from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define, psum_over
 
 _REPLICATED = frozenset({"g"})

@@ -181,7 +181,6 @@ SHARDED = [  # (name, lhs spec, rhs spec, collectives of the forward, of the gra
 
 
 def _mesh(axis_type, two_d=False):
-    from jax.sharding import AxisType
 
     n = 2 ** int(np.log2(min(len(jax.devices()), 8)))
     shape, names = ((2, n // 2), ("x", "y")) if two_d else ((n,), ("x",))
