@@ -267,6 +267,45 @@ def test_shard_map_forward_and_grad():
     assert rel(grad, want_grad) <= 1e-5
 
 
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs several devices (tests/conftest.py asks for 8)")
+def test_expert_parallel_shard_map():
+    """Expert parallelism: tokens and experts split over the devices (two experts each); each
+    device sends every token to its expert's device (all_to_all, a fixed capacity per
+    device and expert, padding rows multiplied and dropped), runs its experts as one
+    ragged_dot, and sends the results back. Values and the gradients of the tokens and of
+    the expert weights against the dense per-token reference."""
+    from jax.sharding import AxisType
+    from jax.sharding import PartitionSpec as P
+
+    n = 2 ** int(np.log2(min(len(jax.devices()), 8)))
+    experts, per_device, d, f = 2 * n, 12, 16, 24
+    mesh = jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:n])
+    keys = jax.random.split(jax.random.key(11), 3)
+    x = jax.random.normal(keys[0], (n * per_device, d), jnp.float32)
+    w = jax.random.normal(keys[1], (experts, d, f), jnp.float32) / np.sqrt(d)
+    choice = jax.random.randint(keys[2], (n * per_device,), 0, experts)  # each token's expert
+    shard_map = getattr(jax, "shard_map", None) or __import__("jax.experimental.shard_map", fromlist=["x"]).shard_map
+    capacity = per_device  # any device may send all its tokens to one expert
+
+    def local(x, w, choice):  # x (per_device, d), w (2, d, f), choice (per_device,)
+        slot = jnp.sum(jnp.tril(choice[:, None] == choice[None, :], -1), axis=1)  # rank among same-expert tokens
+        send = jnp.zeros((experts, capacity, d), x.dtype).at[choice, slot].set(x)
+        got = jax.lax.all_to_all(send, "x", 0, 0, tiled=True)  # (n * 2, capacity, d): [source, local expert]
+        rows = got.reshape(n, 2, capacity, d).swapaxes(0, 1).reshape(-1, d)  # by local expert, then source
+        y = ragged_dot(rows, w, jnp.full((2,), n * capacity, jnp.int32))
+        back = y.reshape(2, n, capacity, f).swapaxes(0, 1).reshape(experts, capacity, f)
+        back = jax.lax.all_to_all(back, "x", 0, 0, tiled=True)  # to the tokens' devices
+        return back[choice, slot]
+
+    f_ep = jax.jit(shard_map(local, mesh=mesh, in_specs=(P("x"), P("x"), P("x")), out_specs=P("x")))
+    dense = lambda x, w: jnp.einsum("td,tdf->tf", x, w[choice], precision=lax.Precision.HIGHEST)  # noqa: E731
+    assert rel(f_ep(x, w, choice), dense(x, w)) <= 1e-5
+    loss = lambda fn: lambda x, w: jnp.sum(jnp.sin(fn(x, w)))  # noqa: E731
+    got = jax.grad(loss(lambda x, w: f_ep(x, w, choice)), argnums=(0, 1))(x, w)
+    want = jax.grad(loss(dense), argnums=(0, 1))(x, w)
+    assert rel(got[0], want[0]) <= 1e-5 and rel(got[1], want[1]) <= 1e-5
+
+
 # ---------------------------------------------------------------------------------------
 # The grouped Hopper kernel (GPU): tiles cut by group ends, k and n that are no multiple of
 # the 128 x 256 x 64 tile, every mode (forward, input gradient, weight gradient).
