@@ -1,7 +1,7 @@
 """Benchmark: jaxgemm.ragged_dot against XLA's jax.lax.ragged_dot on mixture-of-experts
 shapes, and against jaxgemm's dense GEMM of the same FLOPs, in one process.
 
-    python -m jaxgemm.bench_ragged [--cases mixtral,fine64,fine128] [--iterations 6] [--json out.json]
+    python -m jaxgemm.bench_ragged [--cases mixtral,fine64,fine128] [--iterations 6] [--json out.json] [--breakdown]
 
 Each case runs with balanced routing (equal groups), skewed routing (Zipf-like sizes) and,
 where named, an empty group. Forward alone, and forward + backward (gradients of the
@@ -70,6 +70,16 @@ def _fwd_bwd(dot):
     return run
 
 
+def _grad_only(dot, argnum):
+    """The gradient of one operand alone (jit drops the forward product and the other one)."""
+
+    def run(x, w, sizes, ct):
+        _, vjp = jax.vjp(lambda x, w: dot(x, w, sizes), x, w)
+        return vjp(ct)[argnum]
+
+    return run
+
+
 def _padded(sizes: np.ndarray, rows: int):
     """The padded formulation of a ragged product with these (concrete) group sizes."""
     groups, capacity = len(sizes), -(-max(int(sizes.max()), 1) // 128) * 128
@@ -98,7 +108,7 @@ def _dense_fwd_bwd(x, w, ct):
     return out, *vjp(ct)
 
 
-def run_case(case: Case, routing: str, iterations: int) -> dict:
+def run_case(case: Case, routing: str, iterations: int, breakdown: bool = False) -> dict:
     keys = jax.random.split(jax.random.key(0), 4)
     dtype = jnp.bfloat16
     x = jax.random.normal(keys[0], (case.rows, case.k), dtype)
@@ -122,6 +132,13 @@ def run_case(case: Case, routing: str, iterations: int) -> dict:
         row[f"{label}_of_dense"] = row[f"{label}_dense_ms"] / ms
         row[f"{label}_xla_over_ours"] = row[f"{label}_xla_ms"] / ms
         row[f"{label}_padded_over_ours"] = row[f"{label}_padded_ms"] / ms
+    if breakdown:  # each gradient alone, against the dense GEMM's same gradient
+        dense = lambda x, w, _sizes: jaxgemm.matmul(x, w[0])  # noqa: E731
+        for label, argnum in (("dlhs", 0), ("drhs", 1)):
+            what = f"{case.name} {routing} {label}"
+            ms = _timed("ours", jax.jit(_grad_only(jaxgemm.ragged_dot, argnum)), (x, w, sizes, ct), iterations, what)
+            dense_ms = _timed("dense", jax.jit(_grad_only(dense, argnum)), (x, w, sizes, ct), iterations, what)
+            row[f"{label}_ms"], row[f"{label}_of_dense"] = ms, dense_ms / ms
     try:  # the same answer (bf16 outputs of the same products)
         row["rel_err_vs_padded"] = _rel_error(jax.jit(jaxgemm.ragged_dot)(x, w, sizes), jax.jit(padded)(x, w, sizes))
     except Exception:  # noqa: BLE001 - where the padded buffer does not fit
@@ -150,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--routings", default="balanced,skewed,empty")
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also each gradient alone (d lhs, d rhs) against the dense GEMM's")  # fmt: skip
     args = parser.parse_args(argv)
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
@@ -163,8 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in cases:
         for routing in args.routings.split(","):
             print(f"{name} {routing} ...", file=sys.stderr, flush=True)
-            rows.append(run_case(CASES[name], routing, args.iterations))
+            rows.append(run_case(CASES[name], routing, args.iterations, args.breakdown))
     print(format_table(rows))
+    if args.breakdown:
+        print(f"\n{'case':8} {'routing':9} {'d lhs ms':>9} {'of dense':>9} {'d rhs ms':>9} {'of dense':>9}")
+        for r in rows:
+            print(f"{r['case']:8} {r['routing']:9} {r['dlhs_ms']:9.2f} {r['dlhs_of_dense']:9.2f} "
+                  f"{r['drhs_ms']:9.2f} {r['drhs_of_dense']:9.2f}")  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
