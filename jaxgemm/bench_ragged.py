@@ -2,6 +2,7 @@
 shapes, and against jaxgemm's dense GEMM of the same FLOPs, in one process.
 
     python -m jaxgemm.bench_ragged [--cases mixtral,fine64,fine128] [--iterations 6] [--json out.json] [--breakdown]
+                                   [--plot out.png] [--from rows.json,...]
 
 Each case runs with balanced routing (equal groups), skewed routing (Zipf-like sizes) and,
 where named, an empty group. Forward alone, and forward + backward (gradients of the
@@ -147,8 +148,8 @@ def run_case(case: Case, routing: str, iterations: int, breakdown: bool = False)
 
 
 def format_table(rows: list[dict]) -> str:
-    def ratio(x):
-        return "fails" if np.isnan(x) else f"{x:.2f}x"
+    def ratio(x):  # None: not measured (rows of an older --json)
+        return "-" if x is None else "fails" if np.isnan(x) else f"{x:.2f}x"
 
     part = f"{'ms':>8} {'TFLOP/s':>8} {'xla/ours':>9} {'padded/ours':>11} {'of dense':>9}"
     lines = [f"{'':18} {'forward':^49} {'forward + backward':^49}", f"{'case':8} {'routing':9} {part} {part}"]
@@ -156,9 +157,44 @@ def format_table(rows: list[dict]) -> str:
         cells = [f"{r['case']:8} {r['routing']:9}"]
         for label in ("fwd", "fwd_bwd"):
             cells.append(f"{r[f'{label}_ms']:8.2f} {r[f'{label}_tflops']:8.0f} {ratio(r[f'{label}_xla_over_ours']):>9} "
-                         f"{ratio(r[f'{label}_padded_over_ours']):>11} {r[f'{label}_of_dense']:9.2f}")  # fmt: skip
-        lines.append(" ".join(cells) + f"  (error vs padded {r['rel_err_vs_padded']:.1e})")
+                         f"{ratio(r.get(f'{label}_padded_over_ours')):>11} {r[f'{label}_of_dense']:9.2f}")  # fmt: skip
+        error = r.get("rel_err_vs_padded")
+        lines.append(" ".join(cells) + ("" if error is None else f"  (error vs padded {error:.1e})"))
     return "\n".join(lines)
+
+
+def plot_rows(rows: list[dict], path: str, title: str) -> None:
+    """TFLOP/s per (case, routing): jaxgemm, its dense GEMM at the same work, XLA's ragged dot
+    ("fails" where it did), forward and forward + backward side by side. Needs matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 1.2 + 0.55 * len(rows)), sharey=True)
+    labels = [f"{r['case']} {r['routing']}\n{r['groups']} experts, {r['rows']} rows, {r['k']} -> {r['n']}" for r in rows]
+    ys = np.arange(len(rows))
+    for ax, (label, work, title_part) in zip(axes, (("fwd", 1, "forward"), ("fwd_bwd", 3, "forward + backward"))):
+        flops = [work * 2.0 * r["rows"] * r["k"] * r["n"] for r in rows]
+        bars = {
+            "jaxgemm.ragged_dot": [f / r[f"{label}_ms"] / 1e9 for f, r in zip(flops, rows)],
+            "jaxgemm dense GEMM, same work": [f / r[f"{label}_dense_ms"] / 1e9 for f, r in zip(flops, rows)],
+            "XLA ragged_dot": [f / r[f"{label}_xla_ms"] / 1e9 for f, r in zip(flops, rows)],
+        }
+        for i, (name, values) in enumerate(bars.items()):
+            ax.barh(ys + (i - 1) * 0.27, np.nan_to_num(values), 0.27, label=name)
+        for y, value in zip(ys, bars["XLA ragged_dot"]):
+            if np.isnan(value):
+                ax.text(5, y + 0.27, "XLA fails (out of memory)", va="center", fontsize=7)
+        ax.set_xlabel("TFLOP/s")
+        ax.set_title(title_part)
+    axes[0].set_yticks(ys, labels, fontsize=7)
+    axes[0].invert_yaxis()  # (shared: once) the first row on top
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="upper right", ncol=3)
+    fig.suptitle(title, x=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,9 +203,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--routings", default="balanced,skewed,empty")
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--plot", metavar="PNG", help="draw the rates (needs matplotlib)")
+    parser.add_argument("--from", dest="from_json", metavar="JSON", help="plot / print these rows (comma-separated "
+                        "files of --json) instead of measuring")  # fmt: skip
+    parser.add_argument("--title", help="the plot's title (--from)")
     parser.add_argument("--breakdown", action="store_true",
                         help="also each gradient alone (d lhs, d rhs) against the dense GEMM's")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.from_json:
+        rows = [row for path in args.from_json.split(",") for row in json.load(open(path))]
+        print(format_table(rows))
+        if args.plot:
+            plot_rows(rows, args.plot, args.title or "jaxgemm.ragged_dot, bf16")
+        return 0
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
     if unknown:
@@ -192,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    if args.plot:
+        plot_rows(rows, args.plot, f"jaxgemm.ragged_dot, bf16, {jax.devices()[0].device_kind}")
+        print(f"wrote {args.plot}")
     return 0
 
 
