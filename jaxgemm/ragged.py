@@ -34,7 +34,8 @@ from jax.sharding import PartitionSpec as P
 from jaxgemm import _ffi, activations
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
 from jaxgemm.gemm import SUPPORTED_DTYPES
-from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define, psum_over
+from jaxgemm.primitive import (BILINEAR, Op, Result, Rule, canonical_out_sharding, constrain_output, define,
+                               psum_over)  # fmt: skip
 
 _REPLICATED = frozenset({"g"})
 
@@ -261,7 +262,8 @@ def _epilogue(z, group_sizes, bias, activation):
     return jnp.where((group < g)[:, None], y, 0).astype(z.dtype)
 
 
-def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, *, bias=None, activation=None):
+def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, group_offset=None, *,
+               out_sharding=None, bias=None, activation=None):  # fmt: skip
     """`jax.lax.ragged_dot` with an optional fused per-group bias and activation.
 
     Rows of `lhs` come in consecutive groups of `group_sizes[j]` rows; group j's rows are
@@ -277,6 +279,10 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
       precision: as for `jaxgemm.matmul`: None (exact float32 for float32 inputs) or a
         `jax.lax.Precision`.
       preferred_element_type: the result dtype; default the inputs' promoted dtype.
+      group_offset: not supported (nor by lax.ragged_dot, which raises for it too).
+      out_sharding: the result's sharding (a NamedSharding, or a PartitionSpec on the
+        current mesh), as for `jax.lax.ragged_dot` (Explicit mode: needed where k is split
+        in both operands).
       bias: (g, n), added to each row of group j before the activation.
       activation: None, a name in `jaxgemm.ACTIVATIONS` or its jax.nn function.
 
@@ -286,10 +292,15 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     Differentiable in lhs, rhs and bias (forward and reverse mode, any order: unlike
     lax.ragged_dot, grad of grad works), vmap-able, jit-able, partitioned by sharded jit
     in Auto and Explicit modes: rows (each device takes its share of every group), k and n
-    split; the experts are gathered. On a Hopper GPU, 16-bit products (k and n multiples of 8, at most 1024
-    groups) run on jaxgemm's grouped kernel, forward and backward; others on XLA's own
-    ragged dot. The bias and activation are applied in JAX, after the product, for now.
+    split; the experts are gathered. On a Hopper GPU, 16-bit products (k and n multiples
+    of 8, at most 1024 groups) run on jaxgemm's grouped kernel, forward and backward;
+    others on XLA's own ragged dot. The bias and activation are applied in JAX, after the
+    product, for now.
     """
+    if group_offset is not None:
+        raise NotImplementedError("jaxgemm.ragged_dot: group_offset is not supported (lax.ragged_dot does not "
+                                  "implement it either)")  # fmt: skip
+    out_sharding = canonical_out_sharding(out_sharding, "jaxgemm.ragged_dot")
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     bias = None if bias is None else jnp.asarray(bias)
     _check(lhs, rhs, group_sizes, bias)
@@ -299,8 +310,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     out_dtype = jnp.dtype(preferred_element_type) if preferred_element_type is not None else dtype
     lhs, rhs = lhs.astype(dtype), rhs.astype(dtype)
     (z,) = ragged_dot_op.bind(lhs, rhs, group_sizes.astype(np.int32), out_dtype=out_dtype,
-                              precision=_precision(dtype, precision))  # fmt: skip
+                              precision=_precision(dtype, precision), out_sharding=out_sharding)  # fmt: skip
     if bias is None and activation is None:
-        return z
-    return _epilogue(z, group_sizes.astype(np.int32), bias, activation)
+        return constrain_output(z, out_sharding)
+    return constrain_output(_epilogue(z, group_sizes.astype(np.int32), bias, activation), out_sharding)
 

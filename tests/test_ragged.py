@@ -236,6 +236,30 @@ def test_explicit_mode_rows_split():
     assert rel(dx, want[0]) <= 1e-5 and rel(dw, want[1]) <= 1e-5
 
 
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs several devices (tests/conftest.py asks for 8)")
+def test_explicit_mode_contraction_split_needs_out_sharding():
+    """k split in both operands: ambiguous without out_sharding, as for jnp.matmul; with it,
+    the partial products' sum comes back typed as asked."""
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = _mesh(AxisType.Explicit)
+    lhs, rhs, _ = inputs(10, m=64)
+    rhs = jnp.concatenate([rhs] * 2, axis=1)[:, :32]  # k = 32: divisible by the mesh
+    lhs = jnp.concatenate([lhs] * 2, axis=1)[:, :32]
+    sizes = jnp.array([20, 0, 30, 4, 10], jnp.int32)
+    with _compat_set_mesh(mesh):
+        x = jax.device_put(lhs, NamedSharding(mesh, P(None, "x")))
+        w = jax.device_put(rhs, NamedSharding(mesh, P(None, "x", None)))
+        with pytest.raises(Exception, match="out_sharding"):
+            jax.jit(lambda l, r: ragged_dot(l, r, sizes))(x, w)
+        out = jax.jit(lambda l, r: ragged_dot(l, r, sizes, out_sharding=P("x", None)))(x, w)
+        assert jax.typeof(out).sharding.spec == P("x", None)
+    assert rel(out, reference(lhs, rhs, sizes)) <= 1e-5
+    with pytest.raises(NotImplementedError, match="group_offset"):
+        ragged_dot(lhs, rhs, sizes, group_offset=jnp.zeros((1,), jnp.int32))
+
+
 def _compat_set_mesh(mesh):
     return jax.set_mesh(mesh) if hasattr(jax, "set_mesh") else jax.sharding.use_mesh(mesh)
 
