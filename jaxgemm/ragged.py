@@ -225,7 +225,7 @@ ragged_wgrad_op = define(Op(
 # The public function.
 
 
-def _check(lhs, rhs, group_sizes, bias):
+def _check(lhs, rhs, group_sizes, bias, residual):
     for name, x in (("lhs", lhs), ("rhs", rhs)):
         if jnp.dtype(x.dtype) not in SUPPORTED_DTYPES:
             raise TypeError(f"jaxgemm.ragged_dot: {name} dtype {x.dtype} is not supported; use one of "
@@ -241,6 +241,9 @@ def _check(lhs, rhs, group_sizes, bias):
     if bias is not None and bias.shape != (rhs.shape[0], rhs.shape[2]):
         raise ValueError(f"jaxgemm.ragged_dot: bias of shape {bias.shape} is not (g, n) = "
                          f"{(rhs.shape[0], rhs.shape[2])}")  # fmt: skip
+    if residual is not None and residual.shape != (lhs.shape[0], rhs.shape[2]):
+        raise ValueError(f"jaxgemm.ragged_dot: residual of shape {residual.shape} is not (m, n) = "
+                         f"{(lhs.shape[0], rhs.shape[2])}")  # fmt: skip
     try:  # values known: check them (traced: see the docstring)
         sizes = np.asarray(group_sizes)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
@@ -250,21 +253,22 @@ def _check(lhs, rhs, group_sizes, bias):
                          f"m = {lhs.shape[0]} (sum {sizes.sum()})")  # fmt: skip
 
 
-def _epilogue(z, group_sizes, bias, activation):
-    """act(z + bias[group of the row]) in float32; rows of no group stay zero."""
+def _epilogue(z, group_sizes, bias, activation, residual):
+    """act(z + bias[group of the row]) + residual in float32; rows of no group take only
+    the residual."""
     g, m = group_sizes.shape[0], z.shape[0]
     ends = jnp.cumsum(group_sizes)
     group = jnp.searchsorted(ends, jnp.arange(m), side="right")  # g for rows past the sum
     y = z.astype(jnp.float32)
     if bias is not None:
         y = y + jnp.take(bias.astype(jnp.float32), jnp.minimum(group, g - 1), axis=0)
-    y = activations.apply(activation, y)
-    return jnp.where((group < g)[:, None], y, 0).astype(z.dtype)
+    y = jnp.where((group < g)[:, None], activations.apply(activation, y), 0)
+    return (y if residual is None else y + residual.astype(jnp.float32)).astype(z.dtype)
 
 
 def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, group_offset=None, *,
-               out_sharding=None, bias=None, activation=None):  # fmt: skip
-    """`jax.lax.ragged_dot` with an optional fused per-group bias and activation.
+               out_sharding=None, bias=None, activation=None, residual=None):  # fmt: skip
+    """`jax.lax.ragged_dot` with an optional fused per-group bias, activation and residual.
 
     Rows of `lhs` come in consecutive groups of `group_sizes[j]` rows; group j's rows are
     multiplied by `rhs[j]` (a mixture-of-experts layer: tokens sorted by expert). Rows past
@@ -285,17 +289,20 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
         in both operands).
       bias: (g, n), added to each row of group j before the activation.
       activation: None, a name in `jaxgemm.ACTIVATIONS` or its jax.nn function.
+      residual: (m, n), added after the activation (to every row: rows of no group come
+        out as the residual).
 
     Returns:
-      (m, n): activation(lhs_rows(j) @ rhs[j] + bias[j]) for the rows of each group j.
+      (m, n): activation(lhs_rows(j) @ rhs[j] + bias[j]) + residual for the rows of each
+      group j.
 
     Differentiable in lhs, rhs and bias (forward and reverse mode, any order: unlike
     lax.ragged_dot, grad of grad works), vmap-able, jit-able, partitioned by sharded jit
     in Auto and Explicit modes: rows (each device takes its share of every group), k and n
     split; the experts are gathered. On a Hopper GPU, 16-bit products (k and n multiples
     of 8, at most 1024 groups) run on jaxgemm's grouped kernel, forward and backward;
-    others on XLA's own ragged dot. The bias and activation are applied in JAX, after the
-    product, for now.
+    others on XLA's own ragged dot. The bias, activation and residual are applied in JAX,
+    after the product, for now.
     """
     if group_offset is not None:
         raise NotImplementedError("jaxgemm.ragged_dot: group_offset is not supported (lax.ragged_dot does not "
@@ -303,7 +310,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     out_sharding = canonical_out_sharding(out_sharding, "jaxgemm.ragged_dot")
     lhs, rhs, group_sizes = jnp.asarray(lhs), jnp.asarray(rhs), jnp.asarray(group_sizes)
     bias = None if bias is None else jnp.asarray(bias)
-    _check(lhs, rhs, group_sizes, bias)
+    residual = None if residual is None else jnp.asarray(residual)
+    _check(lhs, rhs, group_sizes, bias, residual)
     activation = activations.canonical(activation)
     activations.activation_id(activation)
     dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
@@ -311,7 +319,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     lhs, rhs = lhs.astype(dtype), rhs.astype(dtype)
     (z,) = ragged_dot_op.bind(lhs, rhs, group_sizes.astype(np.int32), out_dtype=out_dtype,
                               precision=_precision(dtype, precision), out_sharding=out_sharding)  # fmt: skip
-    if bias is None and activation is None:
+    if bias is None and activation is None and residual is None:
         return constrain_output(z, out_sharding)
-    return constrain_output(_epilogue(z, group_sizes.astype(np.int32), bias, activation), out_sharding)
+    return constrain_output(_epilogue(z, group_sizes.astype(np.int32), bias, activation, residual), out_sharding)
 

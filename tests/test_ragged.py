@@ -38,15 +38,15 @@ def inputs(seed, dtype=jnp.float32, m=M):
     return lhs, rhs, bias
 
 
-def reference(lhs, rhs, sizes, bias=None, activation=None):
-    """Group by group in float64 (numpy), rows past the sum zero."""
+def reference(lhs, rhs, sizes, bias=None, activation=None, residual=None):
+    """Group by group in float64 (numpy), rows past the sum zero (plus the residual)."""
     lhs, rhs = np.asarray(lhs, np.float64), np.asarray(rhs, np.float64)
     out, start = np.zeros((lhs.shape[0], rhs.shape[2])), 0
     for j, size in enumerate(np.asarray(sizes)):
         z = lhs[start:start + size] @ rhs[j] + (0 if bias is None else np.asarray(bias, np.float64)[j])
         out[start:start + size] = np.asarray(jaxgemm.activations.apply(activation, jnp.asarray(z)), np.float64)
         start += size
-    return out
+    return out if residual is None else out + np.asarray(residual, np.float64)
 
 
 @pytest.mark.parametrize("pattern", list(PATTERNS))
@@ -67,6 +67,21 @@ def test_bias_and_activation(activation, pattern):
     name = jaxgemm.activations.canonical(activation)
     out = ragged_dot(lhs, rhs, sizes, bias=bias, activation=activation)
     assert rel(out, reference(lhs, rhs, sizes, bias, name)) <= 1e-5
+
+
+@pytest.mark.parametrize("pattern", ["ragged", "rows_past_the_sum"])
+def test_residual_values_and_gradients(pattern):
+    lhs, rhs, bias = inputs(12)
+    residual = jax.random.normal(jax.random.key(13), (M, N), jnp.float32)
+    sizes = jnp.array(PATTERNS[pattern], jnp.int32)
+    out = ragged_dot(lhs, rhs, sizes, bias=bias, activation="gelu", residual=residual)
+    assert rel(out, reference(lhs, rhs, sizes, bias, "gelu", residual)) <= 1e-5
+    loss = lambda r, res: jnp.sum(jnp.sin(ragged_dot(lhs, r, sizes, residual=res)))  # noqa: E731
+    d_rhs, d_res = jax.grad(loss, argnums=(0, 1))(rhs, residual)
+    want = jax.grad(lambda r, res: jnp.sum(jnp.sin(sliced(lhs, r, np.asarray(sizes)) + res)), argnums=(0, 1))(rhs, residual)
+    assert rel(d_rhs, want[0]) <= 1e-5 and rel(d_res, want[1]) <= 1e-5
+    with pytest.raises(ValueError, match=r"residual of shape \(53, 39\)"):
+        ragged_dot(lhs, rhs, sizes, residual=residual[:, :39])
 
 
 def test_preferred_element_type_and_promotion():
