@@ -31,7 +31,7 @@ from jax.interpreters import ad
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxgemm import _ffi, activations
+from jaxgemm import _ffi, _jaxgemm, activations
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import (BILINEAR, Op, Result, Rule, canonical_out_sharding, constrain_output, define,
@@ -48,8 +48,8 @@ def _precision(dtype, precision):
 # ---------------------------------------------------------------------------------------
 # The grouped Hopper kernel (jaxgemm_ragged_dot): modes of ffi/ragged_handler_cuda.cu.
 
-_ROWS, _ROWS_RHS_T, _CONTRACTION = 0, 1, 2
-_MAX_GROUPS = 1024  # kMaxGroupedGroups (gemm/sm90/grouped.h)
+_ROWS, _ROWS_RHS_T, _CONTRACTION = (_jaxgemm.grouped_modes()[k] for k in ("rows", "rows_rhs_t", "contraction"))
+_MAX_GROUPS = int(_jaxgemm.max_grouped_groups)  # the shared-memory table's limit
 
 
 def _grouped_kernel_runs(dtype, out_dtype, platform, groups, *dims) -> bool:

@@ -6,6 +6,7 @@
 #include "ffi/handlers.h"
 #include "gemm/kernel_family.h"
 #include "gemm/problem.h"
+#include "gemm/sm90/grouped_problem.h"
 #include "gemm/sm90/schedules.h"
 #include "gemm/sm90/stream_k.h"
 #if defined(JAXGEMM_WITH_CUDA)
@@ -70,6 +71,15 @@ NB_MODULE(_jaxgemm, m) {
     return kinds;
   });
   m.attr("max_batch_dims") = jaxgemm::kMaxBatchDims;
+  // jaxgemm_ragged_dot's `mode` ids and group limit (gemm/sm90/grouped_problem.h).
+  m.def("grouped_modes", []() {
+    nb::dict modes;
+    modes["rows"] = static_cast<int>(jaxgemm::GroupedMode::kRows);
+    modes["rows_rhs_t"] = static_cast<int>(jaxgemm::GroupedMode::kRowsRhsT);
+    modes["contraction"] = static_cast<int>(jaxgemm::GroupedMode::kContraction);
+    return modes;
+  });
+  m.attr("max_grouped_groups") = jaxgemm::kMaxGroupedGroups;
   // Kernel family name -> the id the FFI calls' `kernel` attribute takes (gemm/kernel_family.h).
   m.def("kernel_families", []() {
     nb::dict families;
