@@ -320,27 +320,11 @@ def _wgrad_split(m, n, k, groups, platform, forced, sm90=False, sm_margin=0) -> 
     if sm_count <= 0:
         return 1
     if sm90:
-        return _sm90_wgrad_split(m, n, k, max(2, sm_count - sm_margin))  # as the handler counts them
+        # The launcher's tile rule and cost model (conv/sm90_wgrad_split.h), on the SMs the
+        # handler leaves the kernel.
+        return int(_jaxgemm.sm90_conv_wgrad_split(m, n, k, max(2, sm_count - sm_margin)))
     tiles = math.ceil(m / _TILE) * math.ceil(n / _TILE) * groups
     return int(max(1, min(math.ceil(2 * sm_count / tiles), k // 512, 128, limit)))
-
-
-def _sm90_wgrad_split(m, n, k, sm_count) -> int:
-    """The persistent sm90 wgrad (128 x tile_n tiles, tile_n = 64 for n <= 64 as in
-    RunSm90ConvWgrad, else 128; k-tiles of 64 pixels): rounds of sm_count work items times
-    the k-tiles of a chunk (+2 for a tile's pipeline fill and epilogue, ~0.5 us per
-    128 x 128 x 64 k-tile, in proportion for 128 x 64), plus writing and summing the
-    partials (~3 TB/s). Chunks of at least 4 k-tiles."""
-    tile_n = 64 if n <= 64 else 128
-    tiles = math.ceil(m / 128) * math.ceil(n / tile_n)
-    k_tiles = math.ceil(k / 64)
-    k_tile_s = 0.5e-6 * tile_n / 128
-
-    def cost(split):
-        rounds = math.ceil(tiles * split / sm_count)
-        return rounds * (math.ceil(k_tiles / split) + 2) * k_tile_s + split * m * n * 8 / 3e12
-
-    return min(range(1, max(1, min(128, k_tiles // 4)) + 1), key=cost)
 
 
 def _sm90_wgrad_likely(dtype, channels, groups, kernel) -> bool:

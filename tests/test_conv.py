@@ -581,3 +581,19 @@ def test_gpu_loaders_emulated_on_host(tmp_path):
     )  # fmt: skip
     run = subprocess.run([str(binary)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_sm90_wgrad_split_model():
+    """The sm90 wgrad's split of N*P*Q (conv/sm90_wgrad_split.h, the launcher's own tile rule,
+    asked by the lowering through the module): chunks of at least 4 k-tiles of 64 pixels, at
+    most 128 of them; one chunk when the tiles alone fill the GPU or K is shallow; a deep
+    product of few tiles split over the SMs, less so where fewer SMs are left to it."""
+    from jaxgemm import _jaxgemm
+
+    split = _jaxgemm.sm90_conv_wgrad_split
+    for m, n, k in ((576, 64, 802816), (4608, 512, 3136), (64, 64, 200), (9 * 2048, 2048, 784)):
+        assert 1 <= split(m, n, k, 132) <= max(1, min(128, -(-k // 64) // 4)), (m, n, k)
+    assert split(64, 64, 200, 132) == 1  # 4 k-tiles: no room for two chunks
+    assert split(9 * 2048, 2048, 784, 132) == 1  # 2304 tiles: several waves already
+    deep = split(576, 64, 802816, 132)  # 5 tiles (3 x 3 x 64 channels by 64), 12544 k-tiles
+    assert deep > 8 and split(576, 64, 802816, 116) <= deep

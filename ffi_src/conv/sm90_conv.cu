@@ -10,6 +10,7 @@
 #include "conv/implicit_gemm.h"
 #include "conv/sm90_conv_loads.cuh"
 #include "conv/sm90_conv_wgrad_loads.cuh"
+#include "conv/sm90_wgrad_split.h"
 #include "gemm/dispatch.h"
 #include "gemm/sm90/tensor_map.h"
 
@@ -154,9 +155,7 @@ cudaError_t PrepareFprop(const ConvProblem& c, Sm90ConvFpropLoads* loads, GemmPr
   return cudaSuccess;
 }
 
-// 64 or fewer output columns (K = 64 layers; dgrad with C = 64): 128 x 64 tiles, else half
-// of every 128-wide tile would multiply zeros.
-bool Sm90NarrowTile(const GemmProblem& p) { return p.n <= 64; }
+bool Sm90NarrowTile(const GemmProblem& p) { return Sm90ConvTileN(p.n) == 64; }
 
 cudaError_t LaunchFprop(const ConvProblem& c, const Sm90ConvFpropLoads& loads, const GemmProblem& p, int sm_count,
                         cudaStream_t stream) {
@@ -234,7 +233,7 @@ cudaError_t RunSm90ConvWgrad(const ConvProblem& c, int sm_count, cudaStream_t st
   loads.stride_h = int32_t(c.stride_h), loads.stride_w = int32_t(c.stride_w);
   loads.pad_h = int32_t(c.pad_h), loads.pad_w = int32_t(c.pad_w);
   loads.dil_h = int32_t(c.dil_h), loads.dil_w = int32_t(c.dil_w);
-  const int tile_n = Sm90NarrowTile(p) ? 64 : 128;
+  const int tile_n = Sm90ConvTileN(p.n);
   // (float32 partial sums, whatever the conv's output)
   return WithElementTypes(c.in_type, ElementType::kF32, [&](auto in, auto) {
     using TIn = typename decltype(in)::type;

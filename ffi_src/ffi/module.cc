@@ -3,6 +3,7 @@
 
 #include "common/activation.h"
 #include "conv/problem.h"
+#include "conv/sm90_wgrad_split.h"
 #include "ffi/handlers.h"
 #include "gemm/kernel_family.h"
 #include "gemm/problem.h"
@@ -80,6 +81,10 @@ NB_MODULE(_jaxgemm, m) {
     return modes;
   });
   m.attr("max_grouped_groups") = jaxgemm::kMaxGroupedGroups;
+  // The sm90 conv weight gradient's split of N*P*Q (conv/sm90_wgrad_split.h).
+  m.def("sm90_conv_wgrad_split", [](int64_t m, int64_t n, int64_t k, int sm_count) {
+    return jaxgemm::Sm90ConvWgradSplit(m, n, k, sm_count);
+  });
   // Kernel family name -> the id the FFI calls' `kernel` attribute takes (gemm/kernel_family.h).
   m.def("kernel_families", []() {
     nb::dict families;
