@@ -83,12 +83,13 @@ def _xla_out_sharding(x, y, dims):
     local whole, on the global types), which cannot infer its result's sharding: the entries
     of x's and y's dims named by `dims` ((operand, dim) pairs, None: unsplit), as the
     keyword arguments {"out_sharding": ...}; else none."""
-    sharding = explicit_sharding(jax.typeof(x)) or explicit_sharding(jax.typeof(y))
-    if sharding is None:
+    shardings = [explicit_sharding(jax.typeof(a)) for a in (x, y)]
+    mesh = next((s.mesh for s in shardings if s is not None), None)
+    if mesh is None:
         return {}
-    specs = [tuple(explicit_sharding(jax.typeof(a)).spec) if explicit_sharding(jax.typeof(a)) else () for a in (x, y)]
+    specs = [() if s is None else tuple(s.spec) for s in shardings]
     entry = lambda o, d: specs[o][d] if d < len(specs[o]) else None  # noqa: E731
-    return {"out_sharding": NamedSharding(sharding.mesh, P(*(None if pair is None else entry(*pair) for pair in dims)))}
+    return {"out_sharding": NamedSharding(mesh, P(*(None if pair is None else entry(*pair) for pair in dims)))}
 
 
 # ---------------------------------------------------------------------------------------

@@ -33,9 +33,8 @@ def _shard(items, config):
     i, n = (int(x) for x in shard.split("/"))
     if not 1 <= i <= n:
         raise pytest.UsageError(f"JAXGEMM_TEST_SHARD={shard}: want i/n with 1 <= i <= n")
-    keep = [item for k, item in enumerate(items) if k % n == i - 1]
     config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % n != i - 1])
-    items[:] = keep
+    items[:] = items[i - 1::n]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -10,6 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jaxgemm
 from jaxgemm.ragged import ragged_dot
@@ -196,7 +198,7 @@ SHARDED = [  # (name, lhs spec, rhs spec, collectives of the forward, of the gra
 
 
 def _mesh(axis_type, two_d=False):
-
+    """The largest power-of-two mesh of at most 8 devices: 1-D ("x"), or 2 x n/2 ("x", "y")."""
     n = 2 ** int(np.log2(min(len(jax.devices()), 8)))
     shape, names = ((2, n // 2), ("x", "y")) if two_d else ((n,), ("x",))
     return jax.make_mesh(shape, names, axis_types=(axis_type,) * len(shape), devices=jax.devices()[:n])
@@ -208,9 +210,6 @@ def test_sharded_jit_auto_mode(case):
     """Sharded jit (Auto mode): one device's values and gradients, with the collectives the
     rule implies and no others (rows split: none in the product; the weight gradient's
     partial sums all-reduced)."""
-    from jax.sharding import AxisType, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
     name, lhs_spec, rhs_spec, fwd_collectives, grad_collectives = case
     mesh = _mesh(AxisType.Auto, two_d=name == "rows_2d_mesh")
     lhs, rhs, _ = inputs(7, m=64)
@@ -233,13 +232,10 @@ def test_sharded_jit_auto_mode(case):
 def test_explicit_mode_rows_split():
     """Explicit mode: rows split give an output typed like them and the gradient of a
     replicated weight typed replicated (lax.ragged_dot raises here)."""
-    from jax.sharding import AxisType, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
     mesh = _mesh(AxisType.Explicit)
     lhs, rhs, _ = inputs(9, m=64)
     sizes = jnp.array([20, 0, 30, 4, 10], jnp.int32)
-    with _compat_set_mesh(mesh):
+    with jax.set_mesh(mesh):
         x = jax.device_put(lhs, NamedSharding(mesh, P("x", None)))
         w = jax.device_put(rhs, NamedSharding(mesh, P()))
         out = jax.jit(lambda l, r: ragged_dot(l, r, sizes))(x, w)
@@ -255,15 +251,12 @@ def test_explicit_mode_rows_split():
 def test_explicit_mode_contraction_split_needs_out_sharding():
     """k split in both operands: ambiguous without out_sharding, as for jnp.matmul; with it,
     the partial products' sum comes back typed as asked."""
-    from jax.sharding import AxisType, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
     mesh = _mesh(AxisType.Explicit)
     lhs, rhs, _ = inputs(10, m=64)
     rhs = jnp.concatenate([rhs] * 2, axis=1)[:, :32]  # k = 32: divisible by the mesh
     lhs = jnp.concatenate([lhs] * 2, axis=1)[:, :32]
     sizes = jnp.array([20, 0, 30, 4, 10], jnp.int32)
-    with _compat_set_mesh(mesh):
+    with jax.set_mesh(mesh):
         x = jax.device_put(lhs, NamedSharding(mesh, P(None, "x")))
         w = jax.device_put(rhs, NamedSharding(mesh, P(None, "x", None)))
         with pytest.raises(Exception, match="out_sharding"):
@@ -275,28 +268,20 @@ def test_explicit_mode_contraction_split_needs_out_sharding():
         ragged_dot(lhs, rhs, sizes, group_offset=jnp.zeros((1,), jnp.int32))
 
 
-def _compat_set_mesh(mesh):
-    return jax.set_mesh(mesh) if hasattr(jax, "set_mesh") else jax.sharding.use_mesh(mesh)
-
-
 @pytest.mark.skipif(len(jax.devices()) < 2, reason="needs several devices (tests/conftest.py asks for 8)")
 def test_shard_map_forward_and_grad():
     """Token groups per device (rows and their group sizes sharded, experts replicated), as
     expert routing leaves them: forward and the gradient of the replicated weights (its
     psum), with shard_map's default checks."""
-    from jax.sharding import AxisType
-    from jax.sharding import PartitionSpec as P
-
-    n = 2 ** int(np.log2(min(len(jax.devices()), 8)))
-    mesh = jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:n])
+    mesh = _mesh(AxisType.Auto)
+    n = mesh.size
     lhs, rhs, _ = inputs(8, m=M * n)
     sizes = np.array([PATTERNS[name] for name in PATTERNS] * n, np.int32)[:n]
-    shard_map = getattr(jax, "shard_map", None) or __import__("jax.experimental.shard_map", fromlist=["x"]).shard_map
 
     def local(l, r, s):
         return ragged_dot(l, r, s[0])
 
-    f = shard_map(local, mesh=mesh, in_specs=(P("x"), P(), P("x")), out_specs=P("x"))
+    f = jax.shard_map(local, mesh=mesh, in_specs=(P("x"), P(), P("x")), out_specs=P("x"))
     out = jax.jit(f)(lhs, rhs, jnp.asarray(sizes))
     want = np.concatenate([reference(lhs[i * M:(i + 1) * M], rhs, sizes[i]) for i in range(n)])
     assert rel(out, want) <= 1e-5
@@ -313,17 +298,13 @@ def test_expert_parallel_shard_map():
     device and expert, padding rows multiplied and dropped), runs its experts as one
     ragged_dot, and sends the results back. Values and the gradients of the tokens and of
     the expert weights against the dense per-token reference."""
-    from jax.sharding import AxisType
-    from jax.sharding import PartitionSpec as P
-
-    n = 2 ** int(np.log2(min(len(jax.devices()), 8)))
+    mesh = _mesh(AxisType.Auto)
+    n = mesh.size
     experts, per_device, d, f = 2 * n, 12, 16, 24
-    mesh = jax.make_mesh((n,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:n])
     keys = jax.random.split(jax.random.key(11), 3)
     x = jax.random.normal(keys[0], (n * per_device, d), jnp.float32)
     w = jax.random.normal(keys[1], (experts, d, f), jnp.float32) / np.sqrt(d)
     choice = jax.random.randint(keys[2], (n * per_device,), 0, experts)  # each token's expert
-    shard_map = getattr(jax, "shard_map", None) or __import__("jax.experimental.shard_map", fromlist=["x"]).shard_map
     capacity = per_device  # any device may send all its tokens to one expert
 
     def local(x, w, choice):  # x (per_device, d), w (2, d, f), choice (per_device,)
@@ -336,7 +317,7 @@ def test_expert_parallel_shard_map():
         back = jax.lax.all_to_all(back, "x", 0, 0, tiled=True)  # to the tokens' devices
         return back[choice, slot]
 
-    f_ep = jax.jit(shard_map(local, mesh=mesh, in_specs=(P("x"), P("x"), P("x")), out_specs=P("x")))
+    f_ep = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P("x"), P("x"), P("x")), out_specs=P("x")))
     dense = lambda x, w: jnp.einsum("td,tdf->tf", x, w[choice], precision=lax.Precision.HIGHEST)  # noqa: E731
     assert rel(f_ep(x, w, choice), dense(x, w)) <= 1e-5
     loss = lambda fn: lambda x, w: jnp.sum(jnp.sin(fn(x, w)))  # noqa: E731

@@ -18,8 +18,6 @@ namespace {
 // 128 x 256 tiles, cooperative: the dense kernel's schedule for large products.
 using GroupedPolicy = Sm90Policy<256>;
 
-bool Is16Bit(ElementType t) { return t == ElementType::kBF16 || t == ElementType::kF16; }
-
 template <class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
 cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
   using P = GroupedPolicy;
@@ -76,7 +74,7 @@ cudaError_t LaunchOut(const GroupedProblem& p, cudaStream_t stream) {
 }  // namespace
 
 std::string GroupedUnsupported(const GroupedProblem& p) {
-  if (!Is16Bit(p.in_type)) return "grouped GEMM: inputs must be float16 or bfloat16";
+  if (ElementBytes(p.in_type) != 2) return "grouped GEMM: inputs must be float16 or bfloat16";
   if (p.out_type != p.in_type && p.out_type != ElementType::kF32) {
     return "grouped GEMM: the output must be float32 or the inputs' type";
   }
