@@ -143,6 +143,21 @@ def test_grad_of_grad():
         assert rel(got, want) <= 1e-5
 
 
+def test_hessian():
+    """jax.hessian (forward over reverse: the JVPs of both primitives' transposes) in each
+    operand, against the sliced product's."""
+    keys = jax.random.split(jax.random.key(14), 2)
+    lhs, rhs = jax.random.normal(keys[0], (7, 3)), jax.random.normal(keys[1], (2, 3, 4))
+    sizes = np.array([3, 2], np.int32)  # two rows past the sum
+    for argnum in (0, 1):
+        def loss(dot):
+            return lambda l, r: jnp.sum(jnp.tanh(dot(l, r)) ** 2)
+
+        got = jax.hessian(loss(lambda l, r: ragged_dot(l, r, jnp.asarray(sizes))), argnums=argnum)(lhs, rhs)
+        want = jax.hessian(loss(lambda l, r: sliced(l, r, sizes)), argnums=argnum)(lhs, rhs)
+        assert rel(got, want) <= 1e-5, argnum
+
+
 @pytest.mark.parametrize("in_axes", [(0, 0, 0), (0, None, None), (None, 0, 0), (0, None, 0)])
 def test_vmap_folds_into_one_product(in_axes):
     sizes = np.array([PATTERNS["ragged"], PATTERNS["rows_past_the_sum"], PATTERNS["one_group"]], np.int32)
