@@ -4,8 +4,9 @@
 // Sm90HandedStores) stores each block with TMA. A block (a box) is 64 rows of 128 bytes:
 // 64 x 64 16-bit or 64 x 32 float values. D = alpha * acc, any output type: Sm90StoreTile, or
 // Sm90PackBox + Sm90WriteBoxWords (handed stores); bias, activation, Aux (16-bit outputs):
-// Sm90StoreTileFused. Called by Sm90Consume (sm90/kernel.cuh); MakeSm90Store decides on the
-// host whether a problem can take them and encodes the maps.
+// Sm90StoreTileFused. A consumer picks one per tile through Sm90TmaEpilogue (Sm90Consume,
+// sm90/kernel.cuh); MakeSm90Store decides on the host whether a problem can take them and
+// encodes the maps.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -532,6 +533,92 @@ __device__ __forceinline__ void Sm90StoreWarp(const GemmProblem& p, const Sm90Sc
     first = false;
   }
 }
+
+// A consumer's TMA-store epilogue across its items (Sm90Consume): which of the above a tile
+// takes, and what the consumer's boxes hold between tiles. Sm90HandedStores' plain
+// epilogue: boxes 0 and 1 of a tile are written at once; boxes 2 and 3 (kBN = 256), which
+// must wait for their slots' stores, wait in registers as rounded words and are written
+// while the next tile's first wgmmas run (WritePending; or at the exit), so that the tensor
+// cores do not idle through those waits. (A float tile's 8 boxes are all written at once:
+// their words would not fit registers.) kWithFused: the instance holds the fused epilogue.
+template <class P, class TOut, bool kRegisterA, bool kWithFused>
+struct Sm90TmaEpilogue {
+  using Handed = Sm90HandedStores<P, TOut>;
+  static constexpr int kLateBoxes =
+      sizeof(TOut) == 2 && Handed::kUsed && Handed::kBoxes > 2 ? Handed::kBoxes - 2 : 0;
+  static_assert(!kRegisterA || sizeof(TOut) == 4, "tf32 products have float outputs (16-bit boxes: fragment rows)");
+
+  bool boxes_in_use = false;  // Sm90HandedStores: this consumer's boxes hold a tile's blocks
+  uint32_t late_words[kLateBoxes > 0 ? kLateBoxes : 1][16];
+  bool pending = false;  // `late_words` hold boxes not yet written
+
+  // Where this thread's values go in an output box (made where used, so that it holds no
+  // registers through the mainloop).
+  __device__ __forceinline__ static Sm90BoxWriter<TOut> Writer() {
+    using W = Sm90BoxWriter<TOut>;
+    return W(Sm90TileRow<P, kRegisterA>(W::FragmentRow(0)), Sm90TileRow<P, kRegisterA>(W::FragmentRow(1)));
+  }
+
+  __device__ __forceinline__ void WritePending(int wg, unsigned char* boxes) {
+    if constexpr (kLateBoxes > 0) {
+      if (pending) {
+        const Sm90BoxWriter<TOut> writer = Writer();
+#pragma unroll
+        for (int c = 0; c < kLateBoxes; ++c) Sm90WriteBoxWords<P, TOut>(writer, late_words[c], 2 + c, wg, boxes, true);
+        pending = false;
+      }
+    }
+  }
+
+  // The consumer's rows of a tile, from row0, col0 of D's slab.
+  __device__ __forceinline__ void Store(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
+                                        const GemmProblem& p, int64_t row0, int64_t col0, int64_t slab, int wg, unsigned char* boxes,
+                                        uint32_t bias_word, uint32_t* bias_stage) {
+    if (kWithFused && store.fused) {  // 16-bit outputs only (MakeSm90Store)
+      if constexpr (sizeof(TOut) == 2) {
+        Sm90StoreTileFused<P, TOut, Handed::kUsed>(store, acc, row0, col0, slab, wg, boxes, bias_word, bias_stage,
+                                                    boxes_in_use);
+        boxes_in_use = Handed::kUsed;
+      }
+    } else if constexpr (Handed::kUsed) {
+      if constexpr (kRegisterA) {
+        if (store.transposed) {
+          Sm90WriteTransposedBoxes<P>(acc[0], p.epilogue.alpha, wg, boxes, boxes_in_use);
+          boxes_in_use = true;
+          return;
+        }
+      }
+      const Sm90BoxWriter<TOut> writer = Writer();
+#pragma unroll
+      for (int c = 0; c < Handed::kBoxes; ++c) {
+        if (c < Handed::kBoxes - kLateBoxes) {
+          uint32_t box_words[16];
+          Sm90PackBox<P, TOut>(acc, c, p.epilogue.alpha, box_words);
+          Sm90WriteBoxWords<P, TOut>(writer, box_words, c, wg, boxes, boxes_in_use || c >= 2);
+        } else if constexpr (kLateBoxes > 0) {
+          Sm90PackBox<P, TOut>(acc, c, p.epilogue.alpha, late_words[c - 2]);
+        }
+      }
+      boxes_in_use = true;
+      pending = kLateBoxes > 0;
+    } else {
+      Sm90StoreTile<P, TOut>(store, acc, row0, col0, slab, p.epilogue.alpha, wg, boxes, Writer());
+    }
+  }
+
+  // At the consumer's exit: the last boxes written, and the block's shared memory kept until
+  // the TMA stores have read it. Their writes need no wait: the grid's completion makes them
+  // visible to later work, and waiting for them here would add their latency to the last
+  // tile's exposed epilogue.
+  __device__ __forceinline__ void Finish(const Sm90Store& store, int wg, unsigned char* boxes) {
+    WritePending(wg, boxes);
+    if (store.enabled && threadIdx.x % 128 == 0) BulkWaitGroupRead<0>();
+    if (boxes_in_use) {  // the store warp's last stores have read the boxes (with Aux: one pair)
+      NamedBarrierSync(Handed::Free(wg, 0), Handed::kThreads);
+      if (!(store.fused && store.with_aux)) NamedBarrierSync(Handed::Free(wg, 1), Handed::kThreads);
+    }
+  }
+};
 
 #endif  // JG_SM90_ENABLED
 

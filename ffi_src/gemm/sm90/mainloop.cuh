@@ -1,7 +1,8 @@
 // The mainloop's pieces: the producer's ring of shared-memory stages (Sm90ProducerRing),
 // the GEMM's TMA loads of A and B into it (Sm90MatrixLoads; convolutions bring their own
-// loads type), the wgmma calls the consumers issue on a stage, and tf32's A read from
-// registers (Sm90RegisterAFragments). The k-loop itself is the consumers' (kernel.cuh).
+// loads type), the wgmma calls the consumers issue on a stage, tf32's A read from registers
+// (Sm90RegisterAFragments), and the consumers' side: their walk around the ring
+// (Sm90ConsumerRing) and their k-loop (Sm90ConsumerMma).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -227,6 +228,165 @@ struct Sm90RegisterAFragments {
     for (int kk = 0; kk < P::kKSteps; ++kk)
 #pragma unroll
       for (int i = 0; i < 4; ++i) frag[kk][i] = LoadShared32(stage_a + offset[i] + kk * 8 * P::kRowBytes);
+  }
+};
+
+// The tile row (of the consumer's 64) that accumulator row r holds: r, or with register A
+// its permutation, which every epilogue undoes.
+template <class P, bool kRegisterA>
+__device__ __forceinline__ int Sm90TileRow(int r) {
+  return kRegisterA ? Sm90RegisterAFragments<P>::Row(r) : r;
+}
+
+// The consumers' walk around the ring: a consumer waits on a stage's full barrier and, once
+// its wgmmas have read the stage, releases it on the empty barrier of every cluster block
+// (the producers of all of them write into it). Pingpong consumers skip each other's items.
+template <class P>
+struct Sm90ConsumerRing {
+  uint64_t* full;
+  uint64_t* empty;
+  uint32_t phase = 0;
+  int stage = 0;
+
+  __device__ __forceinline__ void WaitFull() const { MbarrierWait(&full[stage], phase); }
+
+  __device__ __forceinline__ void Release(int s) const {
+    if constexpr (P::kClusterM == 1) {
+      MbarrierArrive(&empty[s]);
+    } else {
+#pragma unroll
+      for (int r = 0; r < P::kClusterM; ++r) MbarrierArriveCluster(&empty[s], r);
+    }
+  }
+
+  __device__ __forceinline__ void Advance() {
+    if (++stage == P::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+
+  // Past an item of k_tiles stages that the other consumer multiplies.
+  __device__ __forceinline__ void Skip(int k_tiles) {
+    const int next = stage + k_tiles;
+    phase ^= (next / P::kStages) & 1;
+    stage = next % P::kStages;
+  }
+};
+
+// A consumer warpgroup's k-loop: wgmma on the ring's stages into fp32 accumulators, rows
+// [first_row, first_row + 64 kMmaM) of the tile (tf32 with an MN-major A: A from registers,
+// Sm90RegisterAFragments).
+template <class P, class TIn, bool kTransA, bool kTransB>
+struct Sm90ConsumerMma {
+  using Acc = float[P::kMmaM][P::kBN / 2];
+  static constexpr bool kRegisterA = std::is_same_v<TIn, float> && kTransA;
+  static_assert(!kRegisterA || P::kMmaM == 1, "register A: one m64 block per consumer");
+  // Descriptor geometry: K-major tiles step 32 B per wgmma (k16, or k8 for tf32) inside the
+  // swizzled row; MN-major tiles step two 8-row (1 KB) groups.
+  // The leading byte offset matters only for MN-major tiles (the 64-wide block stride).
+  static constexpr uint32_t kStepA = kTransA ? 2048 : 32, kStepB = kTransB ? 32 : 2048;
+  static constexpr uint32_t kLeadA = kTransA ? P::kMnBlockBytes : 16, kLeadB = kTransB ? 16 : P::kMnBlockBytes;
+  static constexpr uint32_t kDescHi = uint32_t(SmemDescriptorSw128(0, 0, 1024) >> 32);
+
+  // Stage 0's descriptors at k-step 0, as low and high words. Another stage's, k-step's or
+  // m64 block's descriptor adds its byte offset / 16 (the address field's unit) to the low
+  // word: shared memory is below 256 KB, so the 14-bit field never carries into the rest.
+  // One 32-bit add per descriptor in the k-loop instead of rebuilding it (NOTES.md,
+  // session 25).
+  uint32_t desc_a0_lo, desc_b0_lo;
+  uint32_t tiles_a_address;
+  Sm90RegisterAFragments<P> register_a;
+
+  __device__ __forceinline__ Sm90ConsumerMma(unsigned char* tiles_a, unsigned char* tiles_b, int first_row)
+      : desc_a0_lo(uint32_t(SmemDescriptorSw128(SharedAddress(tiles_a) + first_row * P::kRowBytes, kLeadA, 1024))),
+        desc_b0_lo(uint32_t(SmemDescriptorSw128(SharedAddress(tiles_b), kLeadB, 1024))),
+        tiles_a_address(SharedAddress(tiles_a)),
+        register_a(first_row) {}
+
+  __device__ __forceinline__ static uint64_t Descriptor(uint32_t lo) { return (uint64_t(kDescHi) << 32) | lo; }
+
+  // Blocks kBlocks and up (not multiplied), or all of them for an item of no k-tiles, hold zeros.
+  template <int kBlocks>
+  __device__ __forceinline__ static void ZeroUnmultiplied(Acc& acc, int k_tiles) {
+#pragma unroll
+    for (int mi = 0; mi < P::kMmaM; ++mi) {
+      if (mi >= kBlocks || k_tiles == 0) {
+#pragma unroll
+        for (int j = 0; j < P::kBN / 2; ++j) acc[mi][j] = 0.f;
+      }
+    }
+  }
+
+  // The item's k-loop over its first kBlocks m64 blocks (a compile-time count: a wgmma under
+  // a runtime condition makes ptxas serialize the wgmmas); with none, the stages are only
+  // handed back. `queued()` runs once two k-tiles of wgmmas are queued. Returns the stage
+  // the last k-tile's wgmmas may still read (-1: none): Drain waits for them and frees it.
+  template <int kBlocks, class Queued>
+  __device__ __forceinline__ int Multiply(Acc& acc, Sm90ConsumerRing<P>& ring, int k_tiles, int lane,
+                                          Queued queued) const {
+    int previous = -1;
+    // Register A: two fragment sets, so that a k-tile's loads do not overwrite the set the
+    // previous k-tile's wgmmas (still in flight) read. Each set needs fixed registers, so
+    // the k-loop runs k-tile pairs, then an odd last k-tile after it: ptxas serializes
+    // every wgmma (C7513) if any path could load a set while its group is in flight.
+    [[maybe_unused]] uint32_t a_frags[kRegisterA ? 2 : 1][P::kKSteps][4];
+    auto k_tile = [&](int kt, auto set) {
+      ring.WaitFull();
+      if constexpr (kBlocks > 0) {
+        const uint32_t desc_b = desc_b0_lo + ring.stage * (P::kTileBBytes / 16);
+        if constexpr (kRegisterA) {
+          constexpr int kSet = decltype(set)::value;
+          register_a.Load(tiles_a_address + ring.stage * P::kTileABytes, a_frags[kSet]);
+          WgmmaFence();
+#pragma unroll
+          for (int kk = 0; kk < P::kKSteps; ++kk) {
+            WgmmaTf32RegisterA<P::kBN>(acc[0], a_frags[kSet][kk], Descriptor(desc_b + kk * kStepB / 16),
+                                       (kt | kk) != 0);
+          }
+        } else {
+          const uint32_t desc_a = desc_a0_lo + ring.stage * (P::kTileABytes / 16);
+          WgmmaFence();
+#pragma unroll
+          for (int kk = 0; kk < P::kKSteps; ++kk) {
+#pragma unroll
+            for (int mi = 0; mi < kBlocks; ++mi) {
+              // 64 rows of A further on: 64 x 128 B rows (K-major) or the next 64-wide block.
+              const uint32_t a_offset = (mi * P::kMnBlockBytes + kk * kStepA) / 16;
+              Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[mi], Descriptor(desc_a + a_offset),
+                                                    Descriptor(desc_b + kk * kStepB / 16), (kt | kk) != 0);
+            }
+          }
+        }
+        WgmmaCommitGroup();
+        if (kt == 1) queued();
+        // Keep one group in flight: the previous k-tile's group is done, its stage is free.
+        WgmmaWaitGroup<1>();
+        if (previous >= 0 && lane == 0) ring.Release(previous);
+        previous = ring.stage;
+      } else {
+        if (lane == 0) ring.Release(ring.stage);
+      }
+      ring.Advance();
+    };
+    using First = std::integral_constant<int, 0>;
+    if constexpr (kRegisterA) {
+      int kt = 0;
+      for (; kt + 1 < k_tiles; kt += 2) {
+        k_tile(kt, First{});
+        k_tile(kt + 1, std::integral_constant<int, 1>{});
+      }
+      if (kt < k_tiles) k_tile(kt, First{});
+    } else {
+      for (int kt = 0; kt < k_tiles; ++kt) k_tile(kt, First{});
+    }
+    return previous;
+  }
+
+  // Waits for the last k-tile's wgmmas and frees their stage.
+  __device__ __forceinline__ static void Drain(const Sm90ConsumerRing<P>& ring, int previous, int lane) {
+    WgmmaWaitGroup<0>();
+    if (previous >= 0 && lane == 0) ring.Release(previous);
   }
 };
 
