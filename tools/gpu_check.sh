@@ -2,9 +2,11 @@
 # On a GPU machine, in one call: build and install jaxgemm, run every test (GPU ones
 # included), read the flagship kernel's SASS, run the benchmark; a short summary last.
 #   tools/gpu_check.sh [bench suites, default tc,epilogue] [pytest args, default tests; "none" skips]
-# JAXGEMM_TEST_SHARD=1/2 (then 2/2) runs half the tests (the whole suite takes over 10
-# minutes on an H200); SKIP_BUILD=1 keeps the jaxgemm already installed (a warm machine's
-# second call).
+# The tests run in JAXGEMM_TEST_WORKERS pytest-xdist processes (default 4; 1: one process)
+# sharing the GPU (no memory preallocation): most of their time is XLA compiling on the
+# host's cores (serially the suite takes over 10 minutes on an H200). JAXGEMM_TEST_SHARD=1/2
+# (then 2/2) runs half the tests; SKIP_BUILD=1 keeps the jaxgemm already installed (a warm
+# machine's second call).
 # Suites: jaxgemm.bench's (simt, tc, epilogue, smoke, all), "none", "conv" / "conv-bf16"
 # (jaxgemm.bench_conv, both dtypes / bfloat16 only), and "tiles" (tools/simt_tile_sweep.py
 # and tools/sm90_tile_sweep.py: every forced tile against XLA), comma-separated.
@@ -36,7 +38,11 @@ if [ "$test_args" = none ]; then
   tests_rc=0 tests_line="not run"
 else
   # eval: the pytest arguments may hold quoted words (-k 'simt or sm90').
-  eval "$py -m pytest -q -rs $test_args -p no:cacheprovider" >"$out/tests.log" 2>&1
+  workers=${JAXGEMM_TEST_WORKERS:-4} parallel=""
+  [ "$workers" -gt 1 ] && $py -c "import xdist" 2>/dev/null && parallel="-n $workers"
+  # No memory preallocation: the workers share the GPU.
+  eval "XLA_PYTHON_CLIENT_PREALLOCATE=false $py -m pytest -q -rs $parallel $test_args -p no:cacheprovider" \
+    >"$out/tests.log" 2>&1
   tests_rc=$?
   tail -15 "$out/tests.log"
   tests_line=$(tail -1 "$out/tests.log")
