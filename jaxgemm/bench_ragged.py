@@ -2,7 +2,7 @@
 shapes, and against jaxgemm's dense GEMM of the same FLOPs, in one process.
 
     python -m jaxgemm.bench_ragged [--cases mixtral,fine64,fine128] [--iterations 6] [--json out.json] [--breakdown]
-                                   [--plot out.png] [--from rows.json,...]
+                                   [--no-xla] [--plot out.png] [--from rows.json,...]
 
 Each case runs with balanced routing (equal groups), skewed routing (Zipf-like sizes) and,
 where named, an empty group. Forward alone, and forward + backward (gradients of the
@@ -12,7 +12,8 @@ over its dense GEMM's at the same total work; "padded/ours": XLA's padded formul
 (each expert's rows scattered into a buffer of the largest group's size, one batched
 matmul, the rows gathered back). Where XLA fails (its ragged dot materializes a masked copy
 of the tokens per expert; the padded buffer of skewed routing), the column says so.
-`--cases tiny` runs anywhere (a check of the script, not a measurement).
+`--no-xla` times only jaxgemm and its dense GEMM (A/B runs: XLA's ragged dot takes up to
+150 ms a call). `--cases tiny` runs anywhere (a check of the script, not a measurement).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def _dense_fwd_bwd(x, w, ct):
     return out, *vjp(ct)
 
 
-def run_case(case: Case, routing: str, iterations: int, breakdown: bool = False) -> dict:
+def run_case(case: Case, routing: str, iterations: int, breakdown: bool = False, xla: bool = True) -> dict:
     keys = jax.random.split(jax.random.key(0), 4)
     dtype = jnp.bfloat16
     x = jax.random.normal(keys[0], (case.rows, case.k), dtype)
@@ -127,12 +128,13 @@ def run_case(case: Case, routing: str, iterations: int, breakdown: bool = False)
         ms = _timed("ours", jax.jit(wrap(jaxgemm.ragged_dot)), args, iterations, what)
         row[f"{label}_ms"] = ms
         row[f"{label}_dense_ms"] = _timed("dense", jax.jit(dense), dense_args, iterations, what)
-        row[f"{label}_xla_ms"] = _timed("xla", jax.jit(wrap(lax.ragged_dot)), args, max(1, iterations // 2), what)
-        row[f"{label}_padded_ms"] = _timed("padded", jax.jit(wrap(padded)), args, max(1, iterations // 2), what)
         row[f"{label}_tflops"] = work / ms / 1e9
         row[f"{label}_of_dense"] = row[f"{label}_dense_ms"] / ms
-        row[f"{label}_xla_over_ours"] = row[f"{label}_xla_ms"] / ms
-        row[f"{label}_padded_over_ours"] = row[f"{label}_padded_ms"] / ms
+        if xla:
+            row[f"{label}_xla_ms"] = _timed("xla", jax.jit(wrap(lax.ragged_dot)), args, max(1, iterations // 2), what)
+            row[f"{label}_padded_ms"] = _timed("padded", jax.jit(wrap(padded)), args, max(1, iterations // 2), what)
+            row[f"{label}_xla_over_ours"] = row[f"{label}_xla_ms"] / ms
+            row[f"{label}_padded_over_ours"] = row[f"{label}_padded_ms"] / ms
     if breakdown:  # each gradient alone, against the dense GEMM's same gradient
         dense = lambda x, w, _sizes: jaxgemm.matmul(x, w[0])  # noqa: E731
         for label, argnum in (("dlhs", 0), ("drhs", 1)):
@@ -156,7 +158,7 @@ def format_table(rows: list[dict]) -> str:
     for r in rows:
         cells = [f"{r['case']:8} {r['routing']:9}"]
         for label in ("fwd", "fwd_bwd"):
-            cells.append(f"{r[f'{label}_ms']:8.2f} {r[f'{label}_tflops']:8.0f} {ratio(r[f'{label}_xla_over_ours']):>9} "
+            cells.append(f"{r[f'{label}_ms']:8.2f} {r[f'{label}_tflops']:8.0f} {ratio(r.get(f'{label}_xla_over_ours')):>9} "
                          f"{ratio(r.get(f'{label}_padded_over_ours')):>11} {r[f'{label}_of_dense']:9.2f}")  # fmt: skip
         error = r.get("rel_err_vs_padded")
         lines.append(" ".join(cells) + ("" if error is None else f"  (error vs padded {error:.1e})"))
@@ -179,13 +181,14 @@ def plot_rows(rows: list[dict], path: str, title: str) -> None:
         bars = {
             "jaxgemm.ragged_dot": [f / r[f"{label}_ms"] / 1e9 for f, r in zip(flops, rows)],
             "jaxgemm dense GEMM, same work": [f / r[f"{label}_dense_ms"] / 1e9 for f, r in zip(flops, rows)],
-            "XLA ragged_dot": [f / r[f"{label}_xla_ms"] / 1e9 for f, r in zip(flops, rows)],
+            "XLA ragged_dot": [f / r.get(f"{label}_xla_ms", np.nan) / 1e9 for f, r in zip(flops, rows)],
         }
         for i, (name, values) in enumerate(bars.items()):
             ax.barh(ys + (i - 1) * 0.27, np.nan_to_num(values), 0.27, label=name)
-        for y, value in zip(ys, bars["XLA ragged_dot"]):
+        for y, value, r in zip(ys, bars["XLA ragged_dot"], rows):
             if np.isnan(value):
-                ax.text(5, y + 0.27, "XLA fails (out of memory)", va="center", fontsize=7)
+                why = "fails (out of memory)" if f"{label}_xla_ms" in r else "not measured"
+                ax.text(5, y + 0.27, f"XLA {why}", va="center", fontsize=7)
         ax.set_xlabel("TFLOP/s")
         ax.set_title(title_part)
     axes[0].set_yticks(ys, labels, fontsize=7)
@@ -207,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="from_json", metavar="JSON", help="plot / print these rows (comma-separated "
                         "files of --json) instead of measuring")  # fmt: skip
     parser.add_argument("--title", help="the plot's title (--from)")
+    parser.add_argument("--no-xla", action="store_true", help="skip XLA's ragged dot and the padded formulation")
     parser.add_argument("--breakdown", action="store_true",
                         help="also each gradient alone (d lhs, d rhs) against the dense GEMM's")  # fmt: skip
     args = parser.parse_args(argv)
@@ -228,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in cases:
         for routing in args.routings.split(","):
             print(f"{name} {routing} ...", file=sys.stderr, flush=True)
-            rows.append(run_case(CASES[name], routing, args.iterations, args.breakdown))
+            rows.append(run_case(CASES[name], routing, args.iterations, args.breakdown, xla=not args.no_xla))
     print(format_table(rows))
     if args.breakdown:
         print(f"\n{'case':8} {'routing':9} {'d lhs ms':>9} {'of dense':>9} {'d rhs ms':>9} {'of dense':>9}")
