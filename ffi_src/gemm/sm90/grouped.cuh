@@ -224,7 +224,7 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
                                                    const Sm90GroupTable<P, kContraction>& table, int wg,
                                                    unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
                                                    uint64_t* empty) {
-  // The descriptors of kernel.cuh's Sm90Consume (K-major steps 32 B, MN-major two 8-row groups).
+  // The descriptors of Sm90ConsumerMma (mainloop.cuh): K-major steps 32 B, MN-major two 8-row groups.
   constexpr uint32_t kStepA = kTransA ? 2048 : 32, kStepB = kTransB ? 32 : 2048;
   constexpr uint32_t kLeadA = kTransA ? P::kMnBlockBytes : 16, kLeadB = kTransB ? 16 : P::kMnBlockBytes;
   const int first_row = 64 * wg, lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;

@@ -245,7 +245,7 @@ template <class P>
 struct Sm90ConsumerRing {
   uint64_t* full;
   uint64_t* empty;
-  uint32_t phase = 0;
+  uint32_t phase = 0;  // (before stage: the machine code of the loop before the split; NOTES.md)
   int stage = 0;
 
   __device__ __forceinline__ void WaitFull() const { MbarrierWait(&full[stage], phase); }
