@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck and racecheck over small problems of every kernel family (GEMM,
-# fused epilogues and their backward, convolution)
+# fused epilogues and their backward, convolution, the grouped GEMM)
 # (jaxgemm installed; run on the GPU machine). Only jaxgemm's kernels are checked.
 #   tools/sanitize.sh
 set -uo pipefail
@@ -43,6 +43,13 @@ for c_in in (64, 3):
     ker = jax.random.normal(key, (3, 3, c_in, 64), jnp.bfloat16)
     conv = lambda x, k: jaxgemm.conv2d(x, k, padding="SAME").astype(jnp.float32).sum()
     jax.block_until_ready(jax.grad(conv, argnums=(0, 1))(img, ker))
+# The grouped kernel (ragged_dot): forward, input gradient and weight gradient, with an
+# empty group, groups cut inside a tile and rows of no group.
+lhs = jax.random.normal(key, (200, 136), jnp.bfloat16)
+rhs = jax.random.normal(key, (3, 136, 264), jnp.bfloat16)
+sizes = jnp.array([70, 0, 100], jnp.int32)
+ragged = lambda l, r: jaxgemm.ragged_dot(l, r, sizes).astype(jnp.float32).sum()
+jax.block_until_ready(jax.grad(ragged, argnums=(0, 1))(lhs, rhs))
 print("sanitize cases done")
 PY
 for tool in memcheck racecheck; do
