@@ -570,10 +570,11 @@ struct Sm90TmaEpilogue {
     }
   }
 
-  // The consumer's rows of a tile, from row0, col0 of D's slab.
+  // The consumer's rows of a tile, from row0, col0 of D's slab. (alpha is read from `p` where
+  // used: passed as a value it changed the kernels' machine code; gemm/NOTES.md.)
   __device__ __forceinline__ void Store(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
-                                        const GemmProblem& p, int64_t row0, int64_t col0, int64_t slab, int wg, unsigned char* boxes,
-                                        uint32_t bias_word, uint32_t* bias_stage) {
+                                        const GemmProblem& p, int64_t row0, int64_t col0, int64_t slab, int wg,
+                                        unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage) {
     if (kWithFused && store.fused) {  // 16-bit outputs only (MakeSm90Store)
       if constexpr (sizeof(TOut) == 2) {
         Sm90StoreTileFused<P, TOut, Handed::kUsed>(store, acc, row0, col0, slab, wg, boxes, bias_word, bias_stage,
