@@ -5,7 +5,9 @@
 #   mkdir -p ab/base && git archive <rev> | tar -x -C ab/base   # here (ab/ is git-ignored: carry ["ab"])
 #   tools/gpu_ab.sh ab/base [bench suites, default tc,epilogue; "none": skip] [conv,ragged]
 # "conv" adds bench_conv --dtypes bfloat16; "ragged" adds bench_ragged (both trees must have
-# it). Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab.
+# it). Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab. SKIP_BUILD=1: B is
+# the jaxgemm already installed from the working tree (a warm machine's earlier
+# tools/gpu_check.sh): B is benchmarked first, then A is built and benchmarked.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 base=$1
@@ -15,12 +17,14 @@ out=${OUT:-/tmp/jaxgemm_ab}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 
-run() {  # run NAME TREE: build TREE, benchmark it into $out/NAME*.json
+run() {  # run NAME TREE [skip]: build TREE (unless skip), benchmark it into $out/NAME*.json
   local name=$1 tree=$2 start=$SECONDS
-  if ! (cd "$tree" && python3 -m pip install --no-build-isolation --no-deps -q . >"$out/$name.build.log" 2>&1); then
-    tail -30 "$out/$name.build.log"; echo "$name: BUILD FAILED"; return 1
+  if [ "${3:-}" != skip ]; then
+    if ! (cd "$tree" && python3 -m pip install --no-build-isolation --no-deps -q . >"$out/$name.build.log" 2>&1); then
+      tail -30 "$out/$name.build.log"; echo "$name: BUILD FAILED"; return 1
+    fi
+    echo "$name: built in $(( SECONDS - start )) s"
   fi
-  echo "$name: built in $(( SECONDS - start )) s"
   # -P and a neutral folder: import the installed jaxgemm, not a source tree.
   if [ "$suites" != none ]; then
     (cd /tmp && python3 -P -m jaxgemm.bench --suite "$suites" --json "$out/$name.json" >"$out/$name.txt" 2>"$out/$name.err") ||
@@ -37,7 +41,11 @@ run() {  # run NAME TREE: build TREE, benchmark it into $out/NAME*.json
   echo "$name: built and benchmarked in $(( SECONDS - start )) s"
 }
 
-run A "$base" && run B . || exit 1
+if [ "${SKIP_BUILD:-0}" = 1 ]; then
+  run B . skip && run A "$base" || exit 1
+else
+  run A "$base" && run B . || exit 1
+fi
 [ "$suites" != none ] && python3 tools/ab_compare.py "$out/A.json" "$out/B.json"
 [[ $extras == *,conv,* ]] && python3 tools/ab_compare.py "$out/A_conv.json" "$out/B_conv.json"
 [[ $extras == *,ragged,* ]] && grep -hE "^(case|mixtral|fine)" "$out/A.txt" "$out/B.txt"
