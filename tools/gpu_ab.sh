@@ -7,7 +7,8 @@
 # "conv" adds bench_conv --dtypes bfloat16; "ragged" adds bench_ragged (both trees must have
 # it). Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab. SKIP_BUILD=1: B is
 # the jaxgemm already installed from the working tree (a warm machine's earlier
-# tools/gpu_check.sh): B is benchmarked first, then A is built and benchmarked.
+# tools/gpu_check.sh): B is benchmarked first, then A is built and benchmarked (and stays
+# installed: rebuild B before anything else).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 base=$1
