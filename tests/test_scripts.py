@@ -1,0 +1,105 @@
+"""What a user runs from the command line, run as a user would on a CPU (a fresh process,
+jaxgemm's default CPU lowering): the benchmarks print their table, write their JSON and
+plot, refuse bad arguments with a message, and say when they need a GPU; the training
+examples train, checkpoint, resume and compare. The GPU runs are tools/gpu_check.sh's and
+tools/gpu_examples.sh's."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.skipif(jax.default_backend() == "gpu", reason="the CPU paths (a GPU runs the full sizes)")
+needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
+
+
+def run(*args, cwd=None):
+    """python -P ARGS in a clean environment (no test settings); returns (rc, stdout, stderr)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAXGEMM_CPU", "JAXGEMM_POISON_OUTPUTS", "XLA_FLAGS")}
+    env["TQDM_DISABLE"] = "1"
+    done = subprocess.run([sys.executable, "-P", *args], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=600)  # fmt: skip
+    return done.returncode, done.stdout, done.stderr
+
+
+@needs_matplotlib
+def test_bench_runs_a_case_and_writes_json_and_plot(tmp_path):
+    rows, png = tmp_path / "rows.json", tmp_path / "bench.png"
+    rc, out, err = run("-m", "jaxgemm.bench", "--only", "512^3 dense", "--iterations", "2", "--json", str(rows),
+                       "--plot", str(png))  # fmt: skip
+    assert rc == 0, err
+    assert "no GPU" in err and "f32 512^3 dense gelu" in out
+    (row,) = json.loads(rows.read_text())
+    assert row["name"] == "f32 512^3 dense gelu" and row["ours_ms"] > 0 and row["xla_ms"] > 0
+    assert row["rel_err_vs_xla"] < 1e-5
+    assert png.stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--suite", "nonsense"), "unknown suite"),
+    (("--only", "no such case"), "matches no case"),
+])  # fmt: skip
+def test_bench_refuses_what_it_cannot_run(args, message):
+    rc, _, err = run("-m", "jaxgemm.bench", *args)
+    assert rc == 2 and message in err, err
+
+
+def test_bench_conv_runs_a_layer_and_names_the_layers_when_none_matches(tmp_path):
+    rows = tmp_path / "conv.json"
+    rc, out, err = run("-m", "jaxgemm.bench_conv", "--layers", "7^2 512->512", "--dtypes", "float32",
+                       "--iterations", "2", "--json", str(rows))  # fmt: skip
+    assert rc == 0, err
+    assert "7^2 512->512 3x3" in out and len(json.loads(rows.read_text())) == 1
+    rc, _, err = run("-m", "jaxgemm.bench_conv", "--layers", "conv1")
+    assert rc == 2 and "matches no layer" in err and "56^2 64->64 3x3" in err, err
+
+
+@needs_matplotlib
+def test_bench_ragged_tiny_case_then_plot_from_its_json(tmp_path):
+    rows, png = tmp_path / "ragged.json", tmp_path / "ragged.png"
+    rc, out, err = run("-m", "jaxgemm.bench_ragged", "--cases", "tiny", "--routings", "balanced,empty",
+                       "--iterations", "1", "--no-xla", "--json", str(rows))  # fmt: skip
+    assert rc == 0, err
+    assert [(r["case"], r["routing"]) for r in json.loads(rows.read_text())] == [("tiny", "balanced"), ("tiny", "empty")]
+    assert "(error vs padded 0.0e+00)" in out
+    rc, out, err = run("-m", "jaxgemm.bench_ragged", "--from", str(rows), "--plot", str(png))
+    assert rc == 0 and "tiny" in out and png.stat().st_size > 0, err
+
+
+def test_bench_ragged_says_its_shapes_need_a_gpu():
+    rc, _, err = run("-m", "jaxgemm.bench_ragged", "--cases", "mixtral")
+    assert rc == 1 and "no GPU" in err, err
+
+
+def _needs_example_packages():
+    missing = [m for m in ("optax", "orbax.checkpoint", "tqdm", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"the examples' packages (pip install '.[example]'): {', '.join(missing)} missing")
+
+
+def test_language_model_example_trains_checkpoints_and_resumes(tmp_path):
+    _needs_example_packages()
+    script = os.path.join(ROOT, "examples", "train_lm.py")
+    common = ("--eval-every", "1", "--ckpt-every", "1", "--sample", "0", "--out", str(tmp_path))
+    # (Two steps leave the loss above the unigram baseline: exit status 1, said so.)
+    rc, out, err = run(script, "--steps", "2", *common)
+    assert rc == 1 and "not below the unigram baseline" in err, err[-3000:]
+    assert "unigram baseline" in out and "jaxgemm: train" in out
+    rc, out, err = run(script, "--steps", "3", "--resume", *common)
+    assert "resumed from step 2" in out, err[-3000:]
+
+
+def test_cnn_example_compares_both_backends(tmp_path):
+    _needs_example_packages()
+    rc, out, err = run(os.path.join(ROOT, "examples", "train_cnn.py"), "--steps", "2", "--eval-every", "1",
+                       "--compare", "--out", str(tmp_path))  # fmt: skip
+    assert rc == 1 and "below 97%" in err, err[-3000:]  # (two steps)
+    assert "step time jaxgemm / xla" in out
+    runs = json.loads((tmp_path / "cnn_compare.json").read_text())["runs"]
+    assert set(runs) == {"jaxgemm", "xla"}
+    assert (tmp_path / "cnn_compare.png").stat().st_size > 0
