@@ -17,6 +17,7 @@ def times(row: dict) -> dict:
 
 def key(row: dict) -> str:
     shape = f" {row['m']}x{row['n']}x{row['k']}" if "m" in row else ""
+    shape = "" if shape.strip() in row["name"] else shape  # (shape_zoo's names hold it)
     return f"{row['name']}{shape} {row.get('dtype', '')}".strip()
 
 

@@ -3,14 +3,15 @@
 # and benchmarked one after the other on the same machine, then compared row by row
 # (tools/ab_compare.py: our time B/A, with XLA's own drift between the runs beside it).
 #   mkdir -p ab/base && git archive <rev> | tar -x -C ab/base   # here (ab/ is git-ignored: carry ["ab"])
-#   tools/gpu_ab.sh ab/base [bench suites, default tc,epilogue; "none": skip] [conv,ragged]
+#   tools/gpu_ab.sh ab/base [bench suites, default tc,epilogue; "none": skip] [conv,ragged,zoo]
 # "conv" adds bench_conv --dtypes bfloat16; "ragged" adds bench_ragged (both trees must have
-# it). Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab. SKIP_BUILD=1: B is
+# it); "zoo" adds tools/shape_zoo.py (this tree's, for both builds). Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab. SKIP_BUILD=1: B is
 # the jaxgemm already installed from the working tree (a warm machine's earlier
 # tools/gpu_check.sh): B is benchmarked first, then A is built and benchmarked (and stays
 # installed: rebuild B before anything else).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 base=$1
 suites=${2:-tc,epilogue}
 extras=",${3:-},"
@@ -35,6 +36,10 @@ run() {  # run NAME TREE [skip]: build TREE (unless skip), benchmark it into $ou
     (cd /tmp && python3 -P -m jaxgemm.bench_conv --dtypes bfloat16 --json "$out/${name}_conv.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
       tail -20 "$out/$name.err"
   fi
+  if [[ $extras == *,zoo,* ]]; then
+    (cd /tmp && python3 -P "$root/tools/shape_zoo.py" --json "$out/${name}_zoo.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
+      tail -20 "$out/$name.err"
+  fi
   if [[ $extras == *,ragged,* ]]; then
     (cd /tmp && python3 -P -m jaxgemm.bench_ragged --json "$out/${name}_ragged.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
       tail -20 "$out/$name.err"
@@ -49,5 +54,6 @@ else
 fi
 [ "$suites" != none ] && python3 tools/ab_compare.py "$out/A.json" "$out/B.json"
 [[ $extras == *,conv,* ]] && python3 tools/ab_compare.py "$out/A_conv.json" "$out/B_conv.json"
+[[ $extras == *,zoo,* ]] && python3 tools/ab_compare.py "$out/A_zoo.json" "$out/B_zoo.json"
 [[ $extras == *,ragged,* ]] && grep -hE "^(case|mixtral|fine)" "$out/A.txt" "$out/B.txt"
 exit 0

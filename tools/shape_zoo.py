@@ -3,10 +3,12 @@ benchmark's squares: token counts from 1 to 16K against common hidden / FFN / vo
 widths, skinny and deep K, ragged sizes, batches, other layouts and dtypes. Finds where the
 heuristic is weakest; prints the cases sorted by ratio (XLA time / ours: > 1 is faster).
 CUPTI kernel time, alternating rounds (jaxgemm.bench.time_pair_ms), same inputs.
-    python3 -P tools/shape_zoo.py [--only SUBSTRING] [--iterations 40]"""
+    python3 -P tools/shape_zoo.py [--only SUBSTRING] [--iterations 40] [--json PATH]
+--json writes the rows as jaxgemm.bench does, for tools/ab_compare.py."""
 
 import argparse
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -101,6 +103,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", default="")
     parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--json", help="write the rows to this file (name, m, n, k, dtype, ours_ms, xla_ms, ...)")
     args = parser.parse_args()
     rows = []
     for s in SHAPES:
@@ -114,6 +117,11 @@ def main():
         rows.append((t_xla / t_ours, s, t_ours, t_xla, err))
         print(f"{s.name:<32} ours {t_ours * 1e3:9.1f} us  XLA {t_xla * 1e3:9.1f} us  {t_xla / t_ours:6.3f}x  "
               f"{choice(s):<22} rel diff {err:.1e}  ({method})", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{"name": s.name, "m": s.m, "n": s.n, "k": s.k, "dtype": s.dtype, "ours_ms": t_ours,
+                        "xla_ms": t_xla, "xla_over_ours": ratio, "choice": choice(s), "rel_diff": err}
+                       for ratio, s, t_ours, t_xla, err in rows], f, indent=1)
     print("\nsorted, slowest first:")
     for ratio, s, t_ours, t_xla, _ in sorted(rows, key=lambda r: r[0]):
         print(f"{ratio:6.3f}x  {s.name:<32} {choice(s)}")
