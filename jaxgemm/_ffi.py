@@ -14,6 +14,12 @@ def cuda_sm_count() -> int:
     return int(_jaxgemm.cuda_sm_count()) if WITH_CUDA else 0
 
 
+def kernel_sm_count(sm_margin: int) -> int:
+    """The multiprocessors a CUDA kernel's persistent grid takes when it leaves `sm_margin`
+    free, as the handlers count them (KernelSmCount in ffi_src/gemm/dispatch.h)."""
+    return int(_jaxgemm.kernel_sm_count(sm_margin))
+
+
 def simt_config(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int, int, int]:
     """(tile_m, tile_n, split_k) the CUDA heuristic picks for a float32 problem."""
     return tuple(_jaxgemm.simt_config(m, n, k, batch, sm_count))

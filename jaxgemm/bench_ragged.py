@@ -215,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also each gradient alone (d lhs, d rhs) against the dense GEMM's")  # fmt: skip
     args = parser.parse_args(argv)
     if args.from_json:
-        rows = [row for path in args.from_json.split(",") for row in json.load(open(path))]
+        rows = []
+        for path in args.from_json.split(","):
+            with open(path) as f:
+                rows += json.load(f)
         print(format_table(rows))
         if args.plot:
             plot_rows(rows, args.plot, args.title or "jaxgemm.ragged_dot, bf16")

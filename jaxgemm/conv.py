@@ -322,7 +322,7 @@ def _wgrad_split(m, n, k, groups, platform, forced, sm90=False, sm_margin=0) -> 
     if sm90:
         # The launcher's tile rule and cost model (conv/sm90_wgrad_split.h), on the SMs the
         # handler leaves the kernel.
-        return int(_jaxgemm.sm90_conv_wgrad_split(m, n, k, max(2, sm_count - sm_margin)))
+        return int(_jaxgemm.sm90_conv_wgrad_split(m, n, k, _ffi.kernel_sm_count(sm_margin)))
     tiles = math.ceil(m / _TILE) * math.ceil(n / _TILE) * groups
     return int(max(1, min(math.ceil(2 * sm_count / tiles), k // 512, 128, limit)))
 

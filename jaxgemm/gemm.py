@@ -120,7 +120,7 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     batch = math.prod(_broadcast_batch(a_shape[:-2], b_shape[:-2]))
     tile = config.tile or (0, 0)
     # (A tf32 NN product runs as D^T over n x m tiles: the host query orients it as the kernel does.)
-    sm_count = max(2, _ffi.cuda_sm_count() - config.sm_margin)  # as the handler counts them
+    sm_count = _ffi.kernel_sm_count(config.sm_margin)
     return int(_ffi.gemm_workspace_bytes(m, n, k, batch, sm_count, split_k,
                                          KERNEL_FAMILIES[config.kernel], *tile, runs_as_tf32(dtype, config, platform),
                                          config.transpose_a, config.transpose_b, _float_output(dtype, config)))

@@ -317,10 +317,10 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     activations.activation_id(activation)
     dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
     out_dtype = jnp.dtype(preferred_element_type) if preferred_element_type is not None else dtype
-    lhs, rhs = lhs.astype(dtype), rhs.astype(dtype)
-    (z,) = ragged_dot_op.bind(lhs, rhs, group_sizes.astype(np.int32), out_dtype=out_dtype,
-                              precision=_precision(dtype, precision), out_sharding=out_sharding)  # fmt: skip
-    if bias is None and activation is None and residual is None:
-        return constrain_output(z, out_sharding)
-    return constrain_output(_epilogue(z, group_sizes.astype(np.int32), bias, activation, residual), out_sharding)
+    lhs, rhs, group_sizes = lhs.astype(dtype), rhs.astype(dtype), group_sizes.astype(np.int32)
+    (out,) = ragged_dot_op.bind(lhs, rhs, group_sizes, out_dtype=out_dtype, precision=_precision(dtype, precision),
+                                out_sharding=out_sharding)  # fmt: skip
+    if bias is not None or activation is not None or residual is not None:
+        out = _epilogue(out, group_sizes, bias, activation, residual)
+    return constrain_output(out, out_sharding)
 

@@ -3,13 +3,13 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <type_traits>
 
 #include "common/element_dispatch.cuh"
 #include "conv/implicit_gemm.h"
 #include "conv/launch.h"
 #include "conv/sm90_conv.h"
+#include "gemm/dispatch.h"
 
 namespace jaxgemm {
 namespace {
@@ -72,9 +72,8 @@ cudaError_t RunConv(const ConvProblem& p, cudaStream_t stream, KernelFamily fami
       return cudaErrorInvalidValue;
     }
     if (sm90_ok && (forced || Sm90ConvPreferred(p))) {
-      const int sm_count = CurrentDeviceSmCount();
       bool encoded = false;
-      const int sms = std::max(2, (sm_count > 0 ? sm_count : 132) - std::max(0, sm_margin));
+      const int sms = KernelSmCount(sm_margin);
       cudaError_t status = cudaSuccess;
       switch (p.kind) {
         case ConvKind::kFprop:

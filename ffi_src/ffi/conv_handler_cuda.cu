@@ -13,7 +13,8 @@ namespace {
 ffi::Error ConvCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
                         ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> aux,
                         int64_t kind, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
-                        int64_t dil_h, int64_t dil_w, int64_t groups, int64_t activation, int64_t kernel, int64_t sm_margin) {
+                        int64_t dil_h, int64_t dil_w, int64_t groups, int64_t activation, int64_t kernel,
+                        int64_t sm_margin) {
   const ConvAttrs attrs{kind, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, activation, kernel, sm_margin};
   auto problem = DecodeConv(a, b, bias, residual, *out, *aux, attrs);
   if (!problem.has_value()) return problem.error();
@@ -22,7 +23,8 @@ ffi::Error ConvCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
     if (aux->size_bytes()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));
   }
   std::string unsupported;
-  const cudaError_t status = RunConv(*problem, stream, static_cast<KernelFamily>(kernel), &unsupported, static_cast<int>(sm_margin));
+  const cudaError_t status =
+      RunConv(*problem, stream, static_cast<KernelFamily>(kernel), &unsupported, static_cast<int>(sm_margin));
   if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_conv: " + unsupported);
   if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_conv kernel launch");
   return ffi::Error::Success();

@@ -188,6 +188,7 @@ NB_MODULE(_jaxgemm, m) {
   });
   m.def("cuda_compute_capability", &jaxgemm::CurrentDeviceComputeCapability);
   m.def("cuda_sm_count", &jaxgemm::CurrentDeviceSmCount);
+  m.def("kernel_sm_count", &jaxgemm::KernelSmCount);
 #endif
   m.attr("with_cuda") =
 #if defined(JAXGEMM_WITH_CUDA)

@@ -160,6 +160,11 @@ int CurrentDeviceSmCount() {
   return sms;
 }
 
+int KernelSmCount(int sm_margin) {
+  const int sms = CurrentDeviceSmCount();
+  return std::max(2, (sms > 0 ? sms : 132) - std::max(0, sm_margin));
+}
+
 int CurrentDeviceComputeCapability() {
   static std::atomic<int> cache[64] = {};
   return CachedDeviceAttribute(cache, [](int device) {
@@ -210,8 +215,7 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   }
   using E = ElementType;
   using F = KernelFamily;
-  const int sm_count_raw = CurrentDeviceSmCount();
-  const int sm_count = std::max(2, (sm_count_raw > 0 ? sm_count_raw : 132) - std::max(0, request.sm_margin));
+  const int sm_count = KernelSmCount(request.sm_margin);
   // sm_90a code runs on compute capability 9.0 only.
   const bool hopper = CurrentDeviceComputeCapability() == 90;
 

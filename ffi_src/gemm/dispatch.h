@@ -40,6 +40,11 @@ int64_t ChooseTensorCoreSplitK(const GemmProblem& p, int sm_count, bool sm90);
 // the environment variable JAXGEMM_SM_COUNT asks for fewer (testing).
 int CurrentDeviceSmCount();
 
+// The multiprocessors a persistent grid may take when it leaves `sm_margin` of them free for
+// a collective beside it (at least 2; an H100 / H200's 132 when the device's are unknown).
+// Python's workspace and split choices ask the same (the module's kernel_sm_count).
+int KernelSmCount(int sm_margin);
+
 // Compute capability of the current device as 10 * major + minor (cached), or 0.
 int CurrentDeviceComputeCapability();
 
