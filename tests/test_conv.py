@@ -583,6 +583,17 @@ def test_gpu_loaders_emulated_on_host(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+@pytest.mark.skipif(not jaxgemm._ffi.WITH_CUDA, reason="the CUDA handlers' count (a CPU-only build has none)")
+def test_kernel_sm_count_leaves_the_margin():
+    """The SMs a persistent grid takes beside a collective, as the GEMM and conv handlers and
+    the lowering's workspace and split choices all count them (KernelSmCount)."""
+    sms = jaxgemm._ffi.cuda_sm_count() or 132  # (no GPU: an H100 / H200's count)
+    count = jaxgemm._ffi.kernel_sm_count
+    assert count(0) == sms and count(-5) == sms
+    assert count(16) == sms - 16
+    assert count(10_000) == 2
+
+
 def test_sm90_wgrad_split_model():
     """The sm90 wgrad's split of N*P*Q (conv/sm90_wgrad_split.h, the launcher's own tile rule,
     asked by the lowering through the module): chunks of at least 4 k-tiles of 64 pixels, at
