@@ -28,6 +28,7 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
   args.n = static_cast<int32_t>(p.n);
   args.k = static_cast<int32_t>(p.k);
   args.groups = static_cast<int32_t>(p.groups);
+  args.one = 1.f;
   TmaMatrix a{p.lhs, p.in_type, p.k, p.m, p.k};  // lhs (m, k)
   cudaError_t status = EncodeTmaMap(&args.a, a, kTransA ? 64 : P::kBK, kTransA ? P::kBK : P::kBM);
   if (status != cudaSuccess) return status;
@@ -41,6 +42,11 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
     status = EncodeTmaMap(&args.b, b, kTransB ? P::kBK : 64, kTransB ? P::kBN : P::kBK);
   }
   if (status != cudaSuccess) return status;
+  // D as rows of n for the TMA-store epilogue: 64 rows x 128 bytes a box, as the dense
+  // kernel's (MakeSm90Store); without it (a pitch TMA rejects) every store is direct.
+  const int64_t d_rows = kContraction ? p.groups * p.k : p.m;
+  TmaMatrix d{p.out, p.out_type, p.n, d_rows, p.n};
+  args.tma_store = EncodeTmaMap(&args.d, d, kSm90BoxCols<TOut>, 64) == cudaSuccess;
 
   using Layout = Sm90GroupedLayout<P>;
   auto kernel = Sm90GroupedKernel<P, TIn, TOut, kTransA, kTransB, kContraction>;

@@ -8,7 +8,10 @@
 //   Contraction mode (kContraction, the weight gradient): an item is a tile of one group's
 //   (k, n) product, its k-loop over the group's rows; the rows of the last k-tile past the
 //   group are zeroed in shared memory before they are multiplied.
-// Stores go from the accumulators straight to global memory, masked by row and column.
+// Stores: a consumer's 64 rows that lie inside the item's rows go through shared memory, a
+// box of 64 rows x 128 bytes at a time, each stored by TMA (which clips at n), while the
+// next item's k-loop starts; rows cut by the item's end go from the accumulators straight to
+// global memory, masked by row and column.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -20,6 +23,7 @@
 #include "common/device_numeric.cuh"
 #include "common/ptx_sm90.cuh"
 #include "gemm/sm90/grouped.h"
+#include "gemm/sm90/epilogue.cuh"
 #include "gemm/sm90/mainloop.cuh"
 #include "gemm/sm90/policy.cuh"
 
@@ -30,6 +34,12 @@ namespace jaxgemm {
 // read MN-major, B = rhs (m, n)).
 struct Sm90GroupedArgs {
   CUtensorMap a, b;
+  CUtensorMap d;  // D as (rows, n): row modes (m, n); contraction (groups x k, n)
+  bool tma_store;  // d is valid (D's rows are 16-byte multiples)
+  // 1, as a kernel parameter: the boxes' words are then products, not the accumulators'
+  // own registers, which the float boxes' register pairs would otherwise move in a
+  // divergent path, and ptxas would serialize every wgmma (C7520).
+  float one;
   const int32_t* group_sizes;
   void* out;
   int32_t m, n;          // rows of lhs; columns of D
@@ -218,12 +228,42 @@ __device__ __forceinline__ void Sm90StorePair(TOut* dst, float x, float y, bool 
   if (second) dst[1] = FromFloat<TOut>(y);
 }
 
+// A consumer's 64 rows of a tile through its box (one per consumer: the shared memory the
+// stages leave holds no second one): block after block, thread 0 waits until the previous
+// store has read the box, the warpgroup writes it (Sm90PackBox, Sm90BoxWriter: the dense
+// kernel's box layout), and thread 0 stores it with TMA at (col0 + its columns, row).
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90GroupedStoreBoxes(const Sm90GroupedArgs& args,
+                                                      const float (&acc)[1][P::kBN / 2], bool zeros, int32_t row,
+                                                      int32_t col0, unsigned char* box, int wg) {
+  const int tid = threadIdx.x % 128;
+  const Sm90BoxWriter<TOut> writer(Sm90BoxWriter<TOut>::FragmentRow(0), Sm90BoxWriter<TOut>::FragmentRow(1));
+#pragma unroll
+  for (int c = 0; c < P::kBN / kSm90BoxCols<TOut>; ++c) {
+    uint32_t words[16];
+    Sm90PackBox<P, TOut>(acc, c, args.one, words);
+    if (zeros) {  // an item of no k-tiles (its accumulators hold the last item's sums)
+#pragma unroll
+      for (int i = 0; i < 16; ++i) words[i] = 0;
+    }
+    if (tid == 0) BulkWaitGroupRead<0>();
+    NamedBarrierSync(1 + wg, 128);
+    writer.Write(SharedAddress(box), words);
+    FenceProxyAsyncShared();
+    NamedBarrierSync(1 + wg, 128);
+    if (tid == 0) {
+      TmaStore2d(&args.d, box, col0 + kSm90BoxCols<TOut> * c, row);
+      BulkCommitGroup();
+    }
+  }
+}
+
 // Consumer warpgroup wg: rows [64 wg, 64 wg + 64) of every item's tile.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
 __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
                                                    const Sm90GroupTable<P, kContraction>& table, int wg,
                                                    unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
-                                                   uint64_t* empty) {
+                                                   uint64_t* empty, unsigned char* box) {
   // The descriptors of Sm90ConsumerMma (mainloop.cuh): K-major steps 32 B, MN-major two 8-row groups.
   constexpr uint32_t kStepA = kTransA ? 2048 : 32, kStepB = kTransB ? 32 : 2048;
   constexpr uint32_t kLeadA = kTransA ? P::kMnBlockBytes : 16, kLeadB = kTransB ? 16 : P::kMnBlockBytes;
@@ -235,14 +275,10 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
   auto descriptor = [](uint32_t lo) { return (uint64_t(kDescHi) << 32) | lo; };
   int stage = 0;
   uint32_t phase = 0;
-  float acc[P::kBN / 2];
+  float acc[1][P::kBN / 2];  // (Sm90PackBox's shape: one m64 block)
   const int32_t items = table.Items(args);
   for (int32_t t = blockIdx.x; t < items; t += gridDim.x) {
     const Sm90GroupedWork w = table.Get(args, t);
-    if (w.k_tiles == 0) {
-#pragma unroll
-      for (int j = 0; j < P::kBN / 2; ++j) acc[j] = 0.f;
-    }
     int previous = -1;
     for (int kt = 0; kt < w.k_tiles; ++kt) {
       MbarrierWait(&full[stage], phase);
@@ -255,7 +291,7 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < P::kKSteps; ++kk) {
-        Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc, descriptor(desc_a + kk * kStepA / 16),
+        Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[0], descriptor(desc_a + kk * kStepA / 16),
                                               descriptor(desc_b + kk * kStepB / 16), (kt | kk) != 0);
       }
       WgmmaCommitGroup();
@@ -270,10 +306,16 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
     WgmmaWaitGroup<0>();
     if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
 
+    if (args.tma_store && w.row0 + first_row + 64 <= w.row_end) {
+      const int32_t d_row = (kContraction ? w.group * args.k : 0) + w.row0 + first_row;
+      Sm90GroupedStoreBoxes<P, TOut>(args, acc, w.k_tiles == 0, d_row, w.n0, box, wg);
+      continue;
+    }
     // acc[4 j + 2 h + e]: row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e.
     TOut* out = static_cast<TOut*>(args.out);
     if constexpr (kContraction) out += int64_t{w.group} * args.k * args.n;
     const bool pairs = args.n % 2 == 0;
+    const bool live = w.k_tiles > 0;  // else zeros (acc holds the last item's sums; it is never written here)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int32_t row = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
@@ -283,11 +325,13 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
       for (int j = 0; j < P::kBN / 8; ++j) {
         const int32_t col = w.n0 + 8 * j + 2 * (lane % 4);
         if (col < args.n) {
-          Sm90StorePair<TOut>(out_row + col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1], pairs, col + 1 < args.n);
+          Sm90StorePair<TOut>(out_row + col, live ? acc[0][4 * j + 2 * h] : 0.f,
+                              live ? acc[0][4 * j + 2 * h + 1] : 0.f, pairs, col + 1 < args.n);
         }
       }
     }
   }
+  if (threadIdx.x % 128 == 0) BulkWaitGroupRead<0>();  // the box outlives its last store's read
 }
 
 #endif  // JG_SM90_ENABLED
@@ -296,7 +340,8 @@ template <class P>
 struct Sm90GroupedLayout {
   static constexpr int kTableBytes = 2 * (kMaxGroupedGroups + 1) * 4 + kMaxGroupedGroups * 4;
   static constexpr int kBarrierBytes = 2 * P::kStages * 8;
-  static constexpr int kSmemBytes = P::kStages * P::kStageBytes + kBarrierBytes + kTableBytes + 1024;
+  static constexpr int kBoxBytes = P::kConsumers * P::kOutBoxBytes;  // one output box per consumer
+  static constexpr int kSmemBytes = P::kStages * P::kStageBytes + kBoxBytes + kBarrierBytes + kTableBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
 };
 
@@ -308,7 +353,8 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(tiles_b + P::kStages * P::kTileBBytes);
+  unsigned char* boxes = tiles_b + P::kStages * P::kTileBBytes;  // 1 KB aligned, as the swizzle needs
+  uint64_t* full = reinterpret_cast<uint64_t*>(boxes + Sm90GroupedLayout<P>::kBoxBytes);
   uint64_t* empty = full + P::kStages;
   int32_t* row_end = reinterpret_cast<int32_t*>(empty + P::kStages);
   int32_t* item_end = row_end + kMaxGroupedGroups + 1;
@@ -317,6 +363,7 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
   if (threadIdx.x == 0) {
     PrefetchTensorMap(&args.a);
     PrefetchTensorMap(&args.b);
+    if (args.tma_store) PrefetchTensorMap(&args.d);
     for (int s = 0; s < P::kStages; ++s) {
       MbarrierInit(&full[s], 1);
       MbarrierInit(&empty[s], 4 * P::kConsumers);  // one arrival per consumer warp
@@ -331,8 +378,9 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
     if (threadIdx.x == 0) Sm90GroupedProduce<P, kTransA, kTransB, kContraction>(args, table, tiles_a, tiles_b, full, empty);
   } else {
     SetMaxRegistersIncrease<P::kConsumerRegisters>();
-    Sm90GroupedConsume<P, TIn, TOut, kTransA, kTransB, kContraction>(args, table, threadIdx.x / 128 - 1, tiles_a,
-                                                                      tiles_b, full, empty);
+    const int wg = threadIdx.x / 128 - 1;
+    Sm90GroupedConsume<P, TIn, TOut, kTransA, kTransB, kContraction>(args, table, wg, tiles_a, tiles_b, full, empty,
+                                                                      boxes + wg * P::kOutBoxBytes);
   }
 #endif
 }
