@@ -7,7 +7,10 @@
 //   zero k-tiles, whose tiles store zeros.
 //   Contraction mode (kContraction, the weight gradient): an item is a tile of one group's
 //   (k, n) product, its k-loop over the group's rows; the rows of the last k-tile past the
-//   group are zeroed in shared memory before they are multiplied.
+//   group are zeroed in shared memory before they are multiplied. Items differ in length
+//   with the groups, so they come longest group first, and each block takes one per wave
+//   in snake order (block b takes the b-th of even waves, the b-th from the end of odd
+//   ones): the blocks' sums of k-tiles even out.
 // Stores: a consumer's 64 rows that lie inside the item's rows go through shared memory, a
 // box of 64 rows x 128 bytes at a time, each stored by TMA (which clips at n), while the
 // next item's k-loop starts; rows cut by the item's end go from the accumulators straight to
@@ -59,7 +62,8 @@ struct Sm90GroupedWork {
 
 // The groups' offsets, in shared memory: row_end[g] (g < groups: min(sizes so far, m);
 // g = groups: m, the rows of no group) and, in the row modes, item_end[g], the items of
-// groups 0 .. g together.
+// groups 0 .. g together; in the contraction mode that array holds the groups longest
+// first instead (order).
 template <class P, bool kContraction>
 struct Sm90GroupTable {
   static constexpr int kBandRows = 16;  // row tiles per raster band (row modes)
@@ -108,6 +112,28 @@ struct Sm90GroupTable {
       }
     }
     __syncthreads();
+    if constexpr (kContraction) Order(args, sizes);
+  }
+
+  // Contraction: item_end[r] = the group of rank r, by rows (clipped) longest first, ties
+  // by index. Each thread ranks its groups against all (groups^2 / 384 compares: ~3000 at
+  // 1024 groups, a few microseconds once per block).
+  __device__ __forceinline__ void Order(const Sm90GroupedArgs& args, int32_t* rows) {
+    for (int g = threadIdx.x; g < args.groups; g += blockDim.x) rows[g] = row_end[g] - RowBegin(g);
+    __syncthreads();
+    for (int g = threadIdx.x; g < args.groups; g += blockDim.x) {
+      int rank = 0;
+      for (int h = 0; h < args.groups; ++h) rank += rows[h] > rows[g] || (rows[h] == rows[g] && h < g);
+      item_end[rank] = g;
+    }
+    __syncthreads();
+  }
+
+  // This block's j-th item (>= Items(): no more): waves of gridDim.x items, one each, in
+  // snake order for the contraction (longest first, see above), in order otherwise.
+  __device__ __forceinline__ int32_t Walk(int32_t j) const {
+    const int32_t b = kContraction && j % 2 == 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    return j * gridDim.x + b;
   }
 
   __device__ __forceinline__ int32_t Items(const Sm90GroupedArgs& args) const {
@@ -120,7 +146,7 @@ struct Sm90GroupTable {
     Sm90GroupedWork w;
     if constexpr (kContraction) {
       const int32_t per_group = tiles_k * tiles_n, local = t % per_group;
-      w.group = t / per_group;
+      w.group = item_end[t / per_group];  // (the order: longest first)
       w.row0 = local % tiles_k * P::kBM;  // rows of the group's (k, n) slab
       w.row_end = args.k;
       w.n0 = local / tiles_k * P::kBN;
@@ -168,7 +194,7 @@ __device__ __forceinline__ void Sm90GroupedProduce(const Sm90GroupedArgs& args,
                                                    uint64_t* empty) {
   Sm90ProducerRing<P> ring(full, empty);
   const int32_t items = table.Items(args);
-  for (int32_t t = blockIdx.x; t < items; t += gridDim.x) {
+  for (int32_t j = 0, t = table.Walk(0); t < items; t = table.Walk(++j)) {
     const Sm90GroupedWork w = table.Get(args, t);
     for (int kt = 0; kt < w.k_tiles; ++kt) {
       uint64_t* const bar = ring.Acquire(P::kStageBytes);  // out-of-bounds parts count, as zeros
@@ -277,7 +303,7 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
   uint32_t phase = 0;
   float acc[1][P::kBN / 2];  // (Sm90PackBox's shape: one m64 block)
   const int32_t items = table.Items(args);
-  for (int32_t t = blockIdx.x; t < items; t += gridDim.x) {
+  for (int32_t j = 0, t = table.Walk(0); t < items; t = table.Walk(++j)) {
     const Sm90GroupedWork w = table.Get(args, t);
     int previous = -1;
     for (int kt = 0; kt < w.k_tiles; ++kt) {
