@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "gemm/dispatch.h"
 #include "gemm/sm90/grouped.cuh"
@@ -17,6 +19,12 @@ namespace {
 
 // 128 x 256 tiles, cooperative: the dense kernel's schedule for large products.
 using GroupedPolicy = Sm90Policy<256>;
+
+// Developer switches for A/B runs in one build: NAME=0 turns a part off.
+bool Disabled(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, "0") == 0;
+}
 
 template <class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
 cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
@@ -46,7 +54,9 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
   // kernel's (MakeSm90Store); without it (a pitch TMA rejects) every store is direct.
   const int64_t d_rows = kContraction ? p.groups * p.k : p.m;
   TmaMatrix d{p.out, p.out_type, p.n, d_rows, p.n};
-  args.tma_store = EncodeTmaMap(&args.d, d, kSm90BoxCols<TOut>, 64) == cudaSuccess;
+  args.tma_store =
+      EncodeTmaMap(&args.d, d, kSm90BoxCols<TOut>, 64) == cudaSuccess && !Disabled("JAXGEMM_GROUPED_TMA_STORE");
+  args.balance = !Disabled("JAXGEMM_GROUPED_BALANCE");
 
   using Layout = Sm90GroupedLayout<P>;
   auto kernel = Sm90GroupedKernel<P, TIn, TOut, kTransA, kTransB, kContraction>;

@@ -49,6 +49,7 @@ struct Sm90GroupedArgs {
   int32_t k;             // row modes: the contraction; contraction mode: D's rows per group
   int32_t groups;
   bool b_per_group;      // B's map has a group dim (row modes with more than one group)
+  bool balance;          // contraction: longest groups first, snake order (JAXGEMM_GROUPED_BALANCE)
 };
 
 // One work item, as every role walks them.
@@ -70,12 +71,14 @@ struct Sm90GroupTable {
   int32_t* row_end;
   int32_t* item_end;
   int32_t tiles_n, tiles_k;  // contraction: D's row tiles per group
+  bool snake;                // contraction with args.balance: Walk deals waves in snake order
 
 #if defined(JG_SM90_ENABLED)
   // Called by every thread of the block: fills the table (warp 0 scans 32 groups a step).
   __device__ __forceinline__ void Build(const Sm90GroupedArgs& args, int32_t* sizes) {
     tiles_n = (args.n + P::kBN - 1) / P::kBN;
     tiles_k = (args.k + P::kBM - 1) / P::kBM;
+    snake = kContraction && args.balance;
     for (int g = threadIdx.x; g < args.groups; g += blockDim.x) sizes[g] = max(args.group_sizes[g], 0);
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -122,8 +125,11 @@ struct Sm90GroupTable {
     for (int g = threadIdx.x; g < args.groups; g += blockDim.x) rows[g] = row_end[g] - RowBegin(g);
     __syncthreads();
     for (int g = threadIdx.x; g < args.groups; g += blockDim.x) {
-      int rank = 0;
-      for (int h = 0; h < args.groups; ++h) rank += rows[h] > rows[g] || (rows[h] == rows[g] && h < g);
+      int rank = g;  // (unbalanced: the groups in order)
+      if (args.balance) {
+        rank = 0;
+        for (int h = 0; h < args.groups; ++h) rank += rows[h] > rows[g] || (rows[h] == rows[g] && h < g);
+      }
       item_end[rank] = g;
     }
     __syncthreads();
@@ -132,7 +138,7 @@ struct Sm90GroupTable {
   // This block's j-th item (>= Items(): no more): waves of gridDim.x items, one each, in
   // snake order for the contraction (longest first, see above), in order otherwise.
   __device__ __forceinline__ int32_t Walk(int32_t j) const {
-    const int32_t b = kContraction && j % 2 == 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int32_t b = snake && j % 2 == 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     return j * gridDim.x + b;
   }
 
