@@ -57,6 +57,7 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
   args.tma_store =
       EncodeTmaMap(&args.d, d, kSm90BoxCols<TOut>, 64) == cudaSuccess && !Disabled("JAXGEMM_GROUPED_TMA_STORE");
   args.balance = !Disabled("JAXGEMM_GROUPED_BALANCE");
+  args.narrow = !Disabled("JAXGEMM_GROUPED_NARROW");
 
   using Layout = Sm90GroupedLayout<P>;
   auto kernel = Sm90GroupedKernel<P, TIn, TOut, kTransA, kTransB, kContraction>;
