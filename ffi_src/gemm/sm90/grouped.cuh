@@ -50,7 +50,7 @@ struct Sm90GroupedArgs {
   int32_t groups;
   bool b_per_group;      // B's map has a group dim (row modes with more than one group)
   bool balance;          // contraction: longest groups first, snake order (JAXGEMM_GROUPED_BALANCE)
-  bool narrow;           // narrow wgmmas for a last column tile of half or less (JAXGEMM_GROUPED_NARROW)
+  bool narrow;  // narrow wgmmas on a last column tile of half or less, none past the rows (JAXGEMM_GROUPED_NARROW)
 };
 
 // One work item, as every role walks them.
@@ -317,29 +317,34 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
     // the item's columns end there (n = 1408 = 5.5 x 256: the last column tile multiplies
     // 128 columns, not 256). Narrow wgmmas write the leading accumulators (the first kCols / 8
     // column groups of the fragment layout); the others hold stale sums of columns past n,
-    // which no store writes.
+    // which no store writes. kCols = 0: this consumer's rows all lie past the item's end
+    // (a group's last, partial tile): it only hands the stages back.
     auto k_loop = [&](auto cols) {
       constexpr int kCols = decltype(cols)::value;
-      float(&lead)[kCols / 2] = *reinterpret_cast<float(*)[kCols / 2]>(&acc[0][0]);
       int previous = -1;
       for (int kt = 0; kt < w.k_tiles; ++kt) {
         MbarrierWait(&full[stage], phase);
-        if constexpr (kContraction) {
-          const int valid = w.k_end - (w.k_begin + kt * P::kBK);
-          if (valid < P::kBK) Sm90ZeroRowsPast<P>(own_a + stage * P::kTileABytes, valid, wg);
-        }
-        const uint32_t desc_a = desc_a0 + stage * (P::kTileABytes / 16);
-        const uint32_t desc_b = desc_b0 + stage * (P::kTileBBytes / 16);
-        WgmmaFence();
+        if constexpr (kCols == 0) {
+          if (lane == 0) MbarrierArrive(&empty[stage]);
+        } else {
+          float(&lead)[kCols / 2] = *reinterpret_cast<float(*)[kCols / 2]>(&acc[0][0]);
+          if constexpr (kContraction) {
+            const int valid = w.k_end - (w.k_begin + kt * P::kBK);
+            if (valid < P::kBK) Sm90ZeroRowsPast<P>(own_a + stage * P::kTileABytes, valid, wg);
+          }
+          const uint32_t desc_a = desc_a0 + stage * (P::kTileABytes / 16);
+          const uint32_t desc_b = desc_b0 + stage * (P::kTileBBytes / 16);
+          WgmmaFence();
 #pragma unroll
-        for (int kk = 0; kk < P::kKSteps; ++kk) {
-          Wgmma<TIn, kCols, kTransA, !kTransB>(lead, descriptor(desc_a + kk * kStepA / 16),
-                                               descriptor(desc_b + kk * kStepB / 16), (kt | kk) != 0);
+          for (int kk = 0; kk < P::kKSteps; ++kk) {
+            Wgmma<TIn, kCols, kTransA, !kTransB>(lead, descriptor(desc_a + kk * kStepA / 16),
+                                                 descriptor(desc_b + kk * kStepB / 16), (kt | kk) != 0);
+          }
+          WgmmaCommitGroup();
+          WgmmaWaitGroup<1>();  // the previous k-tile's wgmmas are done: its stage is free
+          if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
+          previous = stage;
         }
-        WgmmaCommitGroup();
-        WgmmaWaitGroup<1>();  // the previous k-tile's wgmmas are done: its stage is free
-        if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
-        previous = stage;
         if (++stage == P::kStages) {
           stage = 0;
           phase ^= 1;
@@ -349,7 +354,9 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
       if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
     };
     const int32_t cols_left = args.n - w.n0;
-    if (!args.narrow || cols_left > P::kBN / 2) {
+    if (args.narrow && w.row0 + first_row >= w.row_end) {
+      k_loop(std::integral_constant<int, 0>{});
+    } else if (!args.narrow || cols_left > P::kBN / 2) {
       k_loop(std::integral_constant<int, P::kBN>{});
     } else if (cols_left > P::kBN / 4) {
       k_loop(std::integral_constant<int, P::kBN / 2>{});
