@@ -69,6 +69,9 @@ struct Sm90GroupedWork {
 template <class P, bool kContraction>
 struct Sm90GroupTable {
   static constexpr int kBandRows = 16;  // row tiles per raster band (row modes)
+  // An item's rows: a block's tile, or a cluster's (its blocks take kBM rows each, in rank
+  // order, and share the item's B by multicast).
+  static constexpr int kItemRows = P::kBM * P::kClusterM;
   int32_t* row_end;
   int32_t* item_end;
   int32_t tiles_n, tiles_k;  // contraction: D's row tiles per group
@@ -78,7 +81,7 @@ struct Sm90GroupTable {
   // Called by every thread of the block: fills the table (warp 0 scans 32 groups a step).
   __device__ __forceinline__ void Build(const Sm90GroupedArgs& args, int32_t* sizes) {
     tiles_n = (args.n + P::kBN - 1) / P::kBN;
-    tiles_k = (args.k + P::kBM - 1) / P::kBM;
+    tiles_k = (args.k + kItemRows - 1) / kItemRows;
     snake = kContraction && args.balance;
     for (int g = threadIdx.x; g < args.groups; g += blockDim.x) sizes[g] = max(args.group_sizes[g], 0);
     __syncthreads();
@@ -99,7 +102,7 @@ struct Sm90GroupTable {
         int32_t begin = __shfl_up_sync(0xffffffffu, end, 1);
         if (lane == 0) begin = end_before;
         int32_t items = 0;
-        if (!kContraction && g <= args.groups) items = (end - begin + P::kBM - 1) / P::kBM * tiles_n;
+        if (!kContraction && g <= args.groups) items = (end - begin + kItemRows - 1) / kItemRows * tiles_n;
 #pragma unroll
         for (int d = 1; d < 32; d *= 2) {
           const int32_t up = __shfl_up_sync(0xffffffffu, items, d);
@@ -136,11 +139,13 @@ struct Sm90GroupTable {
     __syncthreads();
   }
 
-  // This block's j-th item (>= Items(): no more): waves of gridDim.x items, one each, in
-  // snake order for the contraction (longest first, see above), in order otherwise.
+  // This block's (cluster's) j-th item (>= Items(): no more): waves of one item per
+  // worker, in snake order for the contraction (longest first, see above), in order
+  // otherwise.
   __device__ __forceinline__ int32_t Walk(int32_t j) const {
-    const int32_t b = snake && j % 2 == 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    return j * gridDim.x + b;
+    const int32_t workers = gridDim.x / P::kClusterM, me = blockIdx.x / P::kClusterM;
+    const int32_t b = snake && j % 2 == 1 ? workers - 1 - me : me;
+    return j * workers + b;
   }
 
   __device__ __forceinline__ int32_t Items(const Sm90GroupedArgs& args) const {
@@ -154,7 +159,7 @@ struct Sm90GroupTable {
     if constexpr (kContraction) {
       const int32_t per_group = tiles_k * tiles_n, local = t % per_group;
       w.group = item_end[t / per_group];  // (the order: longest first)
-      w.row0 = local % tiles_k * P::kBM;  // rows of the group's (k, n) slab
+      w.row0 = local % tiles_k * kItemRows;  // rows of the group's (k, n) slab
       w.row_end = args.k;
       w.n0 = local / tiles_k * P::kBN;
       w.k_begin = RowBegin(w.group);
@@ -175,12 +180,12 @@ struct Sm90GroupTable {
     }
     w.group = lo;
     const int32_t begin = RowBegin(lo), local = t - (lo == 0 ? 0 : item_end[lo - 1]);
-    const int32_t tiles_m = (row_end[lo] - begin + P::kBM - 1) / P::kBM;
+    const int32_t tiles_m = (row_end[lo] - begin + kItemRows - 1) / kItemRows;
     // Bands of kBandRows row tiles, each walked column by column: the items resident at
     // once share their A rows and B columns in L2.
     const int32_t band = local / (kBandRows * tiles_n), in_band = local - band * kBandRows * tiles_n;
     const int32_t height = min(kBandRows, tiles_m - band * kBandRows);
-    w.row0 = begin + (band * kBandRows + in_band % height) * P::kBM;
+    w.row0 = begin + (band * kBandRows + in_band % height) * kItemRows;
     w.row_end = row_end[lo];
     w.n0 = in_band / height * P::kBN;
     w.k_begin = 0;
@@ -200,32 +205,50 @@ __device__ __forceinline__ void Sm90GroupedProduce(const Sm90GroupedArgs& args,
                                                    unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
                                                    uint64_t* empty) {
   Sm90ProducerRing<P> ring(full, empty);
+  const int rank = P::kClusterM > 1 ? static_cast<int>(ClusterRank()) : 0;
   const int32_t items = table.Items(args);
   for (int32_t j = 0, t = table.Walk(0); t < items; t = table.Walk(++j)) {
     const Sm90GroupedWork w = table.Get(args, t);
+    const int32_t row0 = w.row0 + rank * P::kBM;  // this block's rows of the item
     for (int kt = 0; kt < w.k_tiles; ++kt) {
-      uint64_t* const bar = ring.Acquire(P::kStageBytes);  // out-of-bounds parts count, as zeros
+      // Out-of-bounds parts count, as zeros; with a cluster, the other block's share of B too.
+      uint64_t* const bar = ring.Acquire(P::kStageBytes);
       const int k0 = w.k_begin + kt * P::kBK;
       unsigned char* sa = tiles_a + ring.stage * P::kTileABytes;
       unsigned char* sb = tiles_b + ring.stage * P::kTileBBytes;
       if constexpr (!kTransA) {  // lhs rows: one box of kBM rows
-        TmaLoad2d(sa, &args.a, bar, k0, w.row0);
+        TmaLoad2d(sa, &args.a, bar, k0, row0);
       } else {  // lhs read (k, m): 64-wide blocks of D's rows
 #pragma unroll
-        for (int j = 0; j < P::kBM / 64; ++j) TmaLoad2d(sa + j * P::kMnBlockTileBytes, &args.a, bar, w.row0 + 64 * j, k0);
+        for (int j = 0; j < P::kBM / 64; ++j) TmaLoad2d(sa + j * P::kMnBlockTileBytes, &args.a, bar, row0 + 64 * j, k0);
       }
+      // B: this block's share, to every block of the cluster (all of it without one).
       auto load_b = [&](void* dst, int c0, int c1) {
+        constexpr uint16_t kAll = (1u << P::kClusterM) - 1;
         if (args.b_per_group) {
-          TmaLoad3d(dst, &args.b, bar, c0, c1, w.group);
+          if constexpr (P::kClusterM == 1) {
+            TmaLoad3d(dst, &args.b, bar, c0, c1, w.group);
+          } else {
+            TmaLoad3dMulticast(dst, &args.b, bar, c0, c1, w.group, kAll);
+          }
         } else {
-          TmaLoad2d(dst, &args.b, bar, c0, c1);
+          if constexpr (P::kClusterM == 1) {
+            TmaLoad2d(dst, &args.b, bar, c0, c1);
+          } else {
+            TmaLoad2dMulticast(dst, &args.b, bar, c0, c1, kAll);
+          }
         }
       };
-      if constexpr (kTransB) {  // rhs (g, n, k): a box of kBN rows
-        load_b(sb, k0, w.n0);
+      if constexpr (kTransB) {  // rhs (g, n, k): a box of kBN / kClusterM rows
+        constexpr int kRows = P::kBN / P::kClusterM;
+        load_b(sb + rank * kRows * P::kRowBytes, k0, w.n0 + rank * kRows);
       } else {  // (k, n) rows: 64-wide n blocks
+        constexpr int kBlocks = P::kBN / 64 / P::kClusterM;
 #pragma unroll
-        for (int j = 0; j < P::kBN / 64; ++j) load_b(sb + j * P::kMnBlockBytes, w.n0 + 64 * j, k0);
+        for (int jj = 0; jj < kBlocks; ++jj) {
+          const int j = rank * kBlocks + jj;
+          load_b(sb + j * P::kMnBlockBytes, w.n0 + 64 * j, k0);
+        }
       }
       ring.Advance();
     }
@@ -301,6 +324,18 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
   constexpr uint32_t kStepA = kTransA ? 2048 : 32, kStepB = kTransB ? 32 : 2048;
   constexpr uint32_t kLeadA = kTransA ? P::kMnBlockBytes : 16, kLeadB = kTransB ? 16 : P::kMnBlockBytes;
   const int first_row = 64 * wg, lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  // This consumer's rows in an item: a cluster's blocks take kBM rows each, in rank order.
+  const int32_t item_row = (P::kClusterM > 1 ? static_cast<int>(ClusterRank()) : 0) * P::kBM + first_row;
+  // A consumed stage is free once every cluster block's consumers are done with it (the
+  // producers of all of them write into it).
+  auto release = [](uint64_t* empty_barrier) {
+    if constexpr (P::kClusterM == 1) {
+      MbarrierArrive(empty_barrier);
+    } else {
+#pragma unroll
+      for (int r = 0; r < P::kClusterM; ++r) MbarrierArriveCluster(empty_barrier, r);
+    }
+  };
   unsigned char* own_a = tiles_a + first_row * P::kRowBytes;
   const uint32_t desc_a0 = uint32_t(SmemDescriptorSw128(SharedAddress(own_a), kLeadA, 1024));
   const uint32_t desc_b0 = uint32_t(SmemDescriptorSw128(SharedAddress(tiles_b), kLeadB, 1024));
@@ -325,7 +360,7 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
       for (int kt = 0; kt < w.k_tiles; ++kt) {
         MbarrierWait(&full[stage], phase);
         if constexpr (kCols == 0) {
-          if (lane == 0) MbarrierArrive(&empty[stage]);
+          if (lane == 0) release(&empty[stage]);
         } else {
           float(&lead)[kCols / 2] = *reinterpret_cast<float(*)[kCols / 2]>(&acc[0][0]);
           if constexpr (kContraction) {
@@ -342,7 +377,7 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
           }
           WgmmaCommitGroup();
           WgmmaWaitGroup<1>();  // the previous k-tile's wgmmas are done: its stage is free
-          if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
+          if (previous >= 0 && lane == 0) release(&empty[previous]);
           previous = stage;
         }
         if (++stage == P::kStages) {
@@ -351,10 +386,10 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
         }
       }
       WgmmaWaitGroup<0>();
-      if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
+      if (previous >= 0 && lane == 0) release(&empty[previous]);
     };
     const int32_t cols_left = args.n - w.n0;
-    if (args.narrow && w.row0 + first_row >= w.row_end) {
+    if (args.narrow && w.row0 + item_row >= w.row_end) {
       k_loop(std::integral_constant<int, 0>{});
     } else if (!args.narrow || cols_left > P::kBN / 2) {
       k_loop(std::integral_constant<int, P::kBN>{});
@@ -364,8 +399,8 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
       k_loop(std::integral_constant<int, P::kBN / 4>{});
     }
 
-    if (args.tma_store && w.row0 + first_row + 64 <= w.row_end) {
-      const int32_t d_row = (kContraction ? w.group * args.k : 0) + w.row0 + first_row;
+    if (args.tma_store && w.row0 + item_row + 64 <= w.row_end) {
+      const int32_t d_row = (kContraction ? w.group * args.k : 0) + w.row0 + item_row;
       Sm90GroupedStoreBoxes<P, TOut>(args, acc, w.k_tiles == 0, d_row, w.n0, box, wg);
       continue;
     }
@@ -376,7 +411,7 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
     const bool live = w.k_tiles > 0;  // else zeros (acc holds the last item's sums; it is never written here)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int32_t row = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
+      const int32_t row = w.row0 + item_row + 16 * warp + lane / 4 + 8 * h;
       if (row >= w.row_end) continue;
       TOut* out_row = out + int64_t{row} * args.n;
 #pragma unroll
@@ -406,8 +441,8 @@ struct Sm90GroupedLayout {
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
 __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid_constant__ Sm90GroupedArgs args) {
 #if defined(JG_SM90_ENABLED)
-  static_assert(!P::kPingpong && P::kClusterM == 1 && P::kConsumers == 2 && !P::kSwapped,
-                "grouped: the cooperative two-consumer schedule, one block per cluster");
+  static_assert(!P::kPingpong && P::kConsumers == 2 && !P::kSwapped,
+                "grouped: the cooperative two-consumer schedule (one block, or 2-block clusters)");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
@@ -424,12 +459,14 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
     if (args.tma_store) PrefetchTensorMap(&args.d);
     for (int s = 0; s < P::kStages; ++s) {
       MbarrierInit(&full[s], 1);
-      MbarrierInit(&empty[s], 4 * P::kConsumers);  // one arrival per consumer warp
+      MbarrierInit(&empty[s], 4 * P::kConsumers * P::kClusterM);  // one arrival per consumer warp of the cluster
     }
     FenceMbarrierInit();
   }
   Sm90GroupTable<P, kContraction> table{row_end, item_end, 0, 0};
   table.Build(args, sizes);  // (its __syncthreads also publishes the barriers)
+  // The peers' barriers must be initialized before anything is multicast to them.
+  if constexpr (P::kClusterM > 1) ClusterSync();
 
   if (threadIdx.x < 128) {
     SetMaxRegistersDecrease<P::kProducerRegisters>();
@@ -440,6 +477,8 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
     Sm90GroupedConsume<P, TIn, TOut, kTransA, kTransB, kContraction>(args, table, wg, tiles_a, tiles_b, full, empty,
                                                                       boxes + wg * P::kOutBoxBytes);
   }
+  // A block leaves only when its peers no longer arrive on its barriers.
+  if constexpr (P::kClusterM > 1) ClusterSync();
 #endif
 }
 
