@@ -29,19 +29,6 @@ bool Switched(const char* name, const char* to) {
 }
 bool Disabled(const char* name) { return Switched(name, "0"); }
 
-// Clusters of the kernel resident at once (asked once per instance; -1: unknown).
-template <class Kernel>
-int ResidentClusters(Kernel kernel, cudaLaunchConfig_t config) {
-  static int resident = 0;
-  if (resident == 0) {
-    int count = 0;
-    if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess || count <= 0) count = -1;
-    (void)cudaGetLastError();
-    resident = count;
-  }
-  return resident;
-}
-
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
 cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
   Sm90GroupedArgs args{};
@@ -104,8 +91,14 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
     config.attrs = cluster;
     config.numAttrs = 1;
     config.gridDim = dim3(static_cast<unsigned>(P::kClusterM * workers));
-    const int fit = ResidentClusters(kernel, config);
-    if (fit > 0) workers = std::min<int64_t>(workers, fit);
+    static int resident = 0;  // clusters resident at once, asked once per instance (-1: unknown)
+    if (resident == 0) {
+      int count = 0;
+      if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess || count <= 0) count = -1;
+      (void)cudaGetLastError();
+      resident = count;
+    }
+    if (resident > 0) workers = std::min<int64_t>(workers, resident);
     config.gridDim = dim3(static_cast<unsigned>(P::kClusterM * workers));
     status = cudaLaunchKernelEx(&config, kernel, args);
     return status == cudaSuccess ? cudaGetLastError() : status;
