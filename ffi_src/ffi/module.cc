@@ -1,5 +1,11 @@
 // The Python extension: hands the FFI handlers to jaxgemm._ffi, which registers them with XLA.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
 
 #include "common/activation.h"
 #include "conv/problem.h"
@@ -7,6 +13,7 @@
 #include "ffi/handlers.h"
 #include "gemm/kernel_family.h"
 #include "gemm/problem.h"
+#include "gemm/sm90/grouped_items.h"
 #include "gemm/sm90/grouped_problem.h"
 #include "gemm/sm90/schedules.h"
 #include "gemm/sm90/stream_k.h"
@@ -18,6 +25,48 @@
 namespace nb = nanobind;
 
 namespace {
+
+// The grouped kernel's walk for `sizes` (grouped_items.h): the tables as the kernel builds
+// them, then every worker's items as (worker, group, row0, row_end, n0, k_begin, k_end,
+// k_tiles).
+template <int kClusterM, bool kContraction>
+nb::list GroupedWalk(const std::vector<int64_t>& sizes, int32_t m, int32_t n, int32_t k, int32_t workers,
+                     bool balance) {
+  using Items = jaxgemm::GroupedItemTable<jaxgemm::kGroupedTileM * kClusterM, jaxgemm::kGroupedTileN,
+                                          jaxgemm::kGroupedTileK, kContraction>;
+  const int32_t groups = static_cast<int32_t>(sizes.size());
+  std::vector<int32_t> row_end(groups + 1), item_end(groups + 1);
+  int64_t rows = 0;
+  for (int32_t g = 0; g < groups; ++g) {
+    rows += std::max<int64_t>(sizes[g], 0);
+    row_end[g] = static_cast<int32_t>(std::min<int64_t>(rows, m));
+  }
+  row_end[groups] = m;
+  Items items(row_end.data(), item_end.data(), groups, m, n, k);
+  if constexpr (kContraction) {  // the groups longest first (Sm90GroupTable::Order), or in order
+    std::iota(item_end.begin(), item_end.begin() + groups, 0);
+    auto length = [&](int32_t g) { return row_end[g] - items.RowBegin(g); };
+    if (balance) {
+      std::stable_sort(item_end.begin(), item_end.begin() + groups,
+                       [&](int32_t a, int32_t b) { return length(a) > length(b); });
+    }
+  } else {
+    for (int32_t g = 0, total = 0; g <= groups; ++g) {
+      total += items.GroupItems(row_end[g] - items.RowBegin(g));
+      item_end[g] = total;
+    }
+  }
+  nb::list walk;
+  for (int32_t worker = 0; worker < workers; ++worker) {
+    for (int32_t j = 0;; ++j) {
+      const int32_t t = Items::Walk(j, worker, workers, kContraction && balance);
+      if (t >= items.Items()) break;
+      const jaxgemm::GroupedWork w = items.Get(t);
+      walk.append(nb::make_tuple(worker, w.group, w.row0, w.row_end, w.n0, w.k_begin, w.k_end, w.k_tiles));
+    }
+  }
+  return walk;
+}
 
 template <typename T>
 nb::capsule EncapsulateFfiHandler(T* fn) {
@@ -81,6 +130,26 @@ NB_MODULE(_jaxgemm, m) {
     return modes;
   });
   m.attr("max_grouped_groups") = jaxgemm::kMaxGroupedGroups;
+  m.attr("grouped_tile") = nb::make_tuple(jaxgemm::kGroupedTileM, jaxgemm::kGroupedTileN, jaxgemm::kGroupedTileK);
+  // The grouped kernel's work items for these group sizes (gemm/sm90/grouped_items.h), for
+  // tests: row modes or the contraction (the weight gradient), single blocks or 2-block
+  // clusters, over `workers` blocks or clusters.
+  m.def("grouped_walk", [](std::vector<int64_t> sizes, int64_t m, int64_t n, int64_t k, bool contraction,
+                           int cluster, int32_t workers, bool balance) {
+    if (sizes.empty() || static_cast<int64_t>(sizes.size()) > jaxgemm::kMaxGroupedGroups || m < 0 || n < 1 ||
+        k < 1 || m >= INT32_MAX || n >= INT32_MAX || k >= INT32_MAX || (cluster != 1 && cluster != 2) ||
+        workers < 1) {
+      throw nb::value_error("grouped_walk: 1 to max_grouped_groups sizes, m >= 0, n, k >= 1 (int32), cluster 1 or 2, "
+                            "workers >= 1");
+    }
+    const int32_t m32 = static_cast<int32_t>(m), n32 = static_cast<int32_t>(n), k32 = static_cast<int32_t>(k);
+    if (cluster == 1) {
+      return contraction ? GroupedWalk<1, true>(sizes, m32, n32, k32, workers, balance)
+                         : GroupedWalk<1, false>(sizes, m32, n32, k32, workers, balance);
+    }
+    return contraction ? GroupedWalk<2, true>(sizes, m32, n32, k32, workers, balance)
+                       : GroupedWalk<2, false>(sizes, m32, n32, k32, workers, balance);
+  });
   // The sm90 conv weight gradient's split of N*P*Q (conv/sm90_wgrad_split.h).
   m.def("sm90_conv_wgrad_split", [](int64_t m, int64_t n, int64_t k, int sm_count) {
     return jaxgemm::Sm90ConvWgradSplit(m, n, k, sm_count);

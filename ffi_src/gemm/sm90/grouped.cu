@@ -21,6 +21,9 @@ namespace {
 // in 2-block clusters that share B by multicast (the dense kernel's 256 x 256).
 using GroupedPolicy = Sm90Policy<256>;
 using GroupedClusterPolicy = Sm90Policy<256, false, 2>;
+static_assert(GroupedPolicy::kBM == kGroupedTileM && GroupedPolicy::kBN == kGroupedTileN &&
+                  GroupedPolicy::kBK == kGroupedTileK,
+              "the tile grouped_items.h names (the module's grouped_walk walks it)");
 
 // Developer switches for A/B runs in one build: NAME=0 turns a part off, NAME=1 on.
 bool Switched(const char* name, const char* to) {

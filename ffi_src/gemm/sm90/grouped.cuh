@@ -29,6 +29,7 @@
 #include "common/device_numeric.cuh"
 #include "common/ptx_sm90.cuh"
 #include "gemm/sm90/grouped.h"
+#include "gemm/sm90/grouped_items.h"
 #include "gemm/sm90/epilogue.cuh"
 #include "gemm/sm90/mainloop.cuh"
 #include "gemm/sm90/policy.cuh"
@@ -56,35 +57,20 @@ struct Sm90GroupedArgs {
   bool narrow;  // narrow wgmmas on a last column tile of half or less, none past the rows (JAXGEMM_GROUPED_NARROW)
 };
 
-// One work item, as every role walks them.
-struct Sm90GroupedWork {
-  int32_t group;
-  int32_t row0, row_end;  // D's rows [row0, row_end) of this item (row_end: the group's end)
-  int32_t n0;
-  int32_t k_begin, k_end;  // the contraction's range (row modes: 0, k)
-  int32_t k_tiles;
-};
-
-// The groups' offsets, in shared memory: row_end[g] (g < groups: min(sizes so far, m);
-// g = groups: m, the rows of no group) and, in the row modes, item_end[g], the items of
-// groups 0 .. g together; in the contraction mode that array holds the groups longest
-// first instead (order).
+// The groups' tables, in shared memory, and the items they define (grouped_items.h).
 template <class P, bool kContraction>
 struct Sm90GroupTable {
-  static constexpr int kBandRows = 16;  // row tiles per raster band (row modes)
   // An item's rows: a block's tile, or a cluster's (its blocks take kBM rows each, in rank
   // order, and share the item's B by multicast).
-  static constexpr int kItemRows = P::kBM * P::kClusterM;
+  using Items = GroupedItemTable<P::kBM * P::kClusterM, P::kBN, P::kBK, kContraction>;
   int32_t* row_end;
   int32_t* item_end;
-  int32_t tiles_n, tiles_k;  // contraction: D's row tiles per group
-  bool snake;                // contraction with args.balance: Walk deals waves in snake order
+  bool snake;  // contraction with args.balance: the walk deals waves in snake order
 
 #if defined(JG_SM90_ENABLED)
-  // Called by every thread of the block: fills the table (warp 0 scans 32 groups a step).
+  // Called by every thread of the block: fills the tables (warp 0 scans 32 groups a step).
   __device__ __forceinline__ void Build(const Sm90GroupedArgs& args, int32_t* sizes) {
-    tiles_n = (args.n + P::kBN - 1) / P::kBN;
-    tiles_k = (args.k + kItemRows - 1) / kItemRows;
+    const Items shape(row_end, item_end, args.groups, args.m, args.n, args.k);
     snake = kContraction && args.balance;
     for (int g = threadIdx.x; g < args.groups; g += blockDim.x) sizes[g] = max(args.group_sizes[g], 0);
     __syncthreads();
@@ -105,7 +91,7 @@ struct Sm90GroupTable {
         int32_t begin = __shfl_up_sync(0xffffffffu, end, 1);
         if (lane == 0) begin = end_before;
         int32_t items = 0;
-        if (!kContraction && g <= args.groups) items = (end - begin + kItemRows - 1) / kItemRows * tiles_n;
+        if (!kContraction && g <= args.groups) items = shape.GroupItems(end - begin);
 #pragma unroll
         for (int d = 1; d < 32; d *= 2) {
           const int32_t up = __shfl_up_sync(0xffffffffu, items, d);
@@ -126,13 +112,13 @@ struct Sm90GroupTable {
   }
 
   // Contraction: item_end[r] = the group of rank r, by rows (clipped) longest first, ties
-  // by index. Each thread ranks its groups against all (groups^2 / 384 compares: ~3000 at
-  // 1024 groups, a few microseconds once per block).
+  // by index (unbalanced: in order). Each thread ranks its groups against all (groups^2 /
+  // 384 compares: ~3000 at 1024 groups, a few microseconds once per block).
   __device__ __forceinline__ void Order(const Sm90GroupedArgs& args, int32_t* rows) {
-    for (int g = threadIdx.x; g < args.groups; g += blockDim.x) rows[g] = row_end[g] - RowBegin(g);
+    for (int g = threadIdx.x; g < args.groups; g += blockDim.x) rows[g] = row_end[g] - (g == 0 ? 0 : row_end[g - 1]);
     __syncthreads();
     for (int g = threadIdx.x; g < args.groups; g += blockDim.x) {
-      int rank = g;  // (unbalanced: the groups in order)
+      int rank = g;
       if (args.balance) {
         rank = 0;
         for (int h = 0; h < args.groups; ++h) rank += rows[h] > rows[g] || (rows[h] == rows[g] && h < g);
@@ -142,59 +128,13 @@ struct Sm90GroupTable {
     __syncthreads();
   }
 
-  // This block's (cluster's) j-th item (>= Items(): no more): waves of one item per
-  // worker, in snake order for the contraction (longest first, see above), in order
-  // otherwise.
+  __device__ __forceinline__ Items View(const Sm90GroupedArgs& args) const {
+    return Items(row_end, item_end, args.groups, args.m, args.n, args.k);
+  }
+
+  // This block's (cluster's) j-th item.
   __device__ __forceinline__ int32_t Walk(int32_t j) const {
-    const int32_t workers = gridDim.x / P::kClusterM, me = blockIdx.x / P::kClusterM;
-    const int32_t b = snake && j % 2 == 1 ? workers - 1 - me : me;
-    return j * workers + b;
-  }
-
-  __device__ __forceinline__ int32_t Items(const Sm90GroupedArgs& args) const {
-    return kContraction ? args.groups * tiles_k * tiles_n : item_end[args.groups];
-  }
-
-  __device__ __forceinline__ int32_t RowBegin(int g) const { return g == 0 ? 0 : row_end[g - 1]; }
-
-  __device__ __forceinline__ Sm90GroupedWork Get(const Sm90GroupedArgs& args, int32_t t) const {
-    Sm90GroupedWork w;
-    if constexpr (kContraction) {
-      const int32_t per_group = tiles_k * tiles_n, local = t % per_group;
-      w.group = item_end[t / per_group];  // (the order: longest first)
-      w.row0 = local % tiles_k * kItemRows;  // rows of the group's (k, n) slab
-      w.row_end = args.k;
-      w.n0 = local / tiles_k * P::kBN;
-      w.k_begin = RowBegin(w.group);
-      w.k_end = row_end[w.group];
-      w.k_tiles = (w.k_end - w.k_begin + P::kBK - 1) / P::kBK;
-      return w;
-    }
-    // The group: the first whose items end past t (groups + 1 entries, the last the rows
-    // of no group).
-    int lo = 0, hi = args.groups;
-    while (lo < hi) {
-      const int mid = (lo + hi) / 2;
-      if (item_end[mid] > t) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    w.group = lo;
-    const int32_t begin = RowBegin(lo), local = t - (lo == 0 ? 0 : item_end[lo - 1]);
-    const int32_t tiles_m = (row_end[lo] - begin + kItemRows - 1) / kItemRows;
-    // Bands of kBandRows row tiles, each walked column by column: the items resident at
-    // once share their A rows and B columns in L2.
-    const int32_t band = local / (kBandRows * tiles_n), in_band = local - band * kBandRows * tiles_n;
-    const int32_t height = min(kBandRows, tiles_m - band * kBandRows);
-    w.row0 = begin + (band * kBandRows + in_band % height) * kItemRows;
-    w.row_end = row_end[lo];
-    w.n0 = in_band / height * P::kBN;
-    w.k_begin = 0;
-    w.k_end = args.k;
-    w.k_tiles = lo < args.groups ? (args.k + P::kBK - 1) / P::kBK : 0;
-    return w;
+    return Items::Walk(j, blockIdx.x / P::kClusterM, gridDim.x / P::kClusterM, snake);
   }
 #endif
 };
@@ -209,9 +149,10 @@ __device__ __forceinline__ void Sm90GroupedProduce(const Sm90GroupedArgs& args,
                                                    uint64_t* empty) {
   Sm90ProducerRing<P> ring(full, empty);
   const int rank = P::kClusterM > 1 ? static_cast<int>(ClusterRank()) : 0;
-  const int32_t items = table.Items(args);
+  const auto view = table.View(args);
+  const int32_t items = view.Items();
   for (int32_t j = 0, t = table.Walk(0); t < items; t = table.Walk(++j)) {
-    const Sm90GroupedWork w = table.Get(args, t);
+    const GroupedWork w = view.Get(t);
     const int32_t row0 = w.row0 + rank * P::kBM;  // this block's rows of the item
     for (int kt = 0; kt < w.k_tiles; ++kt) {
       // Out-of-bounds parts count, as zeros; with a cluster, the other block's share of B too.
@@ -347,9 +288,10 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
   int stage = 0;
   uint32_t phase = 0;
   float acc[1][P::kBN / 2];  // (Sm90PackBox's shape: one m64 block)
-  const int32_t items = table.Items(args);
+  const auto view = table.View(args);
+  const int32_t items = view.Items();
   for (int32_t j = 0, t = table.Walk(0); t < items; t = table.Walk(++j)) {
-    const Sm90GroupedWork w = table.Get(args, t);
+    const GroupedWork w = view.Get(t);
     // The k-loop with wgmmas kCols wide (a compile-time width: a wgmma under a runtime
     // condition makes ptxas serialize them): the tile's, or a half or quarter of it where
     // the item's columns end there (n = 1408 = 5.5 x 256: the last column tile multiplies
@@ -466,7 +408,7 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
     }
     FenceMbarrierInit();
   }
-  Sm90GroupTable<P, kContraction> table{row_end, item_end, 0, 0};
+  Sm90GroupTable<P, kContraction> table{row_end, item_end, false};
   table.Build(args, sizes);  // (its __syncthreads also publishes the barriers)
   // The peers' barriers must be initialized before anything is multicast to them.
   if constexpr (P::kClusterM > 1) ClusterSync();
