@@ -363,22 +363,19 @@ WALK_SIZES = {
 }
 
 
-def _covered(walk, rows, n, tile_m, cluster):
-    """count[r, c]: how many (item, block) cover row r of D (its slab's row in the
-    contraction) at column tile c, per group; and the items' groups and k ranges."""
+def _covered(walk, rows, n, tile_m):
+    """count[group][r, c]: how many items cover row r of D (its slab's row in the
+    contraction) at column tile c."""
     count = {}
     for _, group, row0, row_end, n0, *_ in walk:
         counts = count.setdefault(group, np.zeros((rows, -(-n // 256)), int))
-        for rank in range(cluster):  # a cluster's blocks take tile_m rows each, in rank order
-            first = row0 + rank * tile_m
-            counts[first:min(first + tile_m, row_end), n0 // 256] += 1
+        counts[row0:min(row0 + tile_m, row_end), n0 // 256] += 1
     return count
 
 
-@pytest.mark.parametrize("cluster", [1, 2])
-@pytest.mark.parametrize("workers", [1, 7, 132])
+@pytest.mark.parametrize("blocks", [1, 7, 132])
 @pytest.mark.parametrize("case", list(WALK_SIZES))
-def test_grouped_items_cover_every_tile_once(case, workers, cluster):
+def test_grouped_items_cover_every_tile_once(case, blocks):
     sizes, m = WALK_SIZES[case]
     n, k = 600, 136
     tile_m, tile_n, tile_k = jaxgemm._jaxgemm.grouped_tile
@@ -386,18 +383,18 @@ def test_grouped_items_cover_every_tile_once(case, workers, cluster):
     begins = np.concatenate([[0], ends[:-1]])
     # Row modes: every row of D once per column tile, in its own group (rows past the
     # groups: group len(sizes), no k-tiles); the whole contraction.
-    walk = jaxgemm._jaxgemm.grouped_walk(sizes, m, n, k, False, cluster, workers, True)
-    count = _covered(walk, m, n, tile_m, cluster)
+    walk = jaxgemm._jaxgemm.grouped_walk(sizes, m, n, k, False, blocks)
+    count = _covered(walk, m, n, tile_m)
     total = sum(count.values())
     assert (total == 1).all(), np.argwhere(total != 1)[:5]
     for g, (a, b) in enumerate(zip(begins, ends)):
         assert (count.get(g, np.zeros_like(total))[a:b] == 1).all(), g
     assert {w[7] for w in walk if w[1] < len(sizes)} <= {-(-k // tile_k)}
     assert all(w[7] == 0 and w[2] >= ends[-1] for w in walk if w[1] == len(sizes))
-    assert all(w[0] < workers for w in walk)
+    assert all(w[0] < blocks for w in walk)
     # Contraction: every group's (k, n) slab once, over the group's rows.
-    walk = jaxgemm._jaxgemm.grouped_walk(sizes, m, n, k, True, cluster, workers, True)
-    count = _covered(walk, k, n, tile_m, cluster)
+    walk = jaxgemm._jaxgemm.grouped_walk(sizes, m, n, k, True, blocks)
+    count = _covered(walk, k, n, tile_m)
     assert sorted(count) == list(range(len(sizes)))
     assert all((c == 1).all() for c in count.values())
     for _, group, _, _, _, k_begin, k_end, k_tiles in walk:
@@ -406,14 +403,11 @@ def test_grouped_items_cover_every_tile_once(case, workers, cluster):
 
 def test_grouped_walk_deals_the_longest_contractions_first_in_snake_order():
     """Weight gradient: one item per group here (k = 128, n = 256), ranked by rows (2000,
-    500, 64, 10, 0), dealt to 3 workers: worker b takes the b-th item of even waves and the
-    b-th from the end of odd ones. Unbalanced: the groups in order, round-robin."""
+    500, 64, 10, 0), dealt to 3 blocks: block b takes the b-th item of even waves and the
+    b-th from the end of odd ones (in order and round-robin: [[0, 3], [1, 4], [2]])."""
     sizes = [10, 500, 0, 2000, 64]
-    deal = lambda walk: [[w[1] for w in walk if w[0] == b] for b in range(3)]  # noqa: E731
-    balanced = jaxgemm._jaxgemm.grouped_walk(sizes, 2600, 256, 128, True, 1, 3, True)
-    assert deal(balanced) == [[3], [1, 2], [4, 0]]
-    plain = jaxgemm._jaxgemm.grouped_walk(sizes, 2600, 256, 128, True, 1, 3, False)
-    assert deal(plain) == [[0, 3], [1, 4], [2]]
+    walk = jaxgemm._jaxgemm.grouped_walk(sizes, 2600, 256, 128, True, 3)
+    assert [[w[1] for w in walk if w[0] == b] for b in range(3)] == [[3], [1, 2], [4, 0]]
 
 
 def grouped_reference(lhs, rhs, sizes, ct):

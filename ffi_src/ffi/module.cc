@@ -27,13 +27,12 @@ namespace nb = nanobind;
 namespace {
 
 // The grouped kernel's walk for `sizes` (grouped_items.h): the tables as the kernel builds
-// them, then every worker's items as (worker, group, row0, row_end, n0, k_begin, k_end,
+// them, then every block's items as (block, group, row0, row_end, n0, k_begin, k_end,
 // k_tiles).
-template <int kClusterM, bool kContraction>
-nb::list GroupedWalk(const std::vector<int64_t>& sizes, int32_t m, int32_t n, int32_t k, int32_t workers,
-                     bool balance) {
-  using Items = jaxgemm::GroupedItemTable<jaxgemm::kGroupedTileM * kClusterM, jaxgemm::kGroupedTileN,
-                                          jaxgemm::kGroupedTileK, kContraction>;
+template <bool kContraction>
+nb::list GroupedWalk(const std::vector<int64_t>& sizes, int32_t m, int32_t n, int32_t k, int32_t blocks) {
+  using Items = jaxgemm::GroupedItemTable<jaxgemm::kGroupedTileM, jaxgemm::kGroupedTileN, jaxgemm::kGroupedTileK,
+                                          kContraction>;
   const int32_t groups = static_cast<int32_t>(sizes.size());
   std::vector<int32_t> row_end(groups + 1), item_end(groups + 1);
   int64_t rows = 0;
@@ -43,13 +42,11 @@ nb::list GroupedWalk(const std::vector<int64_t>& sizes, int32_t m, int32_t n, in
   }
   row_end[groups] = m;
   Items items(row_end.data(), item_end.data(), groups, m, n, k);
-  if constexpr (kContraction) {  // the groups longest first (Sm90GroupTable::Order), or in order
+  if constexpr (kContraction) {  // the groups longest first, ties in order (Sm90GroupTable::Order)
     std::iota(item_end.begin(), item_end.begin() + groups, 0);
     auto length = [&](int32_t g) { return row_end[g] - items.RowBegin(g); };
-    if (balance) {
-      std::stable_sort(item_end.begin(), item_end.begin() + groups,
-                       [&](int32_t a, int32_t b) { return length(a) > length(b); });
-    }
+    std::stable_sort(item_end.begin(), item_end.begin() + groups,
+                     [&](int32_t a, int32_t b) { return length(a) > length(b); });
   } else {
     for (int32_t g = 0, total = 0; g <= groups; ++g) {
       total += items.GroupItems(row_end[g] - items.RowBegin(g));
@@ -57,12 +54,12 @@ nb::list GroupedWalk(const std::vector<int64_t>& sizes, int32_t m, int32_t n, in
     }
   }
   nb::list walk;
-  for (int32_t worker = 0; worker < workers; ++worker) {
+  for (int32_t block = 0; block < blocks; ++block) {
     for (int32_t j = 0;; ++j) {
-      const int32_t t = Items::Walk(j, worker, workers, kContraction && balance);
+      const int32_t t = Items::Walk(j, block, blocks, kContraction);
       if (t >= items.Items()) break;
       const jaxgemm::GroupedWork w = items.Get(t);
-      walk.append(nb::make_tuple(worker, w.group, w.row0, w.row_end, w.n0, w.k_begin, w.k_end, w.k_tiles));
+      walk.append(nb::make_tuple(block, w.group, w.row0, w.row_end, w.n0, w.k_begin, w.k_end, w.k_tiles));
     }
   }
   return walk;
@@ -132,23 +129,16 @@ NB_MODULE(_jaxgemm, m) {
   m.attr("max_grouped_groups") = jaxgemm::kMaxGroupedGroups;
   m.attr("grouped_tile") = nb::make_tuple(jaxgemm::kGroupedTileM, jaxgemm::kGroupedTileN, jaxgemm::kGroupedTileK);
   // The grouped kernel's work items for these group sizes (gemm/sm90/grouped_items.h), for
-  // tests: row modes or the contraction (the weight gradient), single blocks or 2-block
-  // clusters, over `workers` blocks or clusters.
+  // tests: row modes or the contraction (the weight gradient), over `blocks` blocks.
   m.def("grouped_walk", [](std::vector<int64_t> sizes, int64_t m, int64_t n, int64_t k, bool contraction,
-                           int cluster, int32_t workers, bool balance) {
+                           int32_t blocks) {
     if (sizes.empty() || static_cast<int64_t>(sizes.size()) > jaxgemm::kMaxGroupedGroups || m < 0 || n < 1 ||
-        k < 1 || m >= INT32_MAX || n >= INT32_MAX || k >= INT32_MAX || (cluster != 1 && cluster != 2) ||
-        workers < 1) {
-      throw nb::value_error("grouped_walk: 1 to max_grouped_groups sizes, m >= 0, n, k >= 1 (int32), cluster 1 or 2, "
-                            "workers >= 1");
+        k < 1 || m >= INT32_MAX || n >= INT32_MAX || k >= INT32_MAX || blocks < 1) {
+      throw nb::value_error("grouped_walk: 1 to max_grouped_groups sizes, m >= 0, n, k >= 1 (int32), blocks >= 1");
     }
     const int32_t m32 = static_cast<int32_t>(m), n32 = static_cast<int32_t>(n), k32 = static_cast<int32_t>(k);
-    if (cluster == 1) {
-      return contraction ? GroupedWalk<1, true>(sizes, m32, n32, k32, workers, balance)
-                         : GroupedWalk<1, false>(sizes, m32, n32, k32, workers, balance);
-    }
-    return contraction ? GroupedWalk<2, true>(sizes, m32, n32, k32, workers, balance)
-                       : GroupedWalk<2, false>(sizes, m32, n32, k32, workers, balance);
+    return contraction ? GroupedWalk<true>(sizes, m32, n32, k32, blocks)
+                       : GroupedWalk<false>(sizes, m32, n32, k32, blocks);
   });
   // The sm90 conv weight gradient's split of N*P*Q (conv/sm90_wgrad_split.h).
   m.def("sm90_conv_wgrad_split", [](int64_t m, int64_t n, int64_t k, int sm_count) {

@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 
 #include "gemm/dispatch.h"
 #include "gemm/sm90/grouped.cuh"
@@ -17,23 +15,15 @@
 namespace jaxgemm {
 namespace {
 
-// 128 x 256 tiles, cooperative: the dense kernel's schedule for large products; alone, or
-// in 2-block clusters that share B by multicast (the dense kernel's 256 x 256).
+// 128 x 256 tiles, cooperative: the dense kernel's schedule for large products.
 using GroupedPolicy = Sm90Policy<256>;
-using GroupedClusterPolicy = Sm90Policy<256, false, 2>;
 static_assert(GroupedPolicy::kBM == kGroupedTileM && GroupedPolicy::kBN == kGroupedTileN &&
                   GroupedPolicy::kBK == kGroupedTileK,
               "the tile grouped_items.h names (the module's grouped_walk walks it)");
 
-// Developer switches for A/B runs in one build: NAME=0 turns a part off, NAME=1 on.
-bool Switched(const char* name, const char* to) {
-  const char* value = std::getenv(name);
-  return value != nullptr && std::strcmp(value, to) == 0;
-}
-bool Disabled(const char* name) { return Switched(name, "0"); }
-
-template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
+template <class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
 cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
+  using P = GroupedPolicy;
   Sm90GroupedArgs args{};
   args.group_sizes = p.group_sizes;
   args.out = p.out;
@@ -52,82 +42,42 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
     const int64_t cols = kTransB ? p.k : p.n, rows = kTransB ? p.n : p.k;
     TmaMatrix b{p.rhs, p.in_type, cols, rows, cols, p.groups, rows * cols};
     args.b_per_group = p.groups > 1;
-    status = EncodeTmaMap(&args.b, b, kTransB ? P::kBK : 64, kTransB ? P::kBN / P::kClusterM : P::kBK);
+    status = EncodeTmaMap(&args.b, b, kTransB ? P::kBK : 64, kTransB ? P::kBN : P::kBK);
   }
   if (status != cudaSuccess) return status;
   // D as rows of n for the TMA-store epilogue: 64 rows x 128 bytes a box, as the dense
   // kernel's (MakeSm90Store); without it (a pitch TMA rejects) every store is direct.
   const int64_t d_rows = kContraction ? p.groups * p.k : p.m;
   TmaMatrix d{p.out, p.out_type, p.n, d_rows, p.n};
-  args.tma_store =
-      EncodeTmaMap(&args.d, d, kSm90BoxCols<TOut>, 64) == cudaSuccess && !Disabled("JAXGEMM_GROUPED_TMA_STORE");
-  args.balance = !Disabled("JAXGEMM_GROUPED_BALANCE");
-  args.narrow = !Disabled("JAXGEMM_GROUPED_NARROW");
+  args.tma_store = EncodeTmaMap(&args.d, d, kSm90BoxCols<TOut>, 64) == cudaSuccess;
 
   using Layout = Sm90GroupedLayout<P>;
   auto kernel = Sm90GroupedKernel<P, TIn, TOut, kTransA, kTransB, kContraction>;
   status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kSmemBytes);
   if (status != cudaSuccess) return status;
   // Items: at most every group's rows in whole tiles (one partial tile per group, and the
-  // rows of no group), by column tiles; or every group's (k, n) tiles. A cluster's item
-  // is kClusterM tiles of rows.
-  constexpr int kItemRows = P::kBM * P::kClusterM;
+  // rows of no group), by column tiles; or every group's (k, n) tiles.
   const int64_t tiles_n = (p.n + P::kBN - 1) / P::kBN;
-  const int64_t items = kContraction ? p.groups * ((p.k + kItemRows - 1) / kItemRows) * tiles_n
-                                     : ((p.m + kItemRows - 1) / kItemRows + p.groups + 1) * tiles_n;
-  int64_t workers = std::min<int64_t>(std::max(CurrentDeviceSmCount() / P::kClusterM, 1), items);
-  if constexpr (P::kClusterM == 1) {
-    kernel<<<static_cast<unsigned>(workers), P::kThreads, Layout::kSmemBytes, stream>>>(args);
-    return cudaGetLastError();
-  } else {
-    // A cluster's blocks share a GPC: fewer clusters than SMs / 2 may fit, and every
-    // worker must run (the walk assumes it).
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute cluster[1];
-    config.blockDim = dim3(P::kThreads);
-    config.dynamicSmemBytes = Layout::kSmemBytes;
-    config.stream = stream;
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = P::kClusterM;
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = 1;
-    config.attrs = cluster;
-    config.numAttrs = 1;
-    config.gridDim = dim3(static_cast<unsigned>(P::kClusterM * workers));
-    static int resident = 0;  // clusters resident at once, asked once per instance (-1: unknown)
-    if (resident == 0) {
-      int count = 0;
-      if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess || count <= 0) count = -1;
-      (void)cudaGetLastError();
-      resident = count;
-    }
-    if (resident > 0) workers = std::min<int64_t>(workers, resident);
-    config.gridDim = dim3(static_cast<unsigned>(P::kClusterM * workers));
-    status = cudaLaunchKernelEx(&config, kernel, args);
-    return status == cudaSuccess ? cudaGetLastError() : status;
-  }
+  const int64_t items = kContraction ? p.groups * ((p.k + P::kBM - 1) / P::kBM) * tiles_n
+                                     : ((p.m + P::kBM - 1) / P::kBM + p.groups + 1) * tiles_n;
+  const int blocks = static_cast<int>(std::min<int64_t>(std::max(CurrentDeviceSmCount(), 1), items));
+  kernel<<<blocks, P::kThreads, Layout::kSmemBytes, stream>>>(args);
+  return cudaGetLastError();
 }
 
-template <class P, class TIn, class TOut>
+template <class TIn, class TOut>
 cudaError_t LaunchMode(const GroupedProblem& p, cudaStream_t stream) {
   switch (p.mode) {
-    case GroupedMode::kRows: return Launch<P, TIn, TOut, false, false, false>(p, stream);
-    case GroupedMode::kRowsRhsT: return Launch<P, TIn, TOut, false, true, false>(p, stream);
-    case GroupedMode::kContraction: return Launch<P, TIn, TOut, true, false, true>(p, stream);
+    case GroupedMode::kRows: return Launch<TIn, TOut, false, false, false>(p, stream);
+    case GroupedMode::kRowsRhsT: return Launch<TIn, TOut, false, true, false>(p, stream);
+    case GroupedMode::kContraction: return Launch<TIn, TOut, true, false, true>(p, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-template <class P, class TIn>
-cudaError_t LaunchOut(const GroupedProblem& p, cudaStream_t stream) {
-  return p.out_type == ElementType::kF32 ? LaunchMode<P, TIn, float>(p, stream) : LaunchMode<P, TIn, TIn>(p, stream);
-}
-
-// JAXGEMM_GROUPED_CLUSTER=1: the 2-block clusters (unmeasured; off by default).
 template <class TIn>
-cudaError_t LaunchPolicy(const GroupedProblem& p, cudaStream_t stream) {
-  if (Switched("JAXGEMM_GROUPED_CLUSTER", "1")) return LaunchOut<GroupedClusterPolicy, TIn>(p, stream);
-  return LaunchOut<GroupedPolicy, TIn>(p, stream);
+cudaError_t LaunchOut(const GroupedProblem& p, cudaStream_t stream) {
+  return p.out_type == ElementType::kF32 ? LaunchMode<TIn, float>(p, stream) : LaunchMode<TIn, TIn>(p, stream);
 }
 
 }  // namespace
@@ -159,8 +109,8 @@ cudaError_t RunGroupedGemm(const GroupedProblem& p, cudaStream_t stream) {
   if (p.m == 0 || p.k == 0) {  // no products: zeros (and no zero-sized tensor maps)
     return cudaMemsetAsync(p.out, 0, out_elems * ElementBytes(p.out_type), stream);
   }
-  if (p.in_type == ElementType::kBF16) return LaunchPolicy<__nv_bfloat16>(p, stream);
-  return LaunchPolicy<__half>(p, stream);
+  if (p.in_type == ElementType::kBF16) return LaunchOut<__nv_bfloat16>(p, stream);
+  return LaunchOut<__half>(p, stream);
 }
 
 }  // namespace jaxgemm

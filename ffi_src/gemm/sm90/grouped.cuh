@@ -3,11 +3,8 @@
 // wgmma) over work items that the groups define, read from device memory by every block.
 //   Row modes (GroupedMode::kRows, kRowsRhsT): an item is a tile of one group's rows of D;
 //   a tile that runs past its group's last row still loads those rows (the next group's)
-//   but stores none of them, and a consumer whose 64 rows all lie past it skips its
-//   wgmmas. Rows past the groups form one more group, of zero k-tiles, whose tiles store
-//   zeros. With 2-block clusters an item is two tiles of rows, one per block, sharing B by
-//   TMA multicast. A last column tile of half the tile or less multiplies with narrower
-//   wgmmas (n = 1408 = 5.5 x 256).
+//   but stores none of them. Rows past the groups form one more group, of zero k-tiles,
+//   whose tiles store zeros.
 //   Contraction mode (kContraction, the weight gradient): an item is a tile of one group's
 //   (k, n) product, its k-loop over the group's rows; the rows of the last k-tile past the
 //   group are zeroed in shared memory before they are multiplied. Items differ in length
@@ -53,25 +50,19 @@ struct Sm90GroupedArgs {
   int32_t k;             // row modes: the contraction; contraction mode: D's rows per group
   int32_t groups;
   bool b_per_group;      // B's map has a group dim (row modes with more than one group)
-  bool balance;          // contraction: longest groups first, snake order (JAXGEMM_GROUPED_BALANCE)
-  bool narrow;  // narrow wgmmas on a last column tile of half or less, none past the rows (JAXGEMM_GROUPED_NARROW)
 };
 
 // The groups' tables, in shared memory, and the items they define (grouped_items.h).
 template <class P, bool kContraction>
 struct Sm90GroupTable {
-  // An item's rows: a block's tile, or a cluster's (its blocks take kBM rows each, in rank
-  // order, and share the item's B by multicast).
-  using Items = GroupedItemTable<P::kBM * P::kClusterM, P::kBN, P::kBK, kContraction>;
+  using Items = GroupedItemTable<P::kBM, P::kBN, P::kBK, kContraction>;
   int32_t* row_end;
   int32_t* item_end;
-  bool snake;  // contraction with args.balance: the walk deals waves in snake order
 
 #if defined(JG_SM90_ENABLED)
   // Called by every thread of the block: fills the tables (warp 0 scans 32 groups a step).
   __device__ __forceinline__ void Build(const Sm90GroupedArgs& args, int32_t* sizes) {
     const Items shape(row_end, item_end, args.groups, args.m, args.n, args.k);
-    snake = kContraction && args.balance;
     for (int g = threadIdx.x; g < args.groups; g += blockDim.x) sizes[g] = max(args.group_sizes[g], 0);
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -112,17 +103,14 @@ struct Sm90GroupTable {
   }
 
   // Contraction: item_end[r] = the group of rank r, by rows (clipped) longest first, ties
-  // by index (unbalanced: in order). Each thread ranks its groups against all (groups^2 /
-  // 384 compares: ~3000 at 1024 groups, a few microseconds once per block).
+  // by index. Each thread ranks its groups against all (groups^2 / 384 compares: ~3000 at
+  // 1024 groups, a few microseconds once per block).
   __device__ __forceinline__ void Order(const Sm90GroupedArgs& args, int32_t* rows) {
     for (int g = threadIdx.x; g < args.groups; g += blockDim.x) rows[g] = row_end[g] - (g == 0 ? 0 : row_end[g - 1]);
     __syncthreads();
     for (int g = threadIdx.x; g < args.groups; g += blockDim.x) {
-      int rank = g;
-      if (args.balance) {
-        rank = 0;
-        for (int h = 0; h < args.groups; ++h) rank += rows[h] > rows[g] || (rows[h] == rows[g] && h < g);
-      }
+      int rank = 0;
+      for (int h = 0; h < args.groups; ++h) rank += rows[h] > rows[g] || (rows[h] == rows[g] && h < g);
       item_end[rank] = g;
     }
     __syncthreads();
@@ -132,9 +120,9 @@ struct Sm90GroupTable {
     return Items(row_end, item_end, args.groups, args.m, args.n, args.k);
   }
 
-  // This block's (cluster's) j-th item.
+  // This block's j-th item (the contraction's waves in snake order).
   __device__ __forceinline__ int32_t Walk(int32_t j) const {
-    return Items::Walk(j, blockIdx.x / P::kClusterM, gridDim.x / P::kClusterM, snake);
+    return Items::Walk(j, blockIdx.x, gridDim.x, kContraction);
   }
 #endif
 };
@@ -148,51 +136,33 @@ __device__ __forceinline__ void Sm90GroupedProduce(const Sm90GroupedArgs& args,
                                                    unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
                                                    uint64_t* empty) {
   Sm90ProducerRing<P> ring(full, empty);
-  const int rank = P::kClusterM > 1 ? static_cast<int>(ClusterRank()) : 0;
   const auto view = table.View(args);
   const int32_t items = view.Items();
   for (int32_t j = 0, t = table.Walk(0); t < items; t = table.Walk(++j)) {
     const GroupedWork w = view.Get(t);
-    const int32_t row0 = w.row0 + rank * P::kBM;  // this block's rows of the item
     for (int kt = 0; kt < w.k_tiles; ++kt) {
-      // Out-of-bounds parts count, as zeros; with a cluster, the other block's share of B too.
-      uint64_t* const bar = ring.Acquire(P::kStageBytes);
+      uint64_t* const bar = ring.Acquire(P::kStageBytes);  // out-of-bounds parts count, as zeros
       const int k0 = w.k_begin + kt * P::kBK;
       unsigned char* sa = tiles_a + ring.stage * P::kTileABytes;
       unsigned char* sb = tiles_b + ring.stage * P::kTileBBytes;
       if constexpr (!kTransA) {  // lhs rows: one box of kBM rows
-        TmaLoad2d(sa, &args.a, bar, k0, row0);
+        TmaLoad2d(sa, &args.a, bar, k0, w.row0);
       } else {  // lhs read (k, m): 64-wide blocks of D's rows
 #pragma unroll
-        for (int j = 0; j < P::kBM / 64; ++j) TmaLoad2d(sa + j * P::kMnBlockTileBytes, &args.a, bar, row0 + 64 * j, k0);
+        for (int j = 0; j < P::kBM / 64; ++j) TmaLoad2d(sa + j * P::kMnBlockTileBytes, &args.a, bar, w.row0 + 64 * j, k0);
       }
-      // B: this block's share, to every block of the cluster (all of it without one).
       auto load_b = [&](void* dst, int c0, int c1) {
-        constexpr uint16_t kAll = (1u << P::kClusterM) - 1;
         if (args.b_per_group) {
-          if constexpr (P::kClusterM == 1) {
-            TmaLoad3d(dst, &args.b, bar, c0, c1, w.group);
-          } else {
-            TmaLoad3dMulticast(dst, &args.b, bar, c0, c1, w.group, kAll);
-          }
+          TmaLoad3d(dst, &args.b, bar, c0, c1, w.group);
         } else {
-          if constexpr (P::kClusterM == 1) {
-            TmaLoad2d(dst, &args.b, bar, c0, c1);
-          } else {
-            TmaLoad2dMulticast(dst, &args.b, bar, c0, c1, kAll);
-          }
+          TmaLoad2d(dst, &args.b, bar, c0, c1);
         }
       };
-      if constexpr (kTransB) {  // rhs (g, n, k): a box of kBN / kClusterM rows
-        constexpr int kRows = P::kBN / P::kClusterM;
-        load_b(sb + rank * kRows * P::kRowBytes, k0, w.n0 + rank * kRows);
+      if constexpr (kTransB) {  // rhs (g, n, k): a box of kBN rows
+        load_b(sb, k0, w.n0);
       } else {  // (k, n) rows: 64-wide n blocks
-        constexpr int kBlocks = P::kBN / 64 / P::kClusterM;
 #pragma unroll
-        for (int jj = 0; jj < kBlocks; ++jj) {
-          const int j = rank * kBlocks + jj;
-          load_b(sb + j * P::kMnBlockBytes, w.n0 + 64 * j, k0);
-        }
+        for (int j = 0; j < P::kBN / 64; ++j) load_b(sb + j * P::kMnBlockBytes, w.n0 + 64 * j, k0);
       }
       ring.Advance();
     }
@@ -268,18 +238,6 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
   constexpr uint32_t kStepA = kTransA ? 2048 : 32, kStepB = kTransB ? 32 : 2048;
   constexpr uint32_t kLeadA = kTransA ? P::kMnBlockBytes : 16, kLeadB = kTransB ? 16 : P::kMnBlockBytes;
   const int first_row = 64 * wg, lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-  // This consumer's rows in an item: a cluster's blocks take kBM rows each, in rank order.
-  const int32_t item_row = (P::kClusterM > 1 ? static_cast<int>(ClusterRank()) : 0) * P::kBM + first_row;
-  // A consumed stage is free once every cluster block's consumers are done with it (the
-  // producers of all of them write into it).
-  auto release = [](uint64_t* empty_barrier) {
-    if constexpr (P::kClusterM == 1) {
-      MbarrierArrive(empty_barrier);
-    } else {
-#pragma unroll
-      for (int r = 0; r < P::kClusterM; ++r) MbarrierArriveCluster(empty_barrier, r);
-    }
-  };
   unsigned char* own_a = tiles_a + first_row * P::kRowBytes;
   const uint32_t desc_a0 = uint32_t(SmemDescriptorSw128(SharedAddress(own_a), kLeadA, 1024));
   const uint32_t desc_b0 = uint32_t(SmemDescriptorSw128(SharedAddress(tiles_b), kLeadB, 1024));
@@ -292,60 +250,35 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
   const int32_t items = view.Items();
   for (int32_t j = 0, t = table.Walk(0); t < items; t = table.Walk(++j)) {
     const GroupedWork w = view.Get(t);
-    // The k-loop with wgmmas kCols wide (a compile-time width: a wgmma under a runtime
-    // condition makes ptxas serialize them): the tile's, or a half or quarter of it where
-    // the item's columns end there (n = 1408 = 5.5 x 256: the last column tile multiplies
-    // 128 columns, not 256). Narrow wgmmas write the leading accumulators (the first kCols / 8
-    // column groups of the fragment layout); the others hold stale sums of columns past n,
-    // which no store writes. kCols = 0: this consumer's rows all lie past the item's end
-    // (a group's last, partial tile): it only hands the stages back.
-    auto k_loop = [&](auto cols) {
-      constexpr int kCols = decltype(cols)::value;
-      int previous = -1;
-      for (int kt = 0; kt < w.k_tiles; ++kt) {
-        MbarrierWait(&full[stage], phase);
-        if constexpr (kCols == 0) {
-          if (lane == 0) release(&empty[stage]);
-        } else {
-          float(&lead)[kCols / 2] = *reinterpret_cast<float(*)[kCols / 2]>(&acc[0][0]);
-          if constexpr (kContraction) {
-            const int valid = w.k_end - (w.k_begin + kt * P::kBK);
-            if (valid < P::kBK) Sm90ZeroRowsPast<P>(own_a + stage * P::kTileABytes, valid, wg);
-          }
-          const uint32_t desc_a = desc_a0 + stage * (P::kTileABytes / 16);
-          const uint32_t desc_b = desc_b0 + stage * (P::kTileBBytes / 16);
-          WgmmaFence();
-#pragma unroll
-          for (int kk = 0; kk < P::kKSteps; ++kk) {
-            Wgmma<TIn, kCols, kTransA, !kTransB>(lead, descriptor(desc_a + kk * kStepA / 16),
-                                                 descriptor(desc_b + kk * kStepB / 16), (kt | kk) != 0);
-          }
-          WgmmaCommitGroup();
-          WgmmaWaitGroup<1>();  // the previous k-tile's wgmmas are done: its stage is free
-          if (previous >= 0 && lane == 0) release(&empty[previous]);
-          previous = stage;
-        }
-        if (++stage == P::kStages) {
-          stage = 0;
-          phase ^= 1;
-        }
+    int previous = -1;
+    for (int kt = 0; kt < w.k_tiles; ++kt) {
+      MbarrierWait(&full[stage], phase);
+      if constexpr (kContraction) {
+        const int valid = w.k_end - (w.k_begin + kt * P::kBK);
+        if (valid < P::kBK) Sm90ZeroRowsPast<P>(own_a + stage * P::kTileABytes, valid, wg);
       }
-      WgmmaWaitGroup<0>();
-      if (previous >= 0 && lane == 0) release(&empty[previous]);
-    };
-    const int32_t cols_left = args.n - w.n0;
-    if (args.narrow && w.row0 + item_row >= w.row_end) {
-      k_loop(std::integral_constant<int, 0>{});
-    } else if (!args.narrow || cols_left > P::kBN / 2) {
-      k_loop(std::integral_constant<int, P::kBN>{});
-    } else if (cols_left > P::kBN / 4) {
-      k_loop(std::integral_constant<int, P::kBN / 2>{});
-    } else {
-      k_loop(std::integral_constant<int, P::kBN / 4>{});
+      const uint32_t desc_a = desc_a0 + stage * (P::kTileABytes / 16);
+      const uint32_t desc_b = desc_b0 + stage * (P::kTileBBytes / 16);
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < P::kKSteps; ++kk) {
+        Wgmma<TIn, P::kBN, kTransA, !kTransB>(acc[0], descriptor(desc_a + kk * kStepA / 16),
+                                              descriptor(desc_b + kk * kStepB / 16), (kt | kk) != 0);
+      }
+      WgmmaCommitGroup();
+      WgmmaWaitGroup<1>();  // the previous k-tile's wgmmas are done: its stage is free
+      if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
+      previous = stage;
+      if (++stage == P::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
     }
+    WgmmaWaitGroup<0>();
+    if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
 
-    if (args.tma_store && w.row0 + item_row + 64 <= w.row_end) {
-      const int32_t d_row = (kContraction ? w.group * args.k : 0) + w.row0 + item_row;
+    if (args.tma_store && w.row0 + first_row + 64 <= w.row_end) {
+      const int32_t d_row = (kContraction ? w.group * args.k : 0) + w.row0 + first_row;
       Sm90GroupedStoreBoxes<P, TOut>(args, acc, w.k_tiles == 0, d_row, w.n0, box, wg);
       continue;
     }
@@ -356,7 +289,7 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
     const bool live = w.k_tiles > 0;  // else zeros (acc holds the last item's sums; it is never written here)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int32_t row = w.row0 + item_row + 16 * warp + lane / 4 + 8 * h;
+      const int32_t row = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
       if (row >= w.row_end) continue;
       TOut* out_row = out + int64_t{row} * args.n;
 #pragma unroll
@@ -386,8 +319,8 @@ struct Sm90GroupedLayout {
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
 __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid_constant__ Sm90GroupedArgs args) {
 #if defined(JG_SM90_ENABLED)
-  static_assert(!P::kPingpong && P::kConsumers == 2 && !P::kSwapped,
-                "grouped: the cooperative two-consumer schedule (one block, or 2-block clusters)");
+  static_assert(!P::kPingpong && P::kConsumers == 2 && !P::kSwapped && P::kClusterM == 1,
+                "grouped: the cooperative two-consumer schedule, one block");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
@@ -404,14 +337,12 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
     if (args.tma_store) PrefetchTensorMap(&args.d);
     for (int s = 0; s < P::kStages; ++s) {
       MbarrierInit(&full[s], 1);
-      MbarrierInit(&empty[s], 4 * P::kConsumers * P::kClusterM);  // one arrival per consumer warp of the cluster
+      MbarrierInit(&empty[s], 4 * P::kConsumers);  // one arrival per consumer warp
     }
     FenceMbarrierInit();
   }
-  Sm90GroupTable<P, kContraction> table{row_end, item_end, false};
+  Sm90GroupTable<P, kContraction> table{row_end, item_end};
   table.Build(args, sizes);  // (its __syncthreads also publishes the barriers)
-  // The peers' barriers must be initialized before anything is multicast to them.
-  if constexpr (P::kClusterM > 1) ClusterSync();
 
   if (threadIdx.x < 128) {
     SetMaxRegistersDecrease<P::kProducerRegisters>();
@@ -422,8 +353,6 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
     Sm90GroupedConsume<P, TIn, TOut, kTransA, kTransB, kContraction>(args, table, wg, tiles_a, tiles_b, full, empty,
                                                                       boxes + wg * P::kOutBoxBytes);
   }
-  // A block leaves only when its peers no longer arrive on its barriers.
-  if constexpr (P::kClusterM > 1) ClusterSync();
 #endif
 }
 

@@ -1,7 +1,7 @@
 // The grouped GEMM's work items (grouped.cuh): which rows, columns and contraction range
-// each item covers, and which worker (block, or cluster of blocks) takes it. Plain C++ on
-// the host and the device, so that the module walks them for tests (grouped_walk) exactly
-// as the kernel does; the kernel builds the tables in shared memory (Sm90GroupTable).
+// each item covers, and which block takes it. Plain C++ on the host and the device, so
+// that the module walks them for tests (grouped_walk) exactly as the kernel does; the
+// kernel builds the tables in shared memory (Sm90GroupTable).
 #pragma once
 #include <cstdint>
 
@@ -10,7 +10,7 @@
 namespace jaxgemm {
 
 // The grouped kernel's tile: 128 x 256 of D for 16-bit inputs, 64-element k-tiles (one
-// 128-byte swizzle row); a 2-block cluster's item is two such tiles of rows.
+// 128-byte swizzle row).
 inline constexpr int kGroupedTileM = 128, kGroupedTileN = 256, kGroupedTileK = 64;
 
 struct GroupedWork {
@@ -21,8 +21,7 @@ struct GroupedWork {
   int32_t k_tiles;
 };
 
-// Items of kItemRows rows (a block's tile, or a cluster's: its blocks take the rows in rank
-// order) by kTileN columns, the contraction in kTileK steps.
+// Items of kItemRows rows by kTileN columns, the contraction in kTileK steps.
 //   Row modes: an item is a tile of one group's rows of D, rasterized in bands of
 //   kBandRows row tiles walked column by column (the items resident at once share their A
 //   rows and B columns in L2); rows of no group form group `groups`, of zero k-tiles.
@@ -51,11 +50,11 @@ struct GroupedItemTable {
 
   JG_HOST_DEVICE_INLINE int32_t RowBegin(int g) const { return g == 0 ? 0 : row_end[g - 1]; }
 
-  // Worker `me` of `workers`: its j-th item (>= Items(): no more). Waves of one item per
-  // worker, in order, or in snake order (worker b takes the b-th of even waves, the b-th
+  // Block `me` of `blocks`: its j-th item (>= Items(): no more). Waves of one item per
+  // block, in order, or in snake order (block b takes the b-th of even waves, the b-th
   // from the end of odd ones).
-  JG_HOST_DEVICE_INLINE static int32_t Walk(int32_t j, int32_t me, int32_t workers, bool snake) {
-    return j * workers + (snake && j % 2 == 1 ? workers - 1 - me : me);
+  JG_HOST_DEVICE_INLINE static int32_t Walk(int32_t j, int32_t me, int32_t blocks, bool snake) {
+    return j * blocks + (snake && j % 2 == 1 ? blocks - 1 - me : me);
   }
 
   JG_HOST_DEVICE_INLINE GroupedWork Get(int32_t t) const {
