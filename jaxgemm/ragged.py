@@ -16,9 +16,11 @@ XLA's own ragged dot.
 
 Sharding (the rule): rows (m) split as in data parallelism, each device taking its rows'
 share of every group (`_local_sizes`): no collective in the product, an all-reduce of the
-weight gradient's partial sums; k and n split as in a GEMM. The experts (g) are gathered:
-tokens would have to move to their experts' devices (an all-to-all), which a shard_map
-over the routing does.
+weight gradient's partial sums, or a reduce-scatter over the experts where the gradient is
+wanted split like weights sharded over the experts (FSDP-like); k and n split as in a GEMM.
+Experts (g) split in an operand are gathered: computing them where they are would need the
+tokens moved to their experts' devices (an all-to-all), which a shard_map over the routing
+does.
 """
 
 from __future__ import annotations
@@ -176,7 +178,10 @@ def _wgrad_abstract(lhs, dy, group_sizes, *, out_dtype, groups, precision, out_s
 
 
 def _wgrad_rule(lhs, dy, group_sizes, **params):
-    return Rule((("m", "k"), ("m", "n"), ("g",)), (("g", "k", "n"),), _REPLICATED)
+    # The group sizes stay whole ("s"); the result's groups ("g", in no operand) may come
+    # split where the partial sums over m are reduce-scattered (experts sharded as
+    # parameters, FSDP-like: each device keeps its experts' share of the gradient).
+    return Rule((("m", "k"), ("m", "n"), ("s",)), (("g", "k", "n"),), frozenset({"s"}))
 
 
 _RAGGED_CONTRACTING = lax.RaggedDotDimensionNumbers(
@@ -300,7 +305,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     Differentiable in lhs, rhs and bias (forward and reverse mode, any order: unlike
     lax.ragged_dot, grad of grad works), vmap-able, jit-able, partitioned by sharded jit
     in Auto and Explicit modes: rows (each device takes its share of every group), k and n
-    split; the experts are gathered. On a Hopper GPU, 16-bit products (k and n multiples
+    split; experts split in rhs are gathered, and their gradient reduce-scattered back
+    (rows split over the same axis). On a Hopper GPU, 16-bit products (k and n multiples
     of 8, at most 1024 groups) run on jaxgemm's grouped kernel, forward and backward;
     others on XLA's own ragged dot. The bias, activation and residual are applied in JAX,
     after the product, for now.

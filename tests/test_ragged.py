@@ -4,6 +4,7 @@ anything, rows past the sizes' sum), dtypes, the fused bias and activation; jit,
 (folded into one wider product), grad, jvp, grad of grad; bad input."""
 
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -244,6 +245,33 @@ def test_sharded_jit_auto_mode(case):
 
 
 @pytest.mark.skipif(len(jax.devices()) < 4, reason="needs several devices (tests/conftest.py asks for 8)")
+@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit], ids=["auto", "explicit"])
+def test_rows_split_experts_sharded_as_parameters(axis_type):
+    """Data parallelism with the experts' weights sharded over the same axis (FSDP-like):
+    the forward gathers the weights once, and the weight gradient's partial sums come back
+    reduce-scattered over the experts, each device keeping its experts' share (not an
+    all-reduce of every expert's gradient)."""
+    mesh = _mesh(axis_type)
+    lhs, rhs, _ = inputs(12, m=64)
+    rhs = jnp.concatenate([rhs] * 2)[:8]
+    sizes = jnp.array([10, 0, 30, 4, 4, 4, 4, 4], jnp.int32)
+    x_sharding, w_sharding = NamedSharding(mesh, P("x", None)), NamedSharding(mesh, P("x", None, None))
+    loss = lambda l, r: jnp.sum(jnp.sin(ragged_dot(l, r, sizes)))  # noqa: E731
+    grad = jax.grad(loss, argnums=(0, 1))
+    with jax.set_mesh(mesh):
+        x, w = jax.device_put(lhs, x_sharding), jax.device_put(rhs, w_sharding)
+        g = jax.jit(grad, out_shardings=(x_sharding, w_sharding))
+        dx, dw = g(x, w)
+        hlo = g.lower(x, w).compile().as_text()
+    assert dw.sharding.is_equivalent_to(w_sharding, 3)
+    want = jax.grad(lambda l, r: jnp.sum(jnp.sin(sliced(l, r, np.asarray(sizes)))), argnums=(0, 1))(lhs, rhs)
+    assert rel(dx, want[0]) <= 1e-5 and rel(dw, want[1]) <= 1e-5
+    assert collectives(hlo) == {"all-gather": 1, "all-reduce": 0, "reduce-scatter": 1}, collectives(hlo)
+    scattered = re.findall(r"= f32\[([\d,]+)\]\{[\d,]*\} reduce-scatter", hlo)
+    assert scattered == [f"{8 // mesh.size},{lhs.shape[1]},{rhs.shape[2]}"], scattered
+
+
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs several devices (tests/conftest.py asks for 8)")
 def test_explicit_mode_rows_split():
     """Explicit mode: rows split give an output typed like them and the gradient of a
     replicated weight typed replicated (lax.ragged_dot raises here)."""
@@ -378,7 +406,7 @@ def _covered(walk, rows, n, tile_m):
 def test_grouped_items_cover_every_tile_once(case, blocks):
     sizes, m = WALK_SIZES[case]
     n, k = 600, 136
-    tile_m, tile_n, tile_k = jaxgemm._jaxgemm.grouped_tile
+    tile_m, _, tile_k = jaxgemm._jaxgemm.grouped_tile
     ends = np.minimum(np.cumsum(np.maximum(sizes, 0)), m)
     begins = np.concatenate([[0], ends[:-1]])
     # Row modes: every row of D once per column tile, in its own group (rows past the
