@@ -8,7 +8,9 @@
 # it); "zoo" adds tools/shape_zoo.py (this tree's, for both builds). Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab. SKIP_BUILD=1: B is
 # the jaxgemm already installed from the working tree (a warm machine's earlier
 # tools/gpu_check.sh): B is benchmarked first, then A is built and benchmarked (and stays
-# installed: rebuild B before anything else).
+# installed: rebuild B before anything else). AB_ONLY=B or AB_ONLY=A runs one side only
+# (two calls where both do not fit in one; compare here with tools/ab_compare.py on the
+# fetched A*.json and B*.json).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -47,6 +49,10 @@ run() {  # run NAME TREE [skip]: build TREE (unless skip), benchmark it into $ou
   echo "$name: built and benchmarked in $(( SECONDS - start )) s"
 }
 
+case ${AB_ONLY:-} in
+  B) run B . "$([ "${SKIP_BUILD:-0}" = 1 ] && echo skip)" || exit 1; exit 0 ;;
+  A) run A "$base" || exit 1; exit 0 ;;
+esac
 if [ "${SKIP_BUILD:-0}" = 1 ]; then
   run B . skip && run A "$base" || exit 1
 else
