@@ -2,9 +2,9 @@
 // streaming TMA k-tiles into a ring of stages, two consumer warpgroups multiplying with
 // wgmma) over work items that the groups define, read from device memory by every block.
 //   Row modes (GroupedMode::kRows, kRowsRhsT): an item is a tile of one group's rows of D;
-//   a tile that runs past its group's last row still loads those rows (the next group's)
-//   but stores none of them. Rows past the groups form one more group, of zero k-tiles,
-//   whose tiles store zeros.
+//   a tile that runs past its group's last row still loads and multiplies those rows (the
+//   next group's) but stores none of them. Rows past the groups form one more group, of
+//   zero k-tiles, whose tiles store zeros.
 //   Contraction mode (kContraction, the weight gradient): an item is a tile of one group's
 //   (k, n) product, its k-loop over the group's rows; the rows of the last k-tile past the
 //   group are zeroed in shared memory before they are multiplied. Items differ in length
