@@ -21,7 +21,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "common/device_numeric.cuh"
 #include "common/ptx_sm90.cuh"
