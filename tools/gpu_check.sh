@@ -41,6 +41,10 @@ else
   # eval: the pytest arguments may hold quoted words (-k 'simt or sm90').
   workers=${JAXGEMM_TEST_WORKERS:-$(( $(nproc) >= 32 ? 8 : 4 ))} parallel=""
   [ "$workers" -gt 1 ] && $py -c "import xdist" 2>/dev/null && parallel="-n $workers"
+  # A test stuck in a kernel (a deadlocked barrier) ends its worker after
+  # JAXGEMM_TEST_TIMEOUT seconds (default 300) instead of the whole call's time.
+  $py -c "import pytest_timeout" 2>/dev/null &&
+    parallel="$parallel --timeout ${JAXGEMM_TEST_TIMEOUT:-300} --timeout-method thread"
   # No memory preallocation: the workers share the GPU.
   eval "XLA_PYTHON_CLIENT_PREALLOCATE=false $py -m pytest -q -rs $parallel $test_args -p no:cacheprovider" \
     >"$out/tests.log" 2>&1
