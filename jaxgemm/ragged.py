@@ -25,6 +25,8 @@ does.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,6 +37,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgemm import _ffi, _jaxgemm, activations
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
+from jaxgemm.epilogue import _present, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import (BILINEAR, Op, Result, Rule, canonical_out_sharding, constrain_output, define,
                                psum_over)  # fmt: skip
@@ -228,6 +231,131 @@ ragged_wgrad_op = define(Op(
 
 
 # ---------------------------------------------------------------------------------------
+# ragged_epilogue_p: the product with its epilogue, per row of group j
+#     z = lhs_row @ rhs[j] + bias[j],   y = act(z) + residual_row,   aux = z
+# (rows of no group: y = residual, z = 0). The JVP is ragged_dot_p's tangents through
+# epilogue.py's epilogue_tangent_p, so reverse mode and every higher order run on the
+# bilinear primitives above; the forward is one grouped kernel on a Hopper GPU (16-bit
+# output), else the product and the epilogue in JAX.
+
+_EPILOGUE_FLAGS = ("has_bias", "has_residual")
+
+
+def _group_of_rows(group_sizes, m):
+    """Each row's group; g for rows past sum(group_sizes) (negative sizes count as 0)."""
+    return jnp.searchsorted(jnp.cumsum(jnp.maximum(group_sizes, 0)), jnp.arange(m), side="right")
+
+
+def _bias_rows(bias, group_sizes, m):
+    """bias[group of each row] in float32 (m, n); 0 on rows of no group."""
+    g, group = bias.shape[0], _group_of_rows(group_sizes, m)
+    rows = jnp.take(bias.astype(jnp.float32), jnp.minimum(group, g - 1), axis=0)
+    return jnp.where((group < g)[:, None], rows, 0)
+
+
+def _epilogue_in_jax(z, group_sizes, bias, activation, residual, want_aux):
+    """[y] or [y, aux] from the product z (this device's rows), in float32, as the kernel:
+    z rounded to its dtype, plus the bias, then y."""
+    out_dtype = z.dtype
+    in_group = (_group_of_rows(group_sizes, z.shape[0]) < group_sizes.shape[0])[:, None]
+    z = z.astype(jnp.float32)
+    if bias is not None:
+        z = z + _bias_rows(bias, group_sizes, z.shape[0])
+    y = jnp.where(in_group, activations.apply(activation, z), 0)
+    if residual is not None:
+        y = y + residual.astype(jnp.float32)
+    return [y.astype(out_dtype)] + ([z.astype(out_dtype)] if want_aux else [])
+
+
+def _epi_abstract(lhs, rhs, group_sizes, *rest, out_dtype, want_aux, **params):
+    y = Result((lhs.shape[0], rhs.shape[2]), out_dtype)
+    return [y, y] if want_aux else [y]
+
+
+def _epi_rule(lhs, rhs, group_sizes, *rest, want_aux, has_bias, has_residual, **params):
+    operands = [("m", "k"), ("g", "k", "n"), ("g",)]
+    operands += [("g", "n")] * has_bias + [("m", "n")] * has_residual
+    return Rule(tuple(operands), (("m", "n"),) * (2 if want_aux else 1), _REPLICATED)
+
+
+def _epi_local(lhs, rhs, group_sizes, *rest, out_dtype, precision, activation, want_aux, has_bias, has_residual,
+               platform, out_sharding=None, axes=None):  # fmt: skip
+    axes = axes or {}
+    bias, residual = _present(rest, (has_bias, has_residual))
+    sizes = _local_sizes(group_sizes, lhs.shape[0], axes)
+    m, k, n, g = lhs.shape[0], lhs.shape[1], rhs.shape[2], rhs.shape[0]
+    if not axes.get("k") and _fused_kernel_runs(lhs.dtype, out_dtype, platform, g, k, n):
+        aux_shape = (m, n) if want_aux else (0,)
+        call = jax.ffi.ffi_call("jaxgemm_ragged_epilogue", (jax.ShapeDtypeStruct((m, n), out_dtype),
+                                                            jax.ShapeDtypeStruct(aux_shape, out_dtype)))  # fmt: skip
+        bias = jnp.zeros((0,), jnp.float32) if bias is None else bias.astype(jnp.float32)
+        residual = jnp.zeros((0,), out_dtype) if residual is None else residual.astype(out_dtype)
+        y, aux = call(lhs, rhs, sizes, bias, residual, activation=np.int64(activations.activation_id(activation)))
+        return [y, aux] if want_aux else [y]
+    # XLA's ragged dot, or k split: the epilogue acts once, on the summed product.
+    (z,) = _dot_local(lhs, rhs, group_sizes, out_dtype=out_dtype, precision=precision, platform=platform, axes=axes)
+    return _epilogue_in_jax(z, sizes, bias, activation, residual, want_aux)
+
+
+def _fused_kernel_runs(dtype, out_dtype, platform, groups, k, n) -> bool:
+    """The grouped kernel's epilogue: 16-bit outputs of the inputs' type (float32 ones take
+    the product from the kernel and the epilogue in JAX)."""
+    return jnp.dtype(out_dtype) == jnp.dtype(dtype) and _grouped_kernel_runs(dtype, out_dtype, platform, groups, k, n)
+
+
+def _epi_batch(args, dims, *, want_aux, **params):
+    """vmap: the product and the epilogue as separate ops (the folded product's extra groups,
+    _fold_batch, would take the epilogue where their rows must take none)."""
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    moved = [jnp.broadcast_to(a[None], (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
+             for a, d in zip(args, dims)]  # fmt: skip
+
+    def one(lhs, rhs, group_sizes, *rest):
+        (z,) = ragged_dot_op.bind(lhs, rhs, group_sizes, out_dtype=params["out_dtype"], precision=params["precision"])
+        bias, residual = _present(rest, (params["has_bias"], params["has_residual"]))
+        return _epilogue_in_jax(z, group_sizes, bias, params["activation"], residual, want_aux)
+
+    outs = jax.vmap(one)(*moved)
+    return outs, [0] * len(outs)
+
+
+def _epi_jvp(primals, tangents, *, out_dtype, precision, activation, want_aux, has_bias, has_residual,
+             out_sharding=None):  # fmt: skip
+    lhs, rhs, group_sizes, *rest = primals
+    dlhs, drhs, _, *drest = (None if type(t) is ad.Zero else t for t in tangents)
+    bias, residual = _present(rest, (has_bias, has_residual))
+    dbias, dres = _present(drest, (has_bias, has_residual))
+    from_output = activations.derivative_from_output(activation) and residual is None
+    keep_z = want_aux or (activation is not None and not from_output)
+    outs = ragged_epilogue_op.bind(*primals, out_dtype=out_dtype, precision=precision, activation=activation,
+                                   want_aux=keep_z, has_bias=has_bias, has_residual=has_residual,
+                                   out_sharding=out_sharding)  # fmt: skip
+    y, z = outs[0], (outs[1] if keep_z else None)
+    product = dict(out_dtype=out_dtype, precision=precision)
+    parts = []
+    if dlhs is not None:
+        parts.append(ragged_dot_op.bind(dlhs, rhs, group_sizes, **product)[0])
+    if drhs is not None:
+        parts.append(ragged_dot_op.bind(lhs, drhs, group_sizes, **product)[0])
+    if dbias is not None:
+        parts.append(_bias_rows(dbias, group_sizes, lhs.shape[0]).astype(out_dtype))
+    if not parts and dres is None:
+        zero = ad.Zero.from_primal_value(y)
+        return [y, z] if want_aux else [y], [zero] * (2 if want_aux else 1)
+    t = functools.reduce(jnp.add, parts) if parts else jnp.zeros_like(y)
+    ydot = t if activation is None else epilogue_tangent(t, None, y if from_output else z, activation)
+    if dres is not None:
+        ydot = ydot + dres.astype(y.dtype)
+    return ([y, z], [ydot, t]) if want_aux else ([y], [ydot])
+
+
+ragged_epilogue_op = define(Op(
+    "jaxgemm_ragged_epilogue", abstract=_epi_abstract, rule=_epi_rule, local=_epi_local, batch=_epi_batch,
+    jvp=_epi_jvp, rule_on_cpu=True,
+))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
 # The public function.
 
 
@@ -257,19 +385,6 @@ def _check(lhs, rhs, group_sizes, bias, residual):
     if (sizes < 0).any() or sizes.sum() > lhs.shape[0]:
         raise ValueError(f"jaxgemm.ragged_dot: group_sizes {sizes.tolist()} must be >= 0 and sum to at most "
                          f"m = {lhs.shape[0]} (sum {sizes.sum()})")  # fmt: skip
-
-
-def _epilogue(z, group_sizes, bias, activation, residual):
-    """act(z + bias[group of the row]) + residual in float32; rows of no group take only
-    the residual."""
-    g, m = group_sizes.shape[0], z.shape[0]
-    ends = jnp.cumsum(group_sizes)
-    group = jnp.searchsorted(ends, jnp.arange(m), side="right")  # g for rows past the sum
-    y = z.astype(jnp.float32)
-    if bias is not None:
-        y = y + jnp.take(bias.astype(jnp.float32), jnp.minimum(group, g - 1), axis=0)
-    y = jnp.where((group < g)[:, None], activations.apply(activation, y), 0)
-    return (y if residual is None else y + residual.astype(jnp.float32)).astype(z.dtype)
 
 
 def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, group_offset=None, *,
@@ -324,9 +439,12 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
     out_dtype = jnp.dtype(preferred_element_type) if preferred_element_type is not None else dtype
     lhs, rhs, group_sizes = lhs.astype(dtype), rhs.astype(dtype), group_sizes.astype(np.int32)
-    (out,) = ragged_dot_op.bind(lhs, rhs, group_sizes, out_dtype=out_dtype, precision=_precision(dtype, precision),
-                                out_sharding=out_sharding)  # fmt: skip
-    if bias is not None or activation is not None or residual is not None:
-        out = _epilogue(out, group_sizes, bias, activation, residual)
+    params = dict(out_dtype=out_dtype, precision=_precision(dtype, precision), out_sharding=out_sharding)
+    if bias is None and activation is None and residual is None:
+        (out,) = ragged_dot_op.bind(lhs, rhs, group_sizes, **params)
+    else:
+        extra = [x for x in (bias, residual) if x is not None]
+        (out,) = ragged_epilogue_op.bind(lhs, rhs, group_sizes, *extra, activation=activation, want_aux=False,
+                                         has_bias=bias is not None, has_residual=residual is not None, **params)  # fmt: skip
     return constrain_output(out, out_sharding)
 

@@ -159,6 +159,56 @@ def test_hessian():
         assert rel(got, want) <= 1e-5, argnum
 
 
+def sliced_epilogue(lhs, rhs, sizes, bias, activation, residual):
+    """The epilogue on the sliced product, in jnp: rows past the sum take only the residual."""
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    parts = [jaxgemm.activations.apply(activation, jnp.dot(lhs[a:b], rhs[j], precision=lax.Precision.HIGHEST) + bias[j])
+             for j, (a, b) in enumerate(itertools.pairwise(bounds))]  # fmt: skip
+    out = jnp.concatenate(parts + [jnp.zeros((lhs.shape[0] - bounds[-1], rhs.shape[2]), lhs.dtype)])
+    return out + residual
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "gelu", "relu", None])
+def test_epilogue_jvp_and_hessian(activation):
+    """The epilogue's primitive: jvp in all four differentiable operands, and the hessian in
+    rhs and in the bias through the activation, against the sliced jnp formulation (rows past
+    the sum: sigmoid(0) = 0.5 must not reach them)."""
+    keys = jax.random.split(jax.random.key(15), 4)  # small: the hessian vmaps over every entry
+    lhs, rhs = jax.random.normal(keys[0], (9, 3)), jax.random.normal(keys[1], (3, 3, 4))
+    bias, residual = jax.random.normal(keys[2], (3, 4)), jax.random.normal(keys[3], (9, 4))
+    sizes = np.array([3, 0, 4], np.int32)  # 2 rows past the sum
+    ours = lambda l, r, b, res: ragged_dot(l, r, jnp.asarray(sizes), bias=b, activation=activation, residual=res)  # noqa: E731
+    theirs = lambda l, r, b, res: sliced_epilogue(l, r, sizes, b, activation, res)  # noqa: E731
+    args = (lhs, rhs, bias, residual)
+    tangents = tuple(jax.random.normal(jax.random.key(17 + i), a.shape, a.dtype) for i, a in enumerate(args))
+    (y, t), (y_ref, t_ref) = jax.jvp(ours, args, tangents), jax.jvp(theirs, args, tangents)
+    assert rel(y, y_ref) <= 1e-5 and rel(t, t_ref) <= 1e-5
+    for argnum in (1, 2):
+        loss = lambda f: lambda *a: jnp.sum(jnp.sin(f(*a)))  # noqa: E731
+        got = jax.hessian(loss(ours), argnums=argnum)(*args)
+        want = jax.hessian(loss(theirs), argnums=argnum)(*args)
+        assert rel(got, want) <= 1e-5, argnum
+
+
+def test_epilogue_vmap_keeps_rows_past_the_sum_out():
+    """vmap of the epilogue: each batch's rows past its sum come out as the residual alone,
+    values and gradients (the folded product puts them in an extra group, which must take
+    no bias or activation)."""
+    sizes = np.array([PATTERNS["rows_past_the_sum"], PATTERNS["ragged"]], np.int32)
+    batched = [inputs(20 + i) for i in range(2)]
+    lhs, rhs, bias = (jnp.stack([b[i] for b in batched]) for i in range(3))
+    residual = jax.random.normal(jax.random.key(22), (2, M, N), jnp.float32)
+    f = lambda l, r, b, res, s: ragged_dot(l, r, s, bias=b, activation="sigmoid", residual=res)  # noqa: E731
+    out = jax.jit(jax.vmap(f))(lhs, rhs, bias, residual, jnp.asarray(sizes))
+    for i in range(2):
+        assert rel(out[i], reference(lhs[i], rhs[i], sizes[i], bias[i], "sigmoid", residual[i])) <= 1e-5
+    loss = lambda l, r, b: jnp.sum(jax.vmap(f)(l, r, b, residual, jnp.asarray(sizes)) ** 2)  # noqa: E731
+    ref = lambda l, r, b: sum(jnp.sum(sliced_epilogue(l[i], r[i], sizes[i], b[i], "sigmoid", residual[i]) ** 2)  # noqa: E731
+                              for i in range(2))  # fmt: skip
+    for got, want in zip(jax.grad(loss, argnums=(0, 1, 2))(lhs, rhs, bias), jax.grad(ref, argnums=(0, 1, 2))(lhs, rhs, bias)):
+        assert rel(got, want) <= 1e-5
+
+
 @pytest.mark.parametrize("in_axes", [(0, 0, 0), (0, None, None), (None, 0, 0), (0, None, 0)])
 def test_vmap_folds_into_one_product(in_axes):
     sizes = np.array([PATTERNS["ragged"], PATTERNS["rows_past_the_sum"], PATTERNS["one_group"]], np.int32)
@@ -242,6 +292,32 @@ def test_sharded_jit_auto_mode(case):
         none = {"all-gather": 0, "all-reduce": 0, "reduce-scatter": 0}
         assert collectives(f.lower(lhs, rhs).compile().as_text()) == {**none, **fwd_collectives}
         assert collectives(g.lower(lhs, rhs).compile().as_text()) == {**none, **fwd_collectives, **grad_collectives}
+
+
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs several devices (tests/conftest.py asks for 8)")
+@pytest.mark.parametrize("split", ["rows", "k"])
+def test_sharded_epilogue_acts_once(split):
+    """The epilogue under sharded jit: rows split, each device's rows take their own groups'
+    bias (no collective in the forward); k split, the bias, activation and residual act once
+    on the all-reduced product. Values and gradients as on one device."""
+    mesh = _mesh(AxisType.Auto)
+    lhs, rhs, bias = inputs(23, m=64)
+    rhs, bias = jnp.concatenate([rhs] * 2)[:8], jnp.concatenate([bias] * 2)[:8]
+    if split == "k":  # k = 32: divisible by the mesh
+        lhs, rhs = jnp.concatenate([lhs] * 2, axis=1)[:, :32], jnp.concatenate([rhs] * 2, axis=1)[:, :32]
+    residual = jax.random.normal(jax.random.key(24), (64, N), jnp.float32)
+    sizes = jnp.array([10, 0, 30, 4, 4, 4, 4, 4], jnp.int32)
+    specs = {"rows": (P("x", None), P()), "k": (P(None, "x"), P(None, "x", None))}[split]
+    shardings = tuple(NamedSharding(mesh, spec) for spec in specs)
+    f = lambda l, r, b: ragged_dot(l, r, sizes, bias=b, activation="gelu", residual=residual)  # noqa: E731
+    loss = lambda l, r, b: jnp.sum(jnp.sin(f(l, r, b)))  # noqa: E731
+    fwd = jax.jit(f, in_shardings=(*shardings, None))
+    assert rel(fwd(lhs, rhs, bias), reference(lhs, rhs, sizes, bias, "gelu", residual)) <= 1e-5
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)), in_shardings=(*shardings, None))(lhs, rhs, bias)
+    for got, want in zip(grads, jax.grad(loss, argnums=(0, 1, 2))(lhs, rhs, bias)):
+        assert rel(got, want) <= 1e-5
+    got = collectives(fwd.lower(lhs, rhs, bias).compile().as_text())
+    assert got == {"all-gather": 0, "all-reduce": int(split == "k"), "reduce-scatter": 0}, got
 
 
 @pytest.mark.skipif(len(jax.devices()) < 4, reason="needs several devices (tests/conftest.py asks for 8)")
