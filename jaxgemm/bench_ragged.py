@@ -110,6 +110,34 @@ def _dense_fwd_bwd(x, w, ct):
     return out, *vjp(ct)
 
 
+def _unfused_epilogue(activation):
+    """The product, then bias[group] + activation as XLA's elementwise pass (what
+    ragged_dot's epilogue replaces where the grouped kernel takes it)."""
+
+    def dot(x, w, sizes, bias):
+        g, z = w.shape[0], jaxgemm.ragged_dot(x, w, sizes)
+        group = jnp.searchsorted(jnp.cumsum(sizes), jnp.arange(x.shape[0]), side="right")
+        z = z.astype(jnp.float32) + jnp.take(bias, jnp.minimum(group, g - 1), axis=0)
+        return jnp.where((group < g)[:, None], jaxgemm.activations.apply(activation, z), 0).astype(x.dtype)
+
+    return dot
+
+
+def epilogue_times(case: Case, routing: str, activation: str, iterations: int) -> dict:
+    """Forward ms with bias + activation: fused into the grouped kernel, and the product then
+    XLA's elementwise pass; the plain product beside them."""
+    keys = jax.random.split(jax.random.key(1), 3)
+    x = jax.random.normal(keys[0], (case.rows, case.k), jnp.bfloat16)
+    w = (jax.random.normal(keys[1], (case.groups, case.k, case.n), jnp.float32) / np.sqrt(case.k)).astype(x.dtype)
+    bias = jax.random.normal(keys[2], (case.groups, case.n), jnp.float32)
+    sizes = jnp.asarray(group_sizes(case.rows, case.groups, routing))
+    fused = lambda x, w, s, b: jaxgemm.ragged_dot(x, w, s, bias=b, activation=activation)  # noqa: E731
+    fns = {"fused": fused, "unfused": _unfused_epilogue(activation), "plain": lambda x, w, s, b: jaxgemm.ragged_dot(x, w, s)}
+    times = time_alternating_ms({k: jax.jit(f) for k, f in fns.items()}, (x, w, sizes, bias), iterations, rounds=2)[0]
+    error = _rel_error(jax.jit(fused)(x, w, sizes, bias), jax.jit(fns["unfused"])(x, w, sizes, bias))
+    return {"case": case.name, "routing": routing, **{f"{k}_ms": v for k, v in times.items()}, "rel_err": error}
+
+
 def run_case(case: Case, routing: str, iterations: int, breakdown: bool = False, xla: bool = True) -> dict:
     keys = jax.random.split(jax.random.key(0), 4)
     dtype = jnp.bfloat16
@@ -211,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                         "files of --json) instead of measuring")  # fmt: skip
     parser.add_argument("--title", help="the plot's title (--from)")
     parser.add_argument("--no-xla", action="store_true", help="skip XLA's ragged dot and the padded formulation")
+    parser.add_argument("--epilogue", metavar="ACTIVATION",
+                        help="instead: the forward with a bias and this activation, fused against unfused")  # fmt: skip
     parser.add_argument("--breakdown", action="store_true",
                         help="also each gradient alone (d lhs, d rhs) against the dense GEMM's")  # fmt: skip
     args = parser.parse_args(argv)
@@ -231,6 +261,14 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_ragged: no GPU; these shapes take minutes per case on a CPU (--cases tiny checks the script)",
               file=sys.stderr)  # fmt: skip
         return 1
+    if args.epilogue:
+        print(f"{'case':8} {'routing':9} {'fused ms':>9} {'unfused ms':>11} {'plain ms':>9} {'rel err':>8}")
+        for name in cases:
+            for routing in args.routings.split(","):
+                r = epilogue_times(CASES[name], routing, args.epilogue, args.iterations)
+                print(f"{r['case']:8} {r['routing']:9} {r['fused_ms']:9.2f} {r['unfused_ms']:11.2f} "
+                      f"{r['plain_ms']:9.2f} {r['rel_err']:8.1e}")  # fmt: skip
+        return 0
     rows = []
     for name in cases:
         for routing in args.routings.split(","):

@@ -1,11 +1,13 @@
 """jaxgemm.ragged_dot: one GEMM per group of rows (mixture-of-experts layers), with
-`jax.lax.ragged_dot`'s semantics and an optional per-group bias and activation.
+`jax.lax.ragged_dot`'s semantics and an optional per-group bias, activation and residual.
 
 Two primitives in primitive.py's pattern, each bilinear in its two arrays (the group sizes
-are integers, not differentiated) and each the other's transpose partner:
+are integers, not differentiated) and each the other's transpose partner, and the product
+with its epilogue, differentiated through them:
 
-    ragged_dot_p    out[m, n]    = lhs[rows of group j] @ rhs[j]     lhs (m, k), rhs (g, k, n)
-    ragged_wgrad_p  dw[g, k, n]  = lhs[rows of j]^T @ dy[rows of j]  the weight gradient
+    ragged_dot_p       out[m, n]    = lhs[rows of group j] @ rhs[j]     lhs (m, k), rhs (g, k, n)
+    ragged_wgrad_p     dw[g, k, n]  = lhs[rows of j]^T @ dy[rows of j]  the weight gradient
+    ragged_epilogue_p  act(out + bias[j]) + residual (and out + bias[j] for the JVP)
 
 Rows past sum(group_sizes) belong to no group: their outputs are zero.
 
@@ -298,9 +300,10 @@ def _epi_local(lhs, rhs, group_sizes, *rest, out_dtype, precision, activation, w
 
 
 def _fused_kernel_runs(dtype, out_dtype, platform, groups, k, n) -> bool:
-    """The grouped kernel's epilogue: 16-bit outputs of the inputs' type (float32 ones take
-    the product from the kernel and the epilogue in JAX)."""
-    return jnp.dtype(out_dtype) == jnp.dtype(dtype) and _grouped_kernel_runs(dtype, out_dtype, platform, groups, k, n)
+    """The grouped kernel's epilogue: 16-bit outputs of the inputs' type and k >= 1 (float32
+    outputs take the product from the kernel and the epilogue in JAX)."""
+    same = jnp.dtype(out_dtype) == jnp.dtype(dtype)
+    return same and k > 0 and _grouped_kernel_runs(dtype, out_dtype, platform, groups, k, n)
 
 
 def _epi_batch(args, dims, *, want_aux, **params):
@@ -423,8 +426,9 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     split; experts split in rhs are gathered, and their gradient reduce-scattered back
     (rows split over the same axis). On a Hopper GPU, 16-bit products (k and n multiples
     of 8, at most 1024 groups) run on jaxgemm's grouped kernel, forward and backward;
-    others on XLA's own ragged dot. The bias, activation and residual are applied in JAX,
-    after the product, for now.
+    others on XLA's own ragged dot. There the bias, activation and residual are fused into
+    the kernel for 16-bit outputs (float32 outputs, vmap and a split k apply them in JAX,
+    after the product).
     """
     if group_offset is not None:
         raise NotImplementedError("jaxgemm.ragged_dot: group_offset is not supported (lax.ragged_dot does not "

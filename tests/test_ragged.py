@@ -548,6 +548,37 @@ def test_grouped_kernel_forward_and_gradients(pattern, dtype, out_dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("pattern", ["ragged", "balanced"])
+@pytest.mark.parametrize("activation", ["gelu", "sigmoid", None])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_grouped_kernel_epilogue(pattern, activation, dtype):
+    """The grouped kernel's epilogue (one jaxgemm_ragged_epilogue call): bias per group,
+    activation and residual, rows past the sum (sigmoid(0) must not reach them), n not a
+    multiple of the tile, against float64; and under grad, its aux z against the unfused
+    formulation's gradients."""
+    m, k, n = 700, 136, 264
+    sizes = jnp.array(GPU_SIZES[pattern], jnp.int32)
+    keys = jax.random.split(jax.random.key(9), 5)
+    lhs = jax.random.normal(keys[0], (m, k), jnp.float32).astype(dtype)
+    rhs = (jax.random.normal(keys[1], (len(sizes), k, n), jnp.float32) / np.sqrt(k)).astype(dtype)
+    bias = jax.random.normal(keys[2], (len(sizes), n), jnp.float32)
+    residual = jax.random.normal(keys[3], (m, n), jnp.float32).astype(dtype)
+    f = lambda x, w, b, r: ragged_dot(x, w, sizes, bias=b, activation=activation, residual=r)  # noqa: E731
+    hlo = jax.jit(f).lower(lhs, rhs, bias, residual).compile().as_text()
+    assert hlo.count('custom_call_target="jaxgemm_ragged_epilogue"') == 1, "not the fused grouped kernel"
+    tol = 2e-3 if dtype == jnp.float16 else 1e-2
+    got = jax.jit(f)(lhs, rhs, bias, residual)
+    assert rel(got, reference(lhs, rhs, sizes, bias, activation, residual)) <= tol
+    loss = lambda fn: lambda *a: jnp.sum(jnp.sin(fn(*a).astype(jnp.float32)))  # noqa: E731
+    unfused = lambda x, w, b, r: sliced_epilogue(x.astype(jnp.float32), w.astype(jnp.float32), np.asarray(sizes), b,  # noqa: E731
+                                                 activation, r.astype(jnp.float32))  # fmt: skip
+    grads = jax.jit(jax.grad(loss(f), argnums=(0, 1, 2, 3)))(lhs, rhs, bias, residual)
+    for name, g, want in zip(("lhs", "rhs", "bias", "residual"), grads,
+                             jax.grad(loss(unfused), argnums=(0, 1, 2, 3))(lhs, rhs, bias, residual)):  # fmt: skip
+        assert rel(g, want) <= 3 * tol, (name, rel(g, want))
+
+
+@pytest.mark.gpu
 def test_grouped_kernel_moe_shape():
     """Eight experts of a few hundred rows each, skewed, at sizes where each group spans many tiles."""
     m, k, n, g = 4096, 512, 1024, 8

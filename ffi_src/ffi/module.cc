@@ -197,6 +197,7 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_conv"] = EncapsulateFfiHandler(JaxgemmConvCuda);
     d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCuda);
     d["jaxgemm_ragged_dot"] = EncapsulateFfiHandler(JaxgemmRaggedDotCuda);
+    d["jaxgemm_ragged_epilogue"] = EncapsulateFfiHandler(JaxgemmRaggedEpilogueCuda);
 #endif
     return d;
   });

@@ -2,6 +2,9 @@
 //   mode 0: out (m, n) = lhs (m, k) by rhs (g, k, n), per group of rows
 //   mode 1: the same with rhs stored (g, n, k)
 //   mode 2: out (g, k, n) = lhs (m, k)^T by rhs (m, n), per group of rows (the weight gradient)
+// jaxgemm_ragged_epilogue: mode 0 with GroupedProblem's epilogue: bias (g, n) float32,
+// residual (m, n) and aux (m, n) of the output's type, each (0,) when absent; `activation`
+// an Activation id.
 #include <string>
 
 #include "common/cuda_check.h"
@@ -61,6 +64,53 @@ ffi::Error RaggedCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffe
   return ffi::Error::Success();
 }
 
+// bias, residual, aux: the epilogue's buffers, each of 0 elements when absent.
+ffi::Error RaggedEpilogueCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer rhs,
+                                  ffi::AnyBuffer group_sizes, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
+                                  ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> aux,
+                                  int64_t activation) {
+  auto problem = DecodeRagged(lhs, rhs, group_sizes, *out, 0);
+  if (!problem.has_value()) return problem.error();
+  GroupedProblem p = *problem;
+  auto fail = [&](const std::string& why) {
+    return ffi::Error::InvalidArgument("jaxgemm_ragged_epilogue: " + why + " (bias" + ShapeString(bias.dimensions()) +
+                                       ", residual" + ShapeString(residual.dimensions()) + ", aux" +
+                                       ShapeString(aux->dimensions()) + ", out" + ShapeString(out->dimensions()) + ")");
+  };
+  auto is_matrix = [](auto dims, int64_t rows, int64_t cols) {
+    return dims.size() == 2 && dims[0] == rows && dims[1] == cols;
+  };
+  if (!IsActivation(static_cast<int>(activation))) return fail("unknown activation " + std::to_string(activation));
+  p.activation = static_cast<Activation>(activation);
+  if (bias.element_count() > 0) {
+    if (bias.element_type() != ffi::DataType::F32 || !is_matrix(bias.dimensions(), p.groups, p.n)) {
+      return fail("bias must be float32 (g, n)");
+    }
+    p.bias = static_cast<const float*>(bias.untyped_data());
+  }
+  if (residual.element_count() > 0) {
+    if (residual.element_type() != out->element_type() || !is_matrix(residual.dimensions(), p.m, p.n)) {
+      return fail("residual must be (m, n) of the output's type");
+    }
+    p.residual = residual.untyped_data();
+  }
+  if (aux->element_count() > 0) {
+    if (aux->element_type() != out->element_type() || !is_matrix(aux->dimensions(), p.m, p.n)) {
+      return fail("aux must be (m, n) of the output's type");
+    }
+    p.aux = aux->untyped_data();
+  }
+  const std::string unsupported = GroupedUnsupported(p);
+  if (!unsupported.empty()) return fail(unsupported);
+  if (PoisonOutputs()) {
+    JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(out->untyped_data(), 0xff, out->size_bytes(), stream));
+    if (aux->size_bytes()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));
+  }
+  const cudaError_t status = RunGroupedGemm(p, stream);
+  if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_ragged_epilogue kernel launch");
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace jaxgemm
 
@@ -72,4 +122,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedDotCuda, jaxgemm::RaggedCudaImpl,
                                   .Arg<xla::ffi::AnyBuffer>()  // group_sizes
                                   .Ret<xla::ffi::AnyBuffer>()  // out
                                   .Attr<int64_t>("mode"),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedEpilogueCuda, jaxgemm::RaggedEpilogueCudaImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()  // lhs
+                                  .Arg<xla::ffi::AnyBuffer>()  // rhs
+                                  .Arg<xla::ffi::AnyBuffer>()  // group_sizes
+                                  .Arg<xla::ffi::AnyBuffer>()  // bias
+                                  .Arg<xla::ffi::AnyBuffer>()  // residual
+                                  .Ret<xla::ffi::AnyBuffer>()  // out
+                                  .Ret<xla::ffi::AnyBuffer>()  // aux
+                                  .Attr<int64_t>("activation"),
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -50,6 +50,11 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
   const int64_t d_rows = kContraction ? p.groups * p.k : p.m;
   TmaMatrix d{p.out, p.out_type, p.n, d_rows, p.n};
   args.tma_store = EncodeTmaMap(&args.d, d, kSm90BoxCols<TOut>, 64) == cudaSuccess;
+  args.epilogue = p.HasEpilogue();
+  args.activation = p.activation;
+  args.bias = p.bias;
+  args.residual = p.residual;
+  args.aux = p.aux;
 
   using Layout = Sm90GroupedLayout<P>;
   auto kernel = Sm90GroupedKernel<P, TIn, TOut, kTransA, kTransB, kContraction>;
@@ -97,6 +102,9 @@ std::string GroupedUnsupported(const GroupedProblem& p) {
   if (p.m >= INT_MAX || p.k >= INT_MAX || p.n >= INT_MAX || p.groups * p.k * p.n >= (int64_t{1} << 40) ||
       p.m * p.n >= (int64_t{1} << 40)) {
     return "grouped GEMM: dims too large";
+  }
+  if (p.HasEpilogue() && (p.mode == GroupedMode::kContraction || p.out_type != p.in_type || p.k == 0)) {
+    return "grouped GEMM: the epilogue is the row modes', with k >= 1 and an output of the inputs' type";
   }
   if (CurrentDeviceComputeCapability() != 90) return "grouped GEMM: needs an sm_90 GPU (Hopper)";
   return "";

@@ -14,7 +14,8 @@
 // Stores: a consumer's 64 rows that lie inside the item's rows go through shared memory, a
 // box of 64 rows x 128 bytes at a time, each stored by TMA (which clips at n), while the
 // next item's k-loop starts; rows cut by the item's end go from the accumulators straight to
-// global memory, masked by row and column.
+// global memory, masked by row and column. The row modes' optional epilogue (bias per group,
+// activation, residual, aux: GroupedProblem) is applied on the way (Sm90GroupedEpilogue).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -22,6 +23,7 @@
 
 #include <cstdint>
 
+#include "common/activation.h"
 #include "common/device_numeric.cuh"
 #include "common/ptx_sm90.cuh"
 #include "gemm/sm90/grouped.h"
@@ -49,6 +51,12 @@ struct Sm90GroupedArgs {
   int32_t k;             // row modes: the contraction; contraction mode: D's rows per group
   int32_t groups;
   bool b_per_group;      // B's map has a group dim (row modes with more than one group)
+  // The epilogue (row modes, 16-bit outputs: GroupedProblem's; Sm90GroupedEpilogue).
+  bool epilogue;
+  Activation activation;
+  const float* bias;
+  const void* residual;
+  void* aux;
 };
 
 // The groups' tables, in shared memory, and the items they define (grouped_items.h).
@@ -197,15 +205,31 @@ __device__ __forceinline__ void Sm90StorePair(TOut* dst, float x, float y, bool 
   if (second) dst[1] = FromFloat<TOut>(y);
 }
 
-// A consumer's 64 rows of a tile through its box (one per consumer: the shared memory the
-// stages leave holds no second one): block after block, thread 0 waits until the previous
-// store has read the box, the warpgroup writes it (Sm90PackBox, Sm90BoxWriter: the dense
-// kernel's box layout), and thread 0 stores it with TMA at (col0 + its columns, row).
+// One box of a consumer's 64 rows (Sm90BoxWriter's layout: the dense kernel's) stored by
+// TMA at (col, row): thread 0 waits until the previous store has read the box (one box per
+// consumer: the shared memory the stages leave holds no second one), the warpgroup writes
+// it, and thread 0 stores it.
+template <class TOut>
+__device__ __forceinline__ void Sm90GroupedStoreBox(const Sm90GroupedArgs& args, const Sm90BoxWriter<TOut>& writer,
+                                                    const uint32_t (&words)[16], int32_t row, int32_t col,
+                                                    unsigned char* box, int wg) {
+  const int tid = threadIdx.x % 128;
+  if (tid == 0) BulkWaitGroupRead<0>();
+  NamedBarrierSync(1 + wg, 128);
+  writer.Write(SharedAddress(box), words);
+  FenceProxyAsyncShared();
+  NamedBarrierSync(1 + wg, 128);
+  if (tid == 0) {
+    TmaStore2d(&args.d, box, col, row);
+    BulkCommitGroup();
+  }
+}
+
+// A consumer's 64 rows of a tile, box after box (Sm90PackBox's words), at (col0, row).
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90GroupedStoreBoxes(const Sm90GroupedArgs& args,
                                                       const float (&acc)[1][P::kBN / 2], bool zeros, int32_t row,
                                                       int32_t col0, unsigned char* box, int wg) {
-  const int tid = threadIdx.x % 128;
   const Sm90BoxWriter<TOut> writer(Sm90BoxWriter<TOut>::FragmentRow(0), Sm90BoxWriter<TOut>::FragmentRow(1));
 #pragma unroll
   for (int c = 0; c < P::kBN / kSm90BoxCols<TOut>; ++c) {
@@ -215,15 +239,60 @@ __device__ __forceinline__ void Sm90GroupedStoreBoxes(const Sm90GroupedArgs& arg
 #pragma unroll
       for (int i = 0; i < 16; ++i) words[i] = 0;
     }
-    if (tid == 0) BulkWaitGroupRead<0>();
-    NamedBarrierSync(1 + wg, 128);
-    writer.Write(SharedAddress(box), words);
-    FenceProxyAsyncShared();
-    NamedBarrierSync(1 + wg, 128);
-    if (tid == 0) {
-      TmaStore2d(&args.d, box, col0 + kSm90BoxCols<TOut> * c, row);
-      BulkCommitGroup();
+    Sm90GroupedStoreBox<TOut>(args, writer, words, row, col0 + kSm90BoxCols<TOut> * c, box, wg);
+  }
+}
+
+// The row modes' epilogue (GroupedProblem's, 16-bit outputs) on a consumer's 64 rows of an
+// item: z = round(product) + bias[group], out = act(z) + residual, aux = round(z); rows of
+// no group (the item past the groups, whose accumulators hold stale sums) out = residual,
+// aux = 0. One 64-column block per iteration of a runtime loop, so that the activation's
+// code exists once; Sm90TakeBlock brings the block's 32 values out of the accumulators with
+// compile-time indices, as the dense kernel's fused epilogue does. A block of 64 rows that
+// all lie in the item goes out through the box (one box is 64 columns); other rows, and
+// aux, go straight to global memory, masked by row and column.
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args, const float (&acc)[1][P::kBN / 2],
+                                                    const GroupedWork& w, int first_row, unsigned char* box, int wg) {
+  static_assert(sizeof(TOut) == 2 && kSm90BoxCols<TOut> == 64, "the epilogue's blocks are its boxes");
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  const bool in_group = w.group < args.groups;
+  const bool boxed = args.tma_store && w.row0 + first_row + 64 <= w.row_end;
+  const bool pairs = args.n % 2 == 0;
+  const float* bias = args.bias != nullptr && in_group ? args.bias + int64_t{w.group} * args.n : nullptr;
+  const auto* residual = static_cast<const TOut*>(args.residual);
+  auto* out = static_cast<TOut*>(args.out);
+  auto* aux = static_cast<TOut*>(args.aux);
+  const Sm90BoxWriter<TOut> writer(Sm90BoxWriter<TOut>::FragmentRow(0), Sm90BoxWriter<TOut>::FragmentRow(1));
+#pragma unroll 1
+  for (int b = 0; b < P::kBN / 64; ++b) {
+    float v[2][16];
+    Sm90TakeBlock<P>(acc, b, v);
+    uint32_t words[16];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int32_t col = w.n0 + 64 * b + 8 * u + 2 * (lane % 4);
+      float2 add = make_float2(0.f, 0.f);
+      if (bias != nullptr) add = make_float2(col < args.n ? __ldg(bias + col) : 0.f, col + 1 < args.n ? __ldg(bias + col + 1) : 0.f);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int32_t row = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
+        const bool live = row < w.row_end && col < args.n;
+        const int64_t at = int64_t{row} * args.n + col;
+        float2 res = make_float2(0.f, 0.f);
+        if (residual != nullptr && live) res = LoadBiasPair(residual + int64_t{row} * args.n, col, args.n, pairs);
+        float z[2], y[2];
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          z[x] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u + x])) + (x == 0 ? add.x : add.y) : 0.f;
+          y[x] = (in_group ? ApplyActivation(args.activation, z[x]) : 0.f) + (x == 0 ? res.x : res.y);
+        }
+        if (aux != nullptr && live) Sm90StorePair<TOut>(aux + at, z[0], z[1], pairs, col + 1 < args.n);
+        if (!boxed && live) Sm90StorePair<TOut>(out + at, y[0], y[1], pairs, col + 1 < args.n);
+        words[2 * u + h] = PackPair<TOut>(y[0], y[1]);
+      }
     }
+    if (boxed) Sm90GroupedStoreBox<TOut>(args, writer, words, w.row0 + first_row, w.n0 + 64 * b, box, wg);
   }
 }
 
@@ -276,6 +345,12 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
     WgmmaWaitGroup<0>();
     if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
 
+    if constexpr (!kContraction && sizeof(TOut) == 2) {
+      if (args.epilogue) {
+        Sm90GroupedEpilogue<P, TOut>(args, acc, w, first_row, box, wg);
+        continue;
+      }
+    }
     if (args.tma_store && w.row0 + first_row + 64 <= w.row_end) {
       const int32_t d_row = (kContraction ? w.group * args.k : 0) + w.row0 + first_row;
       Sm90GroupedStoreBoxes<P, TOut>(args, acc, w.k_tiles == 0, d_row, w.n0, box, wg);

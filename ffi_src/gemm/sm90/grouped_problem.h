@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "common/activation.h"
 #include "common/element_type.h"
 
 namespace jaxgemm {
@@ -23,6 +24,17 @@ struct GroupedProblem {
   void* out;
   ElementType in_type, out_type;
   int64_t m, k, n, groups;
+  // The row modes' epilogue (16-bit outputs of the inputs' type), per row of group j:
+  //   z = round(product) + bias[j],  out = act(z) + residual,  aux = round(z)
+  // rows of no group: out = residual, aux = 0. Each is optional (null: none).
+  const float* bias = nullptr;     // (groups, n)
+  const void* residual = nullptr;  // (m, n), the output's type
+  void* aux = nullptr;             // (m, n), the output's type
+  Activation activation = Activation::kNone;
+
+  bool HasEpilogue() const {
+    return bias != nullptr || residual != nullptr || aux != nullptr || activation != Activation::kNone;
+  }
 };
 
 // The most groups one launch takes (the kernel keeps their row and item offsets in shared
