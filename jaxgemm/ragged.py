@@ -13,8 +13,9 @@ Rows past sum(group_sizes) belong to no group: their outputs are zero.
 
 ragged_dot_p also takes rhs stored (g, n, k) (`transpose_rhs`: the input gradient's
 weights, read as they are stored). On a Hopper GPU with 16-bit inputs their `local` is the
-grouped kernel (ffi_src/gemm/sm90/grouped.cuh: group sizes read on the device); elsewhere
-XLA's own ragged dot.
+grouped kernel (ffi_src/gemm/sm90/grouped.cuh: group sizes read on the device); on a CPU
+with JAXGEMM_CPU=ffi (the tests) the same calls' reference handler
+(ffi_src/gemm/cpu_grouped.cc); elsewhere XLA's own ragged dot.
 
 Sharding (the rule): rows (m) split as in data parallelism, each device taking its rows'
 share of every group (`_local_sizes`): no collective in the product, an all-reduce of the
@@ -37,7 +38,7 @@ from jax.interpreters import ad
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxgemm import _ffi, _jaxgemm, activations
+from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
 from jaxgemm.epilogue import _present, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES
@@ -60,8 +61,12 @@ _MAX_GROUPS = int(_jaxgemm.max_grouped_groups)  # the shared-memory table's limi
 
 
 def _grouped_kernel_runs(dtype, out_dtype, platform, groups, *dims) -> bool:
-    """Whether the grouped kernel takes this product: a Hopper GPU, 16-bit inputs, an output
-    of their type or float32, at most _MAX_GROUPS groups, dims in whole 16-byte rows."""
+    """Whether jaxgemm's grouped GEMM takes this product: on a CPU the reference handler where
+    JAXGEMM_CPU=ffi asks for it (xla_cpu.py); on a GPU the grouped kernel: a Hopper GPU,
+    16-bit inputs, an output of their type or float32, at most _MAX_GROUPS groups, dims in
+    whole 16-byte rows."""
+    if platform == "cpu":
+        return not xla_cpu.enabled(platform)
     dtype, out_dtype = jnp.dtype(dtype), jnp.dtype(out_dtype)
     return (platform == "cuda" and _ffi.WITH_CUDA and _ffi.cuda_compute_capability() == 90
             and dtype in (jnp.float16, jnp.bfloat16) and out_dtype in (dtype, jnp.float32)
@@ -300,9 +305,9 @@ def _epi_local(lhs, rhs, group_sizes, *rest, out_dtype, precision, activation, w
 
 
 def _fused_kernel_runs(dtype, out_dtype, platform, groups, k, n) -> bool:
-    """The grouped kernel's epilogue: 16-bit outputs of the inputs' type and k >= 1 (float32
-    outputs take the product from the kernel and the epilogue in JAX)."""
-    same = jnp.dtype(out_dtype) == jnp.dtype(dtype)
+    """The grouped GEMM's epilogue: k >= 1, and on a GPU 16-bit outputs of the inputs' type
+    (float32 ones take the product from the kernel and the epilogue in JAX)."""
+    same = jnp.dtype(out_dtype) == jnp.dtype(dtype) or platform == "cpu"
     return same and k > 0 and _grouped_kernel_runs(dtype, out_dtype, platform, groups, k, n)
 
 

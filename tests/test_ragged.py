@@ -159,6 +159,29 @@ def test_hessian():
         assert rel(got, want) <= 1e-5, argnum
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("lowering", ["ffi", "xla"])
+def test_cpu_lowerings_agree(lowering, dtype, monkeypatch):
+    """On a CPU, the FFI reference handlers (JAXGEMM_CPU=ffi, as the other tests run) and XLA's
+    own ragged dot (the default) give the reference's values and gradients, with and
+    without the epilogue; only the first calls jaxgemm's handlers."""
+    monkeypatch.setenv("JAXGEMM_CPU", lowering)
+    lhs, rhs, bias = inputs(25, dtype)
+    residual = jax.random.normal(jax.random.key(26), (M, N), jnp.float32).astype(dtype)
+    sizes = jnp.array(PATTERNS["rows_past_the_sum"], jnp.int32)
+    fused = lambda l, r, b: ragged_dot(l, r, sizes, bias=b, activation="silu", residual=residual)  # noqa: E731
+    hlo = jax.jit(fused).lower(lhs, rhs, bias).compile().as_text()
+    assert ("jaxgemm_ragged_epilogue" in hlo) == (lowering == "ffi")
+    assert rel(jax.jit(fused)(lhs, rhs, bias), reference(lhs, rhs, sizes, bias, "silu", residual)) <= TOL[dtype]
+    assert rel(jax.jit(lambda l, r: ragged_dot(l, r, sizes))(lhs, rhs), reference(lhs, rhs, sizes)) <= TOL[dtype]
+    f32 = lambda x: x.astype(jnp.float32)  # noqa: E731
+    loss = lambda l, r, b: jnp.sum(jnp.sin(f32(fused(l, r, b))))  # noqa: E731
+    want = jax.grad(lambda l, r, b: jnp.sum(jnp.sin(sliced_epilogue(f32(l), f32(r), np.asarray(sizes), f32(b), "silu",  # noqa: E731
+                                                                    f32(residual)))), argnums=(0, 1, 2))  # fmt: skip
+    for got, expected in zip(jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(lhs, rhs, bias), want(lhs, rhs, bias)):
+        assert rel(got, expected) <= 3 * TOL[dtype]
+
+
 def sliced_epilogue(lhs, rhs, sizes, bias, activation, residual):
     """The epilogue on the sliced product, in jnp: rows past the sum take only the residual."""
     bounds = np.concatenate([[0], np.cumsum(sizes)])

@@ -102,6 +102,8 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_bias_act_grad"] = EncapsulateFfiHandler(JaxgemmBiasActGradCpu);
     d["jaxgemm_conv"] = EncapsulateFfiHandler(JaxgemmConvCpu);
     d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCpu);
+    d["jaxgemm_ragged_dot"] = EncapsulateFfiHandler(JaxgemmRaggedDotCpu);
+    d["jaxgemm_ragged_epilogue"] = EncapsulateFfiHandler(JaxgemmRaggedEpilogueCpu);
     return d;
   });
   // The FFI contract's ids and limits, so that Python copies none of them by hand.

@@ -1,63 +1,22 @@
-// jaxgemm_ragged_dot on CUDA: the grouped Hopper GEMM (gemm/sm90/grouped.h).
-//   mode 0: out (m, n) = lhs (m, k) by rhs (g, k, n), per group of rows
-//   mode 1: the same with rhs stored (g, n, k)
-//   mode 2: out (g, k, n) = lhs (m, k)^T by rhs (m, n), per group of rows (the weight gradient)
-// jaxgemm_ragged_epilogue: mode 0 with GroupedProblem's epilogue: bias (g, n) float32,
-// residual (m, n) and aux (m, n) of the output's type, each (0,) when absent; `activation`
-// an Activation id.
+// jaxgemm_ragged_dot and jaxgemm_ragged_epilogue on CUDA: the grouped Hopper GEMM
+// (gemm/sm90/grouped.h); the calls' contract is ffi/ragged_decode.h's.
 #include <string>
 
 #include "common/cuda_check.h"
-#include "ffi/gemm_decode.h"
 #include "ffi/handlers.h"
 #include "ffi/poison.h"
+#include "ffi/ragged_decode.h"
 #include "gemm/sm90/grouped.h"
 
 namespace jaxgemm {
 namespace {
 
-ffi::ErrorOr<GroupedProblem> DecodeRagged(const ffi::AnyBuffer& lhs, const ffi::AnyBuffer& rhs,
-                                          const ffi::AnyBuffer& group_sizes, const ffi::AnyBuffer& out,
-                                          int64_t mode) {
-  auto dl = lhs.dimensions(), dr = rhs.dimensions(), dg = group_sizes.dimensions(), dout = out.dimensions();
-  auto fail = [&](const std::string& why) {
-    return ffi::Unexpected(ffi::Error::InvalidArgument(
-        "jaxgemm_ragged_dot: " + why + " (mode " + std::to_string(mode) + ", lhs" + ShapeString(dl) + ", rhs" +
-        ShapeString(dr) + ", group_sizes" + ShapeString(dg) + ", out" + ShapeString(dout) + ")"));
-  };
-  if (mode < 0 || mode > 2) return fail("unknown mode");
-  if (group_sizes.element_type() != ffi::DataType::S32 || dg.size() != 1) return fail("group_sizes must be int32 (g,)");
-  GroupedProblem p{};
-  p.mode = static_cast<GroupedMode>(mode);
-  if (lhs.element_type() != rhs.element_type() || !ToElementType(lhs.element_type(), &p.in_type) ||
-      !ToElementType(out.element_type(), &p.out_type)) {
-    return fail("unsupported or mismatched element types");
-  }
-  if (dl.size() != 2) return fail("lhs must be (m, k)");
-  p.m = dl[0], p.k = dl[1], p.groups = dg[0];
-  if (p.mode == GroupedMode::kContraction) {
-    if (dr.size() != 2 || dr[0] != p.m) return fail("rhs must be (m, n)");
-    p.n = dr[1];
-    if (dout.size() != 3 || dout[0] != p.groups || dout[1] != p.k || dout[2] != p.n) return fail("out must be (g, k, n)");
-  } else {
-    const bool t = p.mode == GroupedMode::kRowsRhsT;
-    if (dr.size() != 3 || dr[0] != p.groups || dr[t ? 2 : 1] != p.k) return fail("rhs must be (g, k, n) or (g, n, k)");
-    p.n = dr[t ? 1 : 2];
-    if (dout.size() != 2 || dout[0] != p.m || dout[1] != p.n) return fail("out must be (m, n)");
-  }
-  p.lhs = lhs.untyped_data();
-  p.rhs = rhs.untyped_data();
-  p.group_sizes = static_cast<const int32_t*>(group_sizes.untyped_data());
-  p.out = out.untyped_data();
-  const std::string unsupported = GroupedUnsupported(p);
-  if (!unsupported.empty()) return fail(unsupported);
-  return p;
-}
-
 ffi::Error RaggedCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::AnyBuffer group_sizes,
                           ffi::Result<ffi::AnyBuffer> out, int64_t mode) {
   auto problem = DecodeRagged(lhs, rhs, group_sizes, *out, mode);
   if (!problem.has_value()) return problem.error();
+  const std::string unsupported = GroupedUnsupported(*problem);
+  if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_ragged_dot: " + unsupported);
   if (PoisonOutputs()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(out->untyped_data(), 0xff, out->size_bytes(), stream));
   const cudaError_t status = RunGroupedGemm(*problem, stream);
   if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_ragged_dot kernel launch");
@@ -72,36 +31,9 @@ ffi::Error RaggedEpilogueCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::
   auto problem = DecodeRagged(lhs, rhs, group_sizes, *out, 0);
   if (!problem.has_value()) return problem.error();
   GroupedProblem p = *problem;
-  auto fail = [&](const std::string& why) {
-    return ffi::Error::InvalidArgument("jaxgemm_ragged_epilogue: " + why + " (bias" + ShapeString(bias.dimensions()) +
-                                       ", residual" + ShapeString(residual.dimensions()) + ", aux" +
-                                       ShapeString(aux->dimensions()) + ", out" + ShapeString(out->dimensions()) + ")");
-  };
-  auto is_matrix = [](auto dims, int64_t rows, int64_t cols) {
-    return dims.size() == 2 && dims[0] == rows && dims[1] == cols;
-  };
-  if (!IsActivation(static_cast<int>(activation))) return fail("unknown activation " + std::to_string(activation));
-  p.activation = static_cast<Activation>(activation);
-  if (bias.element_count() > 0) {
-    if (bias.element_type() != ffi::DataType::F32 || !is_matrix(bias.dimensions(), p.groups, p.n)) {
-      return fail("bias must be float32 (g, n)");
-    }
-    p.bias = static_cast<const float*>(bias.untyped_data());
-  }
-  if (residual.element_count() > 0) {
-    if (residual.element_type() != out->element_type() || !is_matrix(residual.dimensions(), p.m, p.n)) {
-      return fail("residual must be (m, n) of the output's type");
-    }
-    p.residual = residual.untyped_data();
-  }
-  if (aux->element_count() > 0) {
-    if (aux->element_type() != out->element_type() || !is_matrix(aux->dimensions(), p.m, p.n)) {
-      return fail("aux must be (m, n) of the output's type");
-    }
-    p.aux = aux->untyped_data();
-  }
+  if (auto error = DecodeRaggedEpilogue(&p, bias, residual, *out, *aux, activation); error.failure()) return error;
   const std::string unsupported = GroupedUnsupported(p);
-  if (!unsupported.empty()) return fail(unsupported);
+  if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_ragged_epilogue: " + unsupported);
   if (PoisonOutputs()) {
     JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(out->untyped_data(), 0xff, out->size_bytes(), stream));
     if (aux->size_bytes()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));

@@ -1,0 +1,92 @@
+// Decodes the jaxgemm_ragged_dot and jaxgemm_ragged_epilogue calls into a GroupedProblem;
+// shared by the CPU and CUDA handlers so both check the same contract:
+//   mode 0: out (m, n) = lhs (m, k) by rhs (g, k, n), per group of rows
+//   mode 1: the same with rhs stored (g, n, k)
+//   mode 2: out (g, k, n) = lhs (m, k)^T by rhs (m, n), per group of rows (the weight gradient)
+//   jaxgemm_ragged_epilogue: mode 0 with GroupedProblem's epilogue: bias (g, n) float32,
+//   residual (m, n) and aux (m, n) of the output's type, each (0,) when absent;
+//   `activation` an Activation id.
+#pragma once
+#include <string>
+
+#include "ffi/gemm_decode.h"
+#include "gemm/sm90/grouped_problem.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxgemm {
+
+namespace ffi = xla::ffi;
+
+inline ffi::ErrorOr<GroupedProblem> DecodeRagged(const ffi::AnyBuffer& lhs, const ffi::AnyBuffer& rhs,
+                                                 const ffi::AnyBuffer& group_sizes, const ffi::AnyBuffer& out,
+                                                 int64_t mode) {
+  auto dl = lhs.dimensions(), dr = rhs.dimensions(), dg = group_sizes.dimensions(), dout = out.dimensions();
+  auto fail = [&](const std::string& why) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        "jaxgemm_ragged_dot: " + why + " (mode " + std::to_string(mode) + ", lhs" + ShapeString(dl) + ", rhs" +
+        ShapeString(dr) + ", group_sizes" + ShapeString(dg) + ", out" + ShapeString(dout) + ")"));
+  };
+  if (mode < 0 || mode > 2) return fail("unknown mode");
+  if (group_sizes.element_type() != ffi::DataType::S32 || dg.size() != 1) return fail("group_sizes must be int32 (g,)");
+  GroupedProblem p{};
+  p.mode = static_cast<GroupedMode>(mode);
+  if (lhs.element_type() != rhs.element_type() || !ToElementType(lhs.element_type(), &p.in_type) ||
+      !ToElementType(out.element_type(), &p.out_type)) {
+    return fail("unsupported or mismatched element types");
+  }
+  if (dl.size() != 2) return fail("lhs must be (m, k)");
+  p.m = dl[0], p.k = dl[1], p.groups = dg[0];
+  if (p.mode == GroupedMode::kContraction) {
+    if (dr.size() != 2 || dr[0] != p.m) return fail("rhs must be (m, n)");
+    p.n = dr[1];
+    if (dout.size() != 3 || dout[0] != p.groups || dout[1] != p.k || dout[2] != p.n) return fail("out must be (g, k, n)");
+  } else {
+    const bool t = p.mode == GroupedMode::kRowsRhsT;
+    if (dr.size() != 3 || dr[0] != p.groups || dr[t ? 2 : 1] != p.k) return fail("rhs must be (g, k, n) or (g, n, k)");
+    p.n = dr[t ? 1 : 2];
+    if (dout.size() != 2 || dout[0] != p.m || dout[1] != p.n) return fail("out must be (m, n)");
+  }
+  p.lhs = lhs.untyped_data();
+  p.rhs = rhs.untyped_data();
+  p.group_sizes = static_cast<const int32_t*>(group_sizes.untyped_data());
+  p.out = out.untyped_data();
+  return p;
+}
+
+// The epilogue's buffers and activation into p (decoded as mode 0).
+inline ffi::Error DecodeRaggedEpilogue(GroupedProblem* problem, const ffi::AnyBuffer& bias,
+                                       const ffi::AnyBuffer& residual, const ffi::AnyBuffer& out,
+                                       const ffi::AnyBuffer& aux, int64_t activation) {
+  GroupedProblem& p = *problem;
+  auto fail = [&](const std::string& why) {
+    return ffi::Error::InvalidArgument("jaxgemm_ragged_epilogue: " + why + " (bias" + ShapeString(bias.dimensions()) +
+                                       ", residual" + ShapeString(residual.dimensions()) + ", aux" +
+                                       ShapeString(aux.dimensions()) + ", out" + ShapeString(out.dimensions()) + ")");
+  };
+  auto is_matrix = [](auto dims, int64_t rows, int64_t cols) {
+    return dims.size() == 2 && dims[0] == rows && dims[1] == cols;
+  };
+  if (!IsActivation(static_cast<int>(activation))) return fail("unknown activation " + std::to_string(activation));
+  p.activation = static_cast<Activation>(activation);
+  if (bias.element_count() > 0) {
+    if (bias.element_type() != ffi::DataType::F32 || !is_matrix(bias.dimensions(), p.groups, p.n)) {
+      return fail("bias must be float32 (g, n)");
+    }
+    p.bias = static_cast<const float*>(bias.untyped_data());
+  }
+  if (residual.element_count() > 0) {
+    if (residual.element_type() != out.element_type() || !is_matrix(residual.dimensions(), p.m, p.n)) {
+      return fail("residual must be (m, n) of the output's type");
+    }
+    p.residual = residual.untyped_data();
+  }
+  if (aux.element_count() > 0) {
+    if (aux.element_type() != out.element_type() || !is_matrix(aux.dimensions(), p.m, p.n)) {
+      return fail("aux must be (m, n) of the output's type");
+    }
+    p.aux = aux.untyped_data();
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace jaxgemm

@@ -1,0 +1,60 @@
+// jaxgemm_ragged_dot and jaxgemm_ragged_epilogue on the host platform: the reference
+// semantics (gemm/cpu_grouped.h), run by CI without a GPU; the calls' contract is
+// ffi/ragged_decode.h's.
+#include <cstring>
+
+#include "ffi/handlers.h"
+#include "ffi/poison.h"
+#include "ffi/ragged_decode.h"
+#include "gemm/cpu_grouped.h"
+
+namespace jaxgemm {
+namespace {
+
+void Poison(ffi::Result<ffi::AnyBuffer>& buffer) {
+  if (PoisonOutputs() && buffer->size_bytes()) std::memset(buffer->untyped_data(), 0xff, buffer->size_bytes());
+}
+
+ffi::Error RaggedCpuImpl(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::AnyBuffer group_sizes,
+                         ffi::Result<ffi::AnyBuffer> out, int64_t mode) {
+  auto problem = DecodeRagged(lhs, rhs, group_sizes, *out, mode);
+  if (!problem.has_value()) return problem.error();
+  Poison(out);
+  CpuGroupedGemm(*problem);
+  return ffi::Error::Success();
+}
+
+ffi::Error RaggedEpilogueCpuImpl(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::AnyBuffer group_sizes,
+                                 ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out,
+                                 ffi::Result<ffi::AnyBuffer> aux, int64_t activation) {
+  auto problem = DecodeRagged(lhs, rhs, group_sizes, *out, 0);
+  if (!problem.has_value()) return problem.error();
+  GroupedProblem p = *problem;
+  if (auto error = DecodeRaggedEpilogue(&p, bias, residual, *out, *aux, activation); error.failure()) return error;
+  Poison(out);
+  Poison(aux);
+  CpuGroupedGemm(p);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace jaxgemm
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedDotCpu, jaxgemm::RaggedCpuImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::AnyBuffer>()  // lhs
+                                  .Arg<xla::ffi::AnyBuffer>()  // rhs
+                                  .Arg<xla::ffi::AnyBuffer>()  // group_sizes
+                                  .Ret<xla::ffi::AnyBuffer>()  // out
+                                  .Attr<int64_t>("mode"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedEpilogueCpu, jaxgemm::RaggedEpilogueCpuImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Arg<xla::ffi::AnyBuffer>()  // lhs
+                                  .Arg<xla::ffi::AnyBuffer>()  // rhs
+                                  .Arg<xla::ffi::AnyBuffer>()  // group_sizes
+                                  .Arg<xla::ffi::AnyBuffer>()  // bias
+                                  .Arg<xla::ffi::AnyBuffer>()  // residual
+                                  .Ret<xla::ffi::AnyBuffer>()  // out
+                                  .Ret<xla::ffi::AnyBuffer>()  // aux
+                                  .Attr<int64_t>("activation"));
