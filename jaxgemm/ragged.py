@@ -453,7 +453,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
         (out,) = ragged_dot_op.bind(lhs, rhs, group_sizes, **params)
     else:
         extra = [x for x in (bias, residual) if x is not None]
+        flags = dict(has_bias=bias is not None, has_residual=residual is not None)
         (out,) = ragged_epilogue_op.bind(lhs, rhs, group_sizes, *extra, activation=activation, want_aux=False,
-                                         has_bias=bias is not None, has_residual=residual is not None, **params)  # fmt: skip
+                                         **flags, **params)  # fmt: skip
     return constrain_output(out, out_sharding)
 

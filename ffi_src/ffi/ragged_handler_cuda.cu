@@ -36,7 +36,9 @@ ffi::Error RaggedEpilogueCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::
   if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_ragged_epilogue: " + unsupported);
   if (PoisonOutputs()) {
     JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(out->untyped_data(), 0xff, out->size_bytes(), stream));
-    if (aux->size_bytes()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));
+    if (aux->size_bytes()) {
+      JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));
+    }
   }
   const cudaError_t status = RunGroupedGemm(p, stream);
   if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_ragged_epilogue kernel launch");

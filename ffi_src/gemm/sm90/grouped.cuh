@@ -273,7 +273,9 @@ __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args,
     for (int u = 0; u < 8; ++u) {
       const int32_t col = w.n0 + 64 * b + 8 * u + 2 * (lane % 4);
       float2 add = make_float2(0.f, 0.f);
-      if (bias != nullptr) add = make_float2(col < args.n ? __ldg(bias + col) : 0.f, col + 1 < args.n ? __ldg(bias + col + 1) : 0.f);
+      if (bias != nullptr) {
+        add = make_float2(col < args.n ? __ldg(bias + col) : 0.f, col + 1 < args.n ? __ldg(bias + col + 1) : 0.f);
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int32_t row = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
