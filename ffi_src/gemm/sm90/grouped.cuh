@@ -248,9 +248,10 @@ __device__ __forceinline__ void Sm90GroupedStoreBoxes(const Sm90GroupedArgs& arg
 // no group (the item past the groups, whose accumulators hold stale sums) out = residual,
 // aux = 0. One 64-column block per iteration of a runtime loop, so that the activation's
 // code exists once; Sm90TakeBlock brings the block's 32 values out of the accumulators with
-// compile-time indices, as the dense kernel's fused epilogue does. A block of 64 rows that
-// all lie in the item goes out through the box (one box is 64 columns); other rows, and
-// aux, go straight to global memory, masked by row and column.
+// compile-time indices and ActivateAll applies the dense epilogue's activations (hardware
+// tanh / exp for 16-bit outputs), as the dense kernel's fused epilogue does. A block of 64
+// rows that all lie in the item goes out through the box (one box is 64 columns); other
+// rows, and aux, go straight to global memory, masked by row and column.
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args, const float (&acc)[1][P::kBN / 2],
                                                     const GroupedWork& w, int first_row, unsigned char* box, int wg) {
@@ -264,34 +265,47 @@ __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args,
   auto* out = static_cast<TOut*>(args.out);
   auto* aux = static_cast<TOut*>(args.aux);
   const Sm90BoxWriter<TOut> writer(Sm90BoxWriter<TOut>::FragmentRow(0), Sm90BoxWriter<TOut>::FragmentRow(1));
+  int32_t rows[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) rows[h] = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
+  // v[h][2 u + x]: row rows[h], column col(u) + x of the block.
+  auto col = [&](int b, int u) { return w.n0 + 64 * b + 8 * u + 2 * (lane % 4); };
 #pragma unroll 1
   for (int b = 0; b < P::kBN / 64; ++b) {
     float v[2][16];
     Sm90TakeBlock<P>(acc, b, v);
-    uint32_t words[16];
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      const int32_t col = w.n0 + 64 * b + 8 * u + 2 * (lane % 4);
+    for (int u = 0; u < 8; ++u) {  // v = z (0 on rows of no group), stored as aux
       float2 add = make_float2(0.f, 0.f);
       if (bias != nullptr) {
-        add = make_float2(col < args.n ? __ldg(bias + col) : 0.f, col + 1 < args.n ? __ldg(bias + col + 1) : 0.f);
+        add = make_float2(col(b, u) < args.n ? __ldg(bias + col(b, u)) : 0.f,
+                          col(b, u) + 1 < args.n ? __ldg(bias + col(b, u) + 1) : 0.f);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int32_t row = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
-        const bool live = row < w.row_end && col < args.n;
-        const int64_t at = int64_t{row} * args.n + col;
-        float2 res = make_float2(0.f, 0.f);
-        if (residual != nullptr && live) res = LoadBiasPair(residual + int64_t{row} * args.n, col, args.n, pairs);
-        float z[2], y[2];
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          z[x] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u + x])) + (x == 0 ? add.x : add.y) : 0.f;
-          y[x] = (in_group ? ApplyActivation(args.activation, z[x]) : 0.f) + (x == 0 ? res.x : res.y);
+        v[h][2 * u] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u])) + add.x : 0.f;
+        v[h][2 * u + 1] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u + 1])) + add.y : 0.f;
+        if (aux != nullptr && rows[h] < w.row_end && col(b, u) < args.n) {
+          Sm90StorePair<TOut>(aux + int64_t{rows[h]} * args.n + col(b, u), v[h][2 * u], v[h][2 * u + 1], pairs,
+                              col(b, u) + 1 < args.n);
         }
-        if (aux != nullptr && live) Sm90StorePair<TOut>(aux + at, z[0], z[1], pairs, col + 1 < args.n);
-        if (!boxed && live) Sm90StorePair<TOut>(out + at, y[0], y[1], pairs, col + 1 < args.n);
-        words[2 * u + h] = PackPair<TOut>(y[0], y[1]);
+      }
+    }
+    if (in_group) ActivateAll<true>(args.activation, v);
+    uint32_t words[16];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {  // out = v + residual
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool live = rows[h] < w.row_end && col(b, u) < args.n;
+        const int64_t row_start = int64_t{rows[h]} * args.n;
+        float2 y = make_float2(v[h][2 * u], v[h][2 * u + 1]);
+        if (residual != nullptr && live) {
+          const float2 r = LoadBiasPair(residual + row_start, col(b, u), args.n, pairs);
+          y = make_float2(y.x + r.x, y.y + r.y);
+        }
+        if (!boxed && live) Sm90StorePair<TOut>(out + row_start + col(b, u), y.x, y.y, pairs, col(b, u) + 1 < args.n);
+        words[2 * u + h] = PackPair<TOut>(y.x, y.y);
       }
     }
     if (boxed) Sm90GroupedStoreBox<TOut>(args, writer, words, w.row0 + first_row, w.n0 + 64 * b, box, wg);
