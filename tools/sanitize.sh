@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck and racecheck over small problems of every kernel family (GEMM,
-# fused epilogues and their backward, convolution, the grouped GEMM)
+# fused epilogues and their backward, convolution, the grouped GEMM and its epilogue)
 # (jaxgemm installed; run on the GPU machine). Only jaxgemm's kernels are checked.
 #   tools/sanitize.sh
 set -uo pipefail
@@ -50,6 +50,14 @@ rhs = jax.random.normal(key, (3, 136, 264), jnp.bfloat16)
 sizes = jnp.array([70, 0, 100], jnp.int32)
 ragged = lambda l, r: jaxgemm.ragged_dot(l, r, sizes).astype(jnp.float32).sum()
 jax.block_until_ready(jax.grad(ragged, argnums=(0, 1))(lhs, rhs))
+# Its epilogue: bias, activation and residual, and under grad the aux z; a 192-row group
+# fills one box-stored tile (64 rows a consumer), the rest are cut by group ends.
+bias = jax.random.normal(key, (3, 264), jnp.float32)
+res = jax.random.normal(key, (200, 264), jnp.bfloat16)
+fused = lambda l, r, b: jaxgemm.ragged_dot(l, r, jnp.array([192, 0, 5], jnp.int32), bias=b, activation="gelu",
+                                           residual=res).astype(jnp.float32).sum()
+jax.block_until_ready(jax.jit(fused)(lhs, rhs, bias))
+jax.block_until_ready(jax.grad(fused, argnums=(0, 1, 2))(lhs, rhs, bias))
 print("sanitize cases done")
 PY
 for tool in memcheck racecheck; do
