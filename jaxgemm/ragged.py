@@ -42,8 +42,8 @@ from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
 from jaxgemm.epilogue import _present, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES
-from jaxgemm.primitive import (BILINEAR, Op, Result, Rule, canonical_out_sharding, constrain_output, define,
-                               psum_over)  # fmt: skip
+from jaxgemm.primitive import (BILINEAR, SCATTER, Op, Result, Rule, canonical_out_sharding, constrain_output,
+                               define, psum_over)  # fmt: skip
 
 _REPLICATED = frozenset({"g"})
 
@@ -299,9 +299,12 @@ def _epi_local(lhs, rhs, group_sizes, *rest, out_dtype, precision, activation, w
         residual = jnp.zeros((0,), out_dtype) if residual is None else residual.astype(out_dtype)
         y, aux = call(lhs, rhs, sizes, bias, residual, activation=np.int64(activations.activation_id(activation)))
         return [y, aux] if want_aux else [y]
-    # XLA's ragged dot, or k split: the epilogue acts once, on the summed product.
+    # XLA's ragged dot, or k split: the epilogue acts once, on the summed product, whose
+    # rows may come reduce-scattered (a sequence-parallel output).
     (z,) = _dot_local(lhs, rhs, group_sizes, out_dtype=out_dtype, precision=precision, platform=platform, axes=axes)
-    return _epilogue_in_jax(z, sizes, bias, activation, residual, want_aux)
+    rows_split = {"m": axes.get("m", ()) + axes.get(SCATTER + "m", ())}
+    return _epilogue_in_jax(z, _local_sizes(group_sizes, z.shape[0], rows_split), bias, activation, residual,
+                            want_aux)  # fmt: skip
 
 
 def _fused_kernel_runs(dtype, out_dtype, platform, groups, k, n) -> bool:

@@ -397,7 +397,7 @@ def test_explicit_mode_contraction_split_needs_out_sharding():
     """k split in both operands: ambiguous without out_sharding, as for jnp.matmul; with it,
     the partial products' sum comes back typed as asked."""
     mesh = _mesh(AxisType.Explicit)
-    lhs, rhs, _ = inputs(10, m=64)
+    lhs, rhs, bias = inputs(10, m=64)
     rhs = jnp.concatenate([rhs] * 2, axis=1)[:, :32]  # k = 32: divisible by the mesh
     lhs = jnp.concatenate([lhs] * 2, axis=1)[:, :32]
     sizes = jnp.array([20, 0, 30, 4, 10], jnp.int32)
@@ -408,7 +408,12 @@ def test_explicit_mode_contraction_split_needs_out_sharding():
             jax.jit(lambda l, r: ragged_dot(l, r, sizes))(x, w)
         out = jax.jit(lambda l, r: ragged_dot(l, r, sizes, out_sharding=P("x", None)))(x, w)
         assert jax.typeof(out).sharding.spec == P("x", None)
+        # the epilogue on the reduce-scattered rows: each device's rows take their groups' bias
+        fused = jax.jit(lambda l, r: ragged_dot(l, r, sizes, bias=bias, activation="gelu", out_sharding=P("x", None)))
+        out_fused = fused(x, w)
+        assert jax.typeof(out_fused).sharding.spec == P("x", None)
     assert rel(out, reference(lhs, rhs, sizes)) <= 1e-5
+    assert rel(out_fused, reference(lhs, rhs, sizes, bias, "gelu")) <= 1e-5
     with pytest.raises(NotImplementedError, match="group_offset"):
         ragged_dot(lhs, rhs, sizes, group_offset=jnp.zeros((1,), jnp.int32))
 
