@@ -8,6 +8,7 @@
 //   `activation` an Activation id.
 #pragma once
 #include <string>
+#include <utility>
 
 #include "ffi/gemm_decode.h"
 #include "gemm/sm90/grouped_problem.h"
@@ -16,6 +17,28 @@
 namespace jaxgemm {
 
 namespace ffi = xla::ffi;
+
+// The operands, results and attributes of jaxgemm_ragged_dot and jaxgemm_ragged_epilogue,
+// after any context the platform's handler binds first.
+template <class Binding>
+auto BindRaggedCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // lhs
+      .template Arg<ffi::AnyBuffer>()            // rhs
+      .template Arg<ffi::AnyBuffer>()            // group_sizes
+      .template Ret<ffi::AnyBuffer>()            // out
+      .template Attr<int64_t>("mode");
+}
+template <class Binding>
+auto BindRaggedEpilogueCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // lhs
+      .template Arg<ffi::AnyBuffer>()            // rhs
+      .template Arg<ffi::AnyBuffer>()            // group_sizes
+      .template Arg<ffi::AnyBuffer>()            // bias (empty: none)
+      .template Arg<ffi::AnyBuffer>()            // residual (empty: none)
+      .template Ret<ffi::AnyBuffer>()            // out
+      .template Ret<ffi::AnyBuffer>()            // aux (empty: not wanted)
+      .template Attr<int64_t>("activation");
+}
 
 inline ffi::ErrorOr<GroupedProblem> DecodeRagged(const ffi::AnyBuffer& lhs, const ffi::AnyBuffer& rhs,
                                                  const ffi::AnyBuffer& group_sizes, const ffi::AnyBuffer& out,

@@ -41,20 +41,6 @@ ffi::Error RaggedEpilogueCpuImpl(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::An
 }  // namespace jaxgemm
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedDotCpu, jaxgemm::RaggedCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()  // lhs
-                                  .Arg<xla::ffi::AnyBuffer>()  // rhs
-                                  .Arg<xla::ffi::AnyBuffer>()  // group_sizes
-                                  .Ret<xla::ffi::AnyBuffer>()  // out
-                                  .Attr<int64_t>("mode"));
-
+                              jaxgemm::BindRaggedCall(xla::ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedEpilogueCpu, jaxgemm::RaggedEpilogueCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()  // lhs
-                                  .Arg<xla::ffi::AnyBuffer>()  // rhs
-                                  .Arg<xla::ffi::AnyBuffer>()  // group_sizes
-                                  .Arg<xla::ffi::AnyBuffer>()  // bias
-                                  .Arg<xla::ffi::AnyBuffer>()  // residual
-                                  .Ret<xla::ffi::AnyBuffer>()  // out
-                                  .Ret<xla::ffi::AnyBuffer>()  // aux
-                                  .Attr<int64_t>("activation"));
+                              jaxgemm::BindRaggedEpilogueCall(xla::ffi::Ffi::Bind()));

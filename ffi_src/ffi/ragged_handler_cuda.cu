@@ -49,24 +49,10 @@ ffi::Error RaggedEpilogueCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::
 }  // namespace jaxgemm
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedDotCuda, jaxgemm::RaggedCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()  // lhs
-                                  .Arg<xla::ffi::AnyBuffer>()  // rhs
-                                  .Arg<xla::ffi::AnyBuffer>()  // group_sizes
-                                  .Ret<xla::ffi::AnyBuffer>()  // out
-                                  .Attr<int64_t>("mode"),
+                              jaxgemm::BindRaggedCall(
+                                  xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
                               {xla::ffi::Traits::kCmdBufferCompatible});
-
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedEpilogueCuda, jaxgemm::RaggedEpilogueCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()  // lhs
-                                  .Arg<xla::ffi::AnyBuffer>()  // rhs
-                                  .Arg<xla::ffi::AnyBuffer>()  // group_sizes
-                                  .Arg<xla::ffi::AnyBuffer>()  // bias
-                                  .Arg<xla::ffi::AnyBuffer>()  // residual
-                                  .Ret<xla::ffi::AnyBuffer>()  // out
-                                  .Ret<xla::ffi::AnyBuffer>()  // aux
-                                  .Attr<int64_t>("activation"),
+                              jaxgemm::BindRaggedEpilogueCall(
+                                  xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
                               {xla::ffi::Traits::kCmdBufferCompatible});
