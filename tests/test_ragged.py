@@ -425,7 +425,7 @@ def test_shard_map_forward_and_grad():
     psum), with shard_map's default checks."""
     mesh = _mesh(AxisType.Auto)
     n = mesh.size
-    lhs, rhs, _ = inputs(8, m=M * n)
+    lhs, rhs, bias = inputs(8, m=M * n)
     sizes = np.array([PATTERNS[name] for name in PATTERNS] * n, np.int32)[:n]
 
     def local(l, r, s):
@@ -439,6 +439,15 @@ def test_shard_map_forward_and_grad():
     want_grad = sum(jax.grad(lambda r: jnp.sum(sliced(lhs[i * M:(i + 1) * M], r, sizes[i]) ** 2))(rhs)
                     for i in range(n))  # fmt: skip
     assert rel(grad, want_grad) <= 1e-5
+    # with the epilogue (its primitive) inside: the gradient of the replicated bias too
+    f_epi = jax.shard_map(lambda l, r, b, s: ragged_dot(l, r, s[0], bias=b, activation="gelu"), mesh=mesh,
+                          in_specs=(P("x"), P(), P(), P("x")), out_specs=P("x"))  # fmt: skip
+    loss = lambda r, b: jnp.sum(f_epi(lhs, r, b, jnp.asarray(sizes)) ** 2)  # noqa: E731
+    got = jax.jit(jax.grad(loss, argnums=(0, 1)))(rhs, bias)
+    ref = lambda r, b: sum(jnp.sum(sliced_epilogue(lhs[i * M:(i + 1) * M], r, sizes[i], b, "gelu", 0.0) ** 2)  # noqa: E731
+                           for i in range(n))  # fmt: skip
+    for g, want in zip(got, jax.grad(ref, argnums=(0, 1))(rhs, bias)):
+        assert rel(g, want) <= 1e-5
 
 
 @pytest.mark.skipif(len(jax.devices()) < 4, reason="needs several devices (tests/conftest.py asks for 8)")
