@@ -35,12 +35,7 @@ nb::list GroupedWalk(const std::vector<int64_t>& sizes, int32_t m, int32_t n, in
                                           kContraction>;
   const int32_t groups = static_cast<int32_t>(sizes.size());
   std::vector<int32_t> row_end(groups + 1), item_end(groups + 1);
-  int64_t rows = 0;
-  for (int32_t g = 0; g < groups; ++g) {
-    rows += std::max<int64_t>(sizes[g], 0);
-    row_end[g] = static_cast<int32_t>(std::min<int64_t>(rows, m));
-  }
-  row_end[groups] = m;
+  jaxgemm::GroupedRowEnds(sizes.data(), groups, m, row_end.data());
   Items items(row_end.data(), item_end.data(), groups, m, n, k);
   if constexpr (kContraction) {  // the groups longest first, ties in order (Sm90GroupTable::Order)
     std::iota(item_end.begin(), item_end.begin() + groups, 0);

@@ -5,20 +5,15 @@
 #include <vector>
 
 #include "common/element_type.h"
+#include "gemm/sm90/grouped_items.h"
 
 namespace jaxgemm {
 namespace {
 
-// row_end[g]: the end of group g's rows (negative sizes count as 0, rows past m are cut
-// off); row_end[groups] = m, the end of the rows of no group.
+// ends[g]: the end of group g's rows; ends[groups] = m, the end of the rows of no group.
 std::vector<int64_t> RowEnds(const GroupedProblem& p) {
   std::vector<int64_t> ends(static_cast<size_t>(p.groups + 1));
-  int64_t rows = 0;
-  for (int64_t g = 0; g < p.groups; ++g) {
-    rows += std::max<int32_t>(p.group_sizes[g], 0);
-    ends[g] = std::min(rows, p.m);
-  }
-  ends[p.groups] = p.m;
+  GroupedRowEnds(p.group_sizes, p.groups, p.m, ends.data());
   return ends;
 }
 

@@ -13,6 +13,18 @@ namespace jaxgemm {
 // 128-byte swizzle row).
 inline constexpr int kGroupedTileM = 128, kGroupedTileN = 256, kGroupedTileK = 64;
 
+// The row_end table on the host (the kernel scans it on the device: Sm90GroupTable::Build):
+// row_end[g] = min(rows of groups 0 .. g, m), negative sizes counting as 0; row_end[groups] = m.
+template <class Size, class End>
+inline void GroupedRowEnds(const Size* sizes, int64_t groups, int64_t m, End* row_end) {
+  int64_t rows = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    rows += sizes[g] > 0 ? static_cast<int64_t>(sizes[g]) : 0;
+    row_end[g] = static_cast<End>(rows < m ? rows : m);
+  }
+  row_end[groups] = static_cast<End>(m);
+}
+
 struct GroupedWork {
   int32_t group;
   int32_t row0, row_end;  // D's rows [row0, row_end) of this item (row_end: the group's end)
