@@ -40,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
-from jaxgemm.epilogue import _present, epilogue_tangent
+from jaxgemm.epilogue import _present, _to_front, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import (BILINEAR, SCATTER, Op, Result, Rule, canonical_out_sharding, constrain_output,
                                define, psum_over)  # fmt: skip
@@ -158,8 +158,7 @@ def _fold_batch(args, dims):
     group, after its own, that takes its rows past sum(group_sizes) (they must stay zero,
     or out of the weight gradient). Returns (x, y, group_sizes, batch)."""
     size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    x, y, group_sizes = (jnp.broadcast_to(a[None], (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
-                         for a, d in zip(args, dims))  # fmt: skip
+    x, y, group_sizes = (_to_front(a, d, size) for a, d in zip(args, dims))
     b, m, _ = x.shape
     rest = m - group_sizes.sum(axis=1, keepdims=True)
     group_sizes = jnp.concatenate([group_sizes, rest.astype(group_sizes.dtype)], axis=1).reshape(-1)
@@ -318,8 +317,7 @@ def _epi_batch(args, dims, *, want_aux, **params):
     """vmap: the product and the epilogue as separate ops (the folded product's extra groups,
     _fold_batch, would take the epilogue where their rows must take none)."""
     size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    moved = [jnp.broadcast_to(a[None], (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
-             for a, d in zip(args, dims)]  # fmt: skip
+    moved = [_to_front(a, d, size) for a, d in zip(args, dims)]
 
     def one(lhs, rhs, group_sizes, *rest):
         (z,) = ragged_dot_op.bind(lhs, rhs, group_sizes, out_dtype=params["out_dtype"], precision=params["precision"])
