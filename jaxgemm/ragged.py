@@ -90,6 +90,12 @@ def _local_sizes(group_sizes, rows, axes):
     return (clip(ends) - clip(ends - group_sizes)).astype(group_sizes.dtype)
 
 
+def _result_sizes(group_sizes, rows, axes):
+    """The group sizes of a (m, n) result's `rows` rows on this device: m split over axes["m"],
+    or reduce-scattered over a split k's axes (psum_over)."""
+    return _local_sizes(group_sizes, rows, {"m": axes.get("m", ()) + axes.get(SCATTER + "m", ())})
+
+
 def _xla_out_sharding(x, y, dims):
     """For XLA's ragged dot traced on Explicit-typed operands (custom_partitioning traces
     local whole, on the global types), which cannot infer its result's sharding: the entries
@@ -301,9 +307,7 @@ def _epi_local(lhs, rhs, group_sizes, *rest, out_dtype, precision, activation, w
     # XLA's ragged dot, or k split: the epilogue acts once, on the summed product, whose
     # rows may come reduce-scattered (a sequence-parallel output).
     (z,) = _dot_local(lhs, rhs, group_sizes, out_dtype=out_dtype, precision=precision, platform=platform, axes=axes)
-    rows_split = {"m": axes.get("m", ()) + axes.get(SCATTER + "m", ())}
-    return _epilogue_in_jax(z, _local_sizes(group_sizes, z.shape[0], rows_split), bias, activation, residual,
-                            want_aux)  # fmt: skip
+    return _epilogue_in_jax(z, _result_sizes(group_sizes, z.shape[0], axes), bias, activation, residual, want_aux)
 
 
 def _fused_kernel_runs(dtype, out_dtype, platform, groups, k, n) -> bool:
