@@ -77,8 +77,9 @@ def test_sm90_wgmmas_are_pipelined(tmp_path):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_grouped_wgmmas_are_pipelined(tmp_path):
-    """The grouped GEMM's instances (ffi_src/gemm/sm90/grouped.cu builds all twelve: three
-    modes, two input types, two output types): none serialized, none spilling. Passing the
+    """The grouped GEMM's instances (ffi_src/gemm/sm90/grouped.cu builds fourteen: three modes,
+    two input types, two output types, and the gated mode for 16-bit outputs): none
+    serialized, none spilling. Passing the
     accumulators themselves as a float box's words (alpha = 1 folded away), on a path only
     some tiles take, was enough to serialize every wgmma of the float-output instances."""
     cmd = ["nvcc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", os.path.join(ROOT, "ffi_src"),
@@ -87,7 +88,7 @@ def test_grouped_wgmmas_are_pipelined(tmp_path):
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-4000:]
     compiled = re.findall(r"Compiling entry function '(\w*Sm90GroupedKernel\w*)'", log)
-    assert len(compiled) == 12, log[-4000:]
+    assert len(compiled) == 14, log[-4000:]
     serialized = [line for line in log.splitlines() if re.search(r"\(C75\d\d\)", line)]
     assert not serialized, "\n".join(serialized)
     assert not re.search(r"[1-9]\d* bytes spill stores", log), log[-4000:]

@@ -99,6 +99,7 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCpu);
     d["jaxgemm_ragged_dot"] = EncapsulateFfiHandler(JaxgemmRaggedDotCpu);
     d["jaxgemm_ragged_epilogue"] = EncapsulateFfiHandler(JaxgemmRaggedEpilogueCpu);
+    d["jaxgemm_ragged_glu"] = EncapsulateFfiHandler(JaxgemmRaggedGluCpu);
     return d;
   });
   // The FFI contract's ids and limits, so that Python copies none of them by hand.
@@ -121,6 +122,7 @@ NB_MODULE(_jaxgemm, m) {
     modes["rows"] = static_cast<int>(jaxgemm::GroupedMode::kRows);
     modes["rows_rhs_t"] = static_cast<int>(jaxgemm::GroupedMode::kRowsRhsT);
     modes["contraction"] = static_cast<int>(jaxgemm::GroupedMode::kContraction);
+    modes["rows_gated"] = static_cast<int>(jaxgemm::GroupedMode::kRowsGated);
     return modes;
   });
   m.attr("max_grouped_groups") = jaxgemm::kMaxGroupedGroups;
@@ -195,6 +197,7 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCuda);
     d["jaxgemm_ragged_dot"] = EncapsulateFfiHandler(JaxgemmRaggedDotCuda);
     d["jaxgemm_ragged_epilogue"] = EncapsulateFfiHandler(JaxgemmRaggedEpilogueCuda);
+    d["jaxgemm_ragged_glu"] = EncapsulateFfiHandler(JaxgemmRaggedGluCuda);
 #endif
     return d;
   });

@@ -6,6 +6,8 @@
 //   jaxgemm_ragged_epilogue: mode 0 with GroupedProblem's epilogue: bias (g, n) float32,
 //   residual (m, n) and aux (m, n) of the output's type, each (0,) when absent;
 //   `activation` an Activation id.
+//   jaxgemm_ragged_glu: kRowsGated: w_gate and w_up (g, k, n), their biases (g, n) float32
+//   and their pre-activations aux_gate, aux_up (m, n), each (0,) when absent.
 #pragma once
 #include <string>
 #include <utility>
@@ -37,6 +39,20 @@ auto BindRaggedEpilogueCall(Binding binding) {
       .template Arg<ffi::AnyBuffer>()            // residual (empty: none)
       .template Ret<ffi::AnyBuffer>()            // out
       .template Ret<ffi::AnyBuffer>()            // aux (empty: not wanted)
+      .template Attr<int64_t>("activation");
+}
+
+template <class Binding>
+auto BindRaggedGluCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // lhs
+      .template Arg<ffi::AnyBuffer>()            // w_gate
+      .template Arg<ffi::AnyBuffer>()            // w_up
+      .template Arg<ffi::AnyBuffer>()            // group_sizes
+      .template Arg<ffi::AnyBuffer>()            // bias_gate (empty: none)
+      .template Arg<ffi::AnyBuffer>()            // bias_up (empty: none)
+      .template Ret<ffi::AnyBuffer>()            // out
+      .template Ret<ffi::AnyBuffer>()            // aux_gate (empty: not wanted)
+      .template Ret<ffi::AnyBuffer>()            // aux_up (empty: not wanted)
       .template Attr<int64_t>("activation");
 }
 
@@ -76,6 +92,17 @@ inline ffi::ErrorOr<GroupedProblem> DecodeRagged(const ffi::AnyBuffer& lhs, cons
   return p;
 }
 
+// An optional (rows, cols) buffer of `type`: *data = null when it has no elements, else its
+// data; false when it has elements but not that shape or type.
+inline bool OptionalMatrix(const ffi::AnyBuffer& x, ffi::DataType type, int64_t rows, int64_t cols, void** data) {
+  *data = nullptr;
+  if (x.element_count() == 0) return true;
+  const auto dims = x.dimensions();
+  if (x.element_type() != type || dims.size() != 2 || dims[0] != rows || dims[1] != cols) return false;
+  *data = x.untyped_data();
+  return true;
+}
+
 // The epilogue's buffers and activation into p (decoded as mode 0).
 inline ffi::Error DecodeRaggedEpilogue(GroupedProblem* problem, const ffi::AnyBuffer& bias,
                                        const ffi::AnyBuffer& residual, const ffi::AnyBuffer& out,
@@ -86,29 +113,51 @@ inline ffi::Error DecodeRaggedEpilogue(GroupedProblem* problem, const ffi::AnyBu
                                        ", residual" + ShapeString(residual.dimensions()) + ", aux" +
                                        ShapeString(aux.dimensions()) + ", out" + ShapeString(out.dimensions()) + ")");
   };
-  auto is_matrix = [](auto dims, int64_t rows, int64_t cols) {
-    return dims.size() == 2 && dims[0] == rows && dims[1] == cols;
-  };
   if (!IsActivation(static_cast<int>(activation))) return fail("unknown activation " + std::to_string(activation));
   p.activation = static_cast<Activation>(activation);
-  if (bias.element_count() > 0) {
-    if (bias.element_type() != ffi::DataType::F32 || !is_matrix(bias.dimensions(), p.groups, p.n)) {
-      return fail("bias must be float32 (g, n)");
-    }
-    p.bias = static_cast<const float*>(bias.untyped_data());
+  void *b = nullptr, *r = nullptr;
+  if (!OptionalMatrix(bias, ffi::DataType::F32, p.groups, p.n, &b)) return fail("bias must be float32 (g, n)");
+  if (!OptionalMatrix(residual, out.element_type(), p.m, p.n, &r)) {
+    return fail("residual must be (m, n) of the output's type");
   }
-  if (residual.element_count() > 0) {
-    if (residual.element_type() != out.element_type() || !is_matrix(residual.dimensions(), p.m, p.n)) {
-      return fail("residual must be (m, n) of the output's type");
-    }
-    p.residual = residual.untyped_data();
+  if (!OptionalMatrix(aux, out.element_type(), p.m, p.n, &p.aux)) return fail("aux must be (m, n) of the output's type");
+  p.bias = static_cast<const float*>(b);
+  p.residual = r;
+  return ffi::Error::Success();
+}
+
+// jaxgemm_ragged_glu's buffers into p (lhs, w_gate, group_sizes and out decoded as mode 0).
+inline ffi::Error DecodeRaggedGlu(GroupedProblem* problem, const ffi::AnyBuffer& w_up, const ffi::AnyBuffer& bias_gate,
+                                  const ffi::AnyBuffer& bias_up, const ffi::AnyBuffer& out,
+                                  const ffi::AnyBuffer& aux_gate, const ffi::AnyBuffer& aux_up, int64_t activation) {
+  GroupedProblem& p = *problem;
+  auto fail = [&](const std::string& why) {
+    return ffi::Error::InvalidArgument(
+        "jaxgemm_ragged_glu: " + why + " (w_up" + ShapeString(w_up.dimensions()) + ", bias_gate" +
+        ShapeString(bias_gate.dimensions()) + ", bias_up" + ShapeString(bias_up.dimensions()) + ", aux_gate" +
+        ShapeString(aux_gate.dimensions()) + ", aux_up" + ShapeString(aux_up.dimensions()) + ")");
+  };
+  const auto du = w_up.dimensions();
+  ElementType up_type;
+  if (!ToElementType(w_up.element_type(), &up_type) || up_type != p.in_type || du.size() != 3 || du[0] != p.groups ||
+      du[1] != p.k || du[2] != p.n) {
+    return fail("w_up must be w_gate's shape and type");
   }
-  if (aux.element_count() > 0) {
-    if (aux.element_type() != out.element_type() || !is_matrix(aux.dimensions(), p.m, p.n)) {
-      return fail("aux must be (m, n) of the output's type");
-    }
-    p.aux = aux.untyped_data();
+  if (!IsActivation(static_cast<int>(activation))) return fail("unknown activation " + std::to_string(activation));
+  p.mode = GroupedMode::kRowsGated;
+  p.activation = static_cast<Activation>(activation);
+  p.rhs_up = w_up.untyped_data();
+  void *bg = nullptr, *bu = nullptr;
+  if (!OptionalMatrix(bias_gate, ffi::DataType::F32, p.groups, p.n, &bg) ||
+      !OptionalMatrix(bias_up, ffi::DataType::F32, p.groups, p.n, &bu)) {
+    return fail("biases must be float32 (g, n)");
   }
+  if (!OptionalMatrix(aux_gate, out.element_type(), p.m, p.n, &p.aux) ||
+      !OptionalMatrix(aux_up, out.element_type(), p.m, p.n, &p.aux_up) || (p.aux == nullptr) != (p.aux_up == nullptr)) {
+    return fail("aux_gate and aux_up: both (m, n) of the output's type, or neither");
+  }
+  p.bias = static_cast<const float*>(bg);
+  p.bias_up = static_cast<const float*>(bu);
   return ffi::Error::Success();
 }
 

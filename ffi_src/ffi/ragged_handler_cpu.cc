@@ -1,4 +1,4 @@
-// jaxgemm_ragged_dot and jaxgemm_ragged_epilogue on the host platform: the reference
+// jaxgemm_ragged_dot, jaxgemm_ragged_epilogue and jaxgemm_ragged_glu on the host platform: the reference
 // semantics (gemm/cpu_grouped.h), run by CI without a GPU; the calls' contract is
 // ffi/ragged_decode.h's.
 #include <cstring>
@@ -37,6 +37,22 @@ ffi::Error RaggedEpilogueCpuImpl(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::An
   return ffi::Error::Success();
 }
 
+ffi::Error RaggedGluCpuImpl(ffi::AnyBuffer lhs, ffi::AnyBuffer w_gate, ffi::AnyBuffer w_up, ffi::AnyBuffer group_sizes,
+                            ffi::AnyBuffer bias_gate, ffi::AnyBuffer bias_up, ffi::Result<ffi::AnyBuffer> out,
+                            ffi::Result<ffi::AnyBuffer> aux_gate, ffi::Result<ffi::AnyBuffer> aux_up,
+                            int64_t activation) {
+  auto problem = DecodeRagged(lhs, w_gate, group_sizes, *out, 0);
+  if (!problem.has_value()) return problem.error();
+  GroupedProblem p = *problem;
+  auto error = DecodeRaggedGlu(&p, w_up, bias_gate, bias_up, *out, *aux_gate, *aux_up, activation);
+  if (error.failure()) return error;
+  Poison(out);
+  Poison(aux_gate);
+  Poison(aux_up);
+  CpuGroupedGemm(p);
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace jaxgemm
 
@@ -44,3 +60,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedDotCpu, jaxgemm::RaggedCpuImpl,
                               jaxgemm::BindRaggedCall(xla::ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedEpilogueCpu, jaxgemm::RaggedEpilogueCpuImpl,
                               jaxgemm::BindRaggedEpilogueCall(xla::ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedGluCpu, jaxgemm::RaggedGluCpuImpl,
+                              jaxgemm::BindRaggedGluCall(xla::ffi::Ffi::Bind()));

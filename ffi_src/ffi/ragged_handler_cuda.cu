@@ -1,4 +1,4 @@
-// jaxgemm_ragged_dot and jaxgemm_ragged_epilogue on CUDA: the grouped Hopper GEMM
+// jaxgemm_ragged_dot, jaxgemm_ragged_epilogue and jaxgemm_ragged_glu on CUDA: the grouped Hopper GEMM
 // (gemm/sm90/grouped.h); the calls' contract is ffi/ragged_decode.h's.
 #include <string>
 
@@ -45,6 +45,29 @@ ffi::Error RaggedEpilogueCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::
   return ffi::Error::Success();
 }
 
+ffi::Error RaggedGluCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer w_gate, ffi::AnyBuffer w_up,
+                             ffi::AnyBuffer group_sizes, ffi::AnyBuffer bias_gate, ffi::AnyBuffer bias_up,
+                             ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> aux_gate,
+                             ffi::Result<ffi::AnyBuffer> aux_up, int64_t activation) {
+  auto problem = DecodeRagged(lhs, w_gate, group_sizes, *out, 0);
+  if (!problem.has_value()) return problem.error();
+  GroupedProblem p = *problem;
+  auto error = DecodeRaggedGlu(&p, w_up, bias_gate, bias_up, *out, *aux_gate, *aux_up, activation);
+  if (error.failure()) return error;
+  const std::string unsupported = GroupedUnsupported(p);
+  if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_ragged_glu: " + unsupported);
+  if (PoisonOutputs()) {
+    for (auto* buffer : {&out, &aux_gate, &aux_up}) {
+      if ((*buffer)->size_bytes()) {
+        JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync((*buffer)->untyped_data(), 0xff, (*buffer)->size_bytes(), stream));
+      }
+    }
+  }
+  const cudaError_t status = RunGroupedGemm(p, stream);
+  if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_ragged_glu kernel launch");
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace jaxgemm
 
@@ -54,5 +77,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedDotCuda, jaxgemm::RaggedCudaImpl,
                               {xla::ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedEpilogueCuda, jaxgemm::RaggedEpilogueCudaImpl,
                               jaxgemm::BindRaggedEpilogueCall(
+                                  xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmRaggedGluCuda, jaxgemm::RaggedGluCudaImpl,
+                              jaxgemm::BindRaggedGluCall(
                                   xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
                               {xla::ffi::Traits::kCmdBufferCompatible});

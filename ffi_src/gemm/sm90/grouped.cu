@@ -21,7 +21,7 @@ static_assert(GroupedPolicy::kBM == kGroupedTileM && GroupedPolicy::kBN == kGrou
                   GroupedPolicy::kBK == kGroupedTileK,
               "the tile grouped_items.h names (the module's grouped_walk walks it)");
 
-template <class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
+template <class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction, bool kGated = false>
 cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
   using P = GroupedPolicy;
   Sm90GroupedArgs args{};
@@ -43,6 +43,10 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
     TmaMatrix b{p.rhs, p.in_type, cols, rows, cols, p.groups, rows * cols};
     args.b_per_group = p.groups > 1;
     status = EncodeTmaMap(&args.b, b, kTransB ? P::kBK : 64, kTransB ? P::kBN : P::kBK);
+    if (kGated && status == cudaSuccess) {  // the up weights, read as the gate's
+      TmaMatrix up{p.rhs_up, p.in_type, cols, rows, cols, p.groups, rows * cols};
+      status = EncodeTmaMap(&args.b_up, up, 64, P::kBK);
+    }
   }
   if (status != cudaSuccess) return status;
   // D as rows of n for the TMA-store epilogue: 64 rows x 128 bytes a box, as the dense
@@ -55,14 +59,18 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
   args.bias = p.bias;
   args.residual = p.residual;
   args.aux = p.aux;
+  args.bias_up = p.bias_up;
+  args.aux_up = p.aux_up;
 
   using Layout = Sm90GroupedLayout<P>;
-  auto kernel = Sm90GroupedKernel<P, TIn, TOut, kTransA, kTransB, kContraction>;
+  auto kernel = Sm90GroupedKernel<P, TIn, TOut, kTransA, kTransB, kContraction, kGated>;
   status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kSmemBytes);
   if (status != cudaSuccess) return status;
   // Items: at most every group's rows in whole tiles (one partial tile per group, and the
-  // rows of no group), by column tiles; or every group's (k, n) tiles.
-  const int64_t tiles_n = (p.n + P::kBN - 1) / P::kBN;
+  // rows of no group), by column tiles (kGated: of half the tile); or every group's (k, n)
+  // tiles.
+  constexpr int kItemCols = kGated ? P::kBN / 2 : P::kBN;
+  const int64_t tiles_n = (p.n + kItemCols - 1) / kItemCols;
   const int64_t items = kContraction ? p.groups * ((p.k + P::kBM - 1) / P::kBM) * tiles_n
                                      : ((p.m + P::kBM - 1) / P::kBM + p.groups + 1) * tiles_n;
   const int blocks = static_cast<int>(std::min<int64_t>(std::max(CurrentDeviceSmCount(), 1), items));
@@ -76,6 +84,9 @@ cudaError_t LaunchMode(const GroupedProblem& p, cudaStream_t stream) {
     case GroupedMode::kRows: return Launch<TIn, TOut, false, false, false>(p, stream);
     case GroupedMode::kRowsRhsT: return Launch<TIn, TOut, false, true, false>(p, stream);
     case GroupedMode::kContraction: return Launch<TIn, TOut, true, false, true>(p, stream);
+    case GroupedMode::kRowsGated:  // 16-bit outputs only (GroupedUnsupported)
+      if constexpr (sizeof(TOut) == 2) return Launch<TIn, TOut, false, false, false, true>(p, stream);
+      return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;
 }
@@ -103,9 +114,11 @@ std::string GroupedUnsupported(const GroupedProblem& p) {
       p.m * p.n >= (int64_t{1} << 40)) {
     return "grouped GEMM: dims too large";
   }
-  if (p.HasEpilogue() && (p.mode == GroupedMode::kContraction || p.out_type != p.in_type || p.k == 0)) {
+  const bool gated = p.mode == GroupedMode::kRowsGated;
+  if ((p.HasEpilogue() || gated) && (p.mode == GroupedMode::kContraction || p.out_type != p.in_type || p.k == 0)) {
     return "grouped GEMM: the epilogue is the row modes', with k >= 1 and an output of the inputs' type";
   }
+  if (gated && (p.rhs_up == nullptr || p.residual != nullptr)) return "grouped GEMM: the gated mode takes rhs_up, no residual";
   if (CurrentDeviceComputeCapability() != 90) return "grouped GEMM: needs an sm_90 GPU (Hopper)";
   return "";
 }

@@ -39,6 +39,7 @@ namespace jaxgemm {
 // read MN-major, B = rhs (m, n)).
 struct Sm90GroupedArgs {
   CUtensorMap a, b;
+  CUtensorMap b_up;  // kRowsGated: the up weights (b: the gate's)
   CUtensorMap d;  // D as (rows, n): row modes (m, n); contraction (groups x k, n)
   bool tma_store;  // d is valid (D's rows are 16-byte multiples)
   // 1, as a kernel parameter: the boxes' words are then products, not the accumulators'
@@ -57,12 +58,16 @@ struct Sm90GroupedArgs {
   const float* bias;
   const void* residual;
   void* aux;
+  const float* bias_up;  // kRowsGated (Sm90GroupedGluEpilogue)
+  void* aux_up;
 };
 
-// The groups' tables, in shared memory, and the items they define (grouped_items.h).
-template <class P, bool kContraction>
+// The groups' tables, in shared memory, and the items they define (grouped_items.h): items
+// of kItemCols columns of D (kRowsGated: half the tile, whose two halves multiply the gate's
+// and the up weights' same columns).
+template <class P, bool kContraction, int kItemCols = P::kBN>
 struct Sm90GroupTable {
-  using Items = GroupedItemTable<P::kBM, P::kBN, P::kBK, kContraction>;
+  using Items = GroupedItemTable<P::kBM, kItemCols, P::kBK, kContraction>;
   int32_t* row_end;
   int32_t* item_end;
 
@@ -137,9 +142,8 @@ struct Sm90GroupTable {
 #if defined(JG_SM90_ENABLED)
 
 // The producer thread: every item's k-tiles into the ring.
-template <class P, bool kTransA, bool kTransB, bool kContraction>
-__device__ __forceinline__ void Sm90GroupedProduce(const Sm90GroupedArgs& args,
-                                                   const Sm90GroupTable<P, kContraction>& table,
+template <class P, bool kTransA, bool kTransB, bool kGated, class Table>
+__device__ __forceinline__ void Sm90GroupedProduce(const Sm90GroupedArgs& args, const Table& table,
                                                    unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
                                                    uint64_t* empty) {
   Sm90ProducerRing<P> ring(full, empty);
@@ -158,18 +162,22 @@ __device__ __forceinline__ void Sm90GroupedProduce(const Sm90GroupedArgs& args,
 #pragma unroll
         for (int j = 0; j < P::kBM / 64; ++j) TmaLoad2d(sa + j * P::kMnBlockTileBytes, &args.a, bar, w.row0 + 64 * j, k0);
       }
-      auto load_b = [&](void* dst, int c0, int c1) {
+      auto load_b = [&](const CUtensorMap* map, void* dst, int c0, int c1) {
         if (args.b_per_group) {
-          TmaLoad3d(dst, &args.b, bar, c0, c1, w.group);
+          TmaLoad3d(dst, map, bar, c0, c1, w.group);
         } else {
-          TmaLoad2d(dst, &args.b, bar, c0, c1);
+          TmaLoad2d(dst, map, bar, c0, c1);
         }
       };
       if constexpr (kTransB) {  // rhs (g, n, k): a box of kBN rows
-        load_b(sb, k0, w.n0);
-      } else {  // (k, n) rows: 64-wide n blocks
+        load_b(&args.b, sb, k0, w.n0);
+      } else {  // (k, n) rows: 64-wide n blocks; kGated: the gate's, then the up weights' same ones
+        constexpr int kHalf = P::kBN / 128;
 #pragma unroll
-        for (int j = 0; j < P::kBN / 64; ++j) load_b(sb + j * P::kMnBlockBytes, w.n0 + 64 * j, k0);
+        for (int j = 0; j < P::kBN / 64; ++j) {
+          const bool up = kGated && j >= kHalf;
+          load_b(up ? &args.b_up : &args.b, sb + j * P::kMnBlockBytes, w.n0 + 64 * (up ? j - kHalf : j), k0);
+        }
       }
       ring.Advance();
     }
@@ -312,10 +320,119 @@ __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args,
   }
 }
 
+// v = the 16 values of 32-column chunk c of this thread's fragments (one m64 block):
+// v[h][2 u + x] is row 16 warp + lane / 4 + 8 h, column 32 c + 8 u + 2 (lane % 4) + x. As
+// Sm90TakeBlock (epilogue.cuh), for a runtime c: an if-else chain of compile-time indices
+// ending in an unconditional else, the copies volatile moves that stay in their branches.
+template <class P, int kC = 0>
+__device__ __forceinline__ void Sm90TakeChunk(const float (&acc)[1][P::kBN / 2], int c, float (&v)[2][8]) {
+  auto take = [&] {
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          asm volatile("mov.b32 %0, %1;" : "=f"(v[h][2 * u + x]) : "f"(acc[0][4 * (4 * kC + u) + 2 * h + x]));
+        }
+  };
+  if constexpr (kC == P::kBN / 32 - 1) {
+    take();
+  } else if (c == kC) {
+    take();
+  } else {
+    Sm90TakeChunk<P, kC + 1>(acc, c, v);
+  }
+}
+
+// kRowsGated's epilogue on a consumer's 64 rows of an item: the tile's first half of columns
+// holds the gate's product and the second half the up weights' product of the same 128
+// columns of D (a thread holds both: fragment columns j and j + kBN / 16). Per 64 columns
+// of D (a runtime loop, as Sm90GroupedEpilogue), in two chunks of 32 so that the gate's and
+// the up values fit beside the accumulators: z = round(product) + bias for each, out =
+// act(z_gate) * z_up; rows of no group 0. Aux and aux_up (the two z) go first, in a pass of
+// their own.
+template <class P, class TOut>
+__device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedArgs& args,
+                                                       const float (&acc)[1][P::kBN / 2], const GroupedWork& w,
+                                                       int first_row, unsigned char* box, int wg) {
+  static_assert(sizeof(TOut) == 2 && kSm90BoxCols<TOut> == 64, "the epilogue's blocks are its boxes");
+  constexpr int kHalfChunks = P::kBN / 64;  // 32-column chunks per half of the tile
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  const bool in_group = w.group < args.groups;
+  const bool boxed = args.tma_store && w.row0 + first_row + 64 <= w.row_end;
+  const bool pairs = args.n % 2 == 0;
+  const int64_t bias_row = int64_t{w.group} * args.n;
+  const float* bias_gate = args.bias != nullptr && in_group ? args.bias + bias_row : nullptr;
+  const float* bias_up = args.bias_up != nullptr && in_group ? args.bias_up + bias_row : nullptr;
+  auto* out = static_cast<TOut*>(args.out);
+  const Sm90BoxWriter<TOut> writer(Sm90BoxWriter<TOut>::FragmentRow(0), Sm90BoxWriter<TOut>::FragmentRow(1));
+  int32_t rows[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) rows[h] = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
+  // Column of value pair u of chunk c (of D's columns, from the item's first).
+  auto col = [&](int c, int u) { return w.n0 + 32 * c + 8 * u + 2 * (lane % 4); };
+  // v = round(v) + bias (0 on rows of no group), stored to `to` (an aux) where given.
+  auto add_bias = [&](float (&v)[2][8], int c, const float* bias, void* to) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int32_t j = col(c, u);
+      float2 add = make_float2(0.f, 0.f);
+      if (bias != nullptr) {
+        add = make_float2(j < args.n ? __ldg(bias + j) : 0.f, j + 1 < args.n ? __ldg(bias + j + 1) : 0.f);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        v[h][2 * u] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u])) + add.x : 0.f;
+        v[h][2 * u + 1] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u + 1])) + add.y : 0.f;
+        if (to != nullptr && rows[h] < w.row_end && j < args.n) {
+          Sm90StorePair<TOut>(static_cast<TOut*>(to) + int64_t{rows[h]} * args.n + j, v[h][2 * u], v[h][2 * u + 1],
+                              pairs, j + 1 < args.n);
+        }
+      }
+    }
+  };
+  if (args.aux != nullptr) {  // first the two z, one chunk at a time (beside y's, they spilled)
+#pragma unroll 1
+    for (int c = 0; c < 2 * kHalfChunks; ++c) {
+      float v[2][8];
+      Sm90TakeChunk<P>(acc, c, v);
+      const bool up = c >= kHalfChunks;
+      add_bias(v, up ? c - kHalfChunks : c, up ? bias_up : bias_gate, up ? args.aux_up : args.aux);
+    }
+  }
+#pragma unroll 1
+  for (int b = 0; b < kHalfChunks / 2; ++b) {  // 64 columns of D: one box
+    uint32_t words[16];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int c = 2 * b + half;
+      float gate[2][8], up[2][8];
+      Sm90TakeChunk<P>(acc, c, gate);
+      Sm90TakeChunk<P>(acc, c + kHalfChunks, up);
+      add_bias(gate, c, bias_gate, nullptr);
+      add_bias(up, c, bias_up, nullptr);
+      if (in_group) ActivateAll<true>(args.activation, gate);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float y0 = gate[h][2 * u] * up[h][2 * u], y1 = gate[h][2 * u + 1] * up[h][2 * u + 1];
+          const int32_t j = col(c, u);
+          if (!boxed && rows[h] < w.row_end && j < args.n) {
+            Sm90StorePair<TOut>(out + int64_t{rows[h]} * args.n + j, y0, y1, pairs, j + 1 < args.n);
+          }
+          words[2 * (4 * half + u) + h] = PackPair<TOut>(y0, y1);
+        }
+      }
+    }
+    if (boxed) Sm90GroupedStoreBox<TOut>(args, writer, words, w.row0 + first_row, w.n0 + 64 * b, box, wg);
+  }
+}
+
 // Consumer warpgroup wg: rows [64 wg, 64 wg + 64) of every item's tile.
-template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
-__device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
-                                                   const Sm90GroupTable<P, kContraction>& table, int wg,
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction, bool kGated, class Table>
+__device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args, const Table& table, int wg,
                                                    unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
                                                    uint64_t* empty, unsigned char* box) {
   // The descriptors of Sm90ConsumerMma (mainloop.cuh): K-major steps 32 B, MN-major two 8-row groups.
@@ -361,7 +478,10 @@ __device__ __forceinline__ void Sm90GroupedConsume(const Sm90GroupedArgs& args,
     WgmmaWaitGroup<0>();
     if (previous >= 0 && lane == 0) MbarrierArrive(&empty[previous]);
 
-    if constexpr (!kContraction && sizeof(TOut) == 2) {
+    if constexpr (kGated) {
+      Sm90GroupedGluEpilogue<P, TOut>(args, acc, w, first_row, box, wg);
+      continue;
+    } else if constexpr (!kContraction && sizeof(TOut) == 2) {
       if (args.epilogue) {
         Sm90GroupedEpilogue<P, TOut>(args, acc, w, first_row, box, wg);
         continue;
@@ -406,7 +526,7 @@ struct Sm90GroupedLayout {
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
 };
 
-template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction>
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction, bool kGated>
 __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid_constant__ Sm90GroupedArgs args) {
 #if defined(JG_SM90_ENABLED)
   static_assert(!P::kPingpong && P::kConsumers == 2 && !P::kSwapped && P::kClusterM == 1,
@@ -431,17 +551,17 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
     }
     FenceMbarrierInit();
   }
-  Sm90GroupTable<P, kContraction> table{row_end, item_end};
+  Sm90GroupTable<P, kContraction, kGated ? P::kBN / 2 : P::kBN> table{row_end, item_end};
   table.Build(args, sizes);  // (its __syncthreads also publishes the barriers)
 
   if (threadIdx.x < 128) {
     SetMaxRegistersDecrease<P::kProducerRegisters>();
-    if (threadIdx.x == 0) Sm90GroupedProduce<P, kTransA, kTransB, kContraction>(args, table, tiles_a, tiles_b, full, empty);
+    if (threadIdx.x == 0) Sm90GroupedProduce<P, kTransA, kTransB, kGated>(args, table, tiles_a, tiles_b, full, empty);
   } else {
     SetMaxRegistersIncrease<P::kConsumerRegisters>();
     const int wg = threadIdx.x / 128 - 1;
-    Sm90GroupedConsume<P, TIn, TOut, kTransA, kTransB, kContraction>(args, table, wg, tiles_a, tiles_b, full, empty,
-                                                                      boxes + wg * P::kOutBoxBytes);
+    Sm90GroupedConsume<P, TIn, TOut, kTransA, kTransB, kContraction, kGated>(args, table, wg, tiles_a, tiles_b, full,
+                                                                              empty, boxes + wg * P::kOutBoxBytes);
   }
 #endif
 }
