@@ -7,6 +7,7 @@ from jaxgemm.gemm import GemmConfig, gemm_p
 from jaxgemm.matmul import matmul
 from jaxgemm.nn import dense
 from jaxgemm.ragged import ragged_dot
+from jaxgemm.ragged_glu import ragged_glu
 
-__all__ = ["ACTIVATIONS", "ConvConfig", "GemmConfig", "WITH_CUDA", "conv2d", "dense", "gemm_p", "matmul", "ragged_dot"]
+__all__ = ["ACTIVATIONS", "ConvConfig", "GemmConfig", "WITH_CUDA", "conv2d", "dense", "gemm_p", "matmul", "ragged_dot", "ragged_glu"]
 __version__ = "0.1.0"

@@ -139,6 +139,28 @@ def epilogue_times(case: Case, routing: str, activation: str, iterations: int) -
     return {"case": case.name, "routing": routing, **{f"{k}_ms": v for k, v in times.items()}, "rel_err": error}
 
 
+def glu_times(case: Case, routing: str, iterations: int) -> dict:
+    """Forward ms of a SwiGLU expert layer's first half: ragged_glu (one grouped kernel for
+    both weights) against silu(ragged_dot(x, w_gate)) * ragged_dot(x, w_up) (two products,
+    then XLA's elementwise pass)."""
+    keys = jax.random.split(jax.random.key(2), 3)
+    x = jax.random.normal(keys[0], (case.rows, case.k), jnp.bfloat16)
+    w_gate, w_up = ((jax.random.normal(key, (case.groups, case.k, case.n), jnp.float32) / np.sqrt(case.k))
+                    .astype(x.dtype) for key in keys[1:])  # fmt: skip
+    sizes = jnp.asarray(group_sizes(case.rows, case.groups, routing))
+    fns = {
+        "fused": lambda x, wg, wu, s: jaxgemm.ragged_glu(x, wg, wu, s),
+        "unfused": lambda x, wg, wu, s: (jax.nn.silu(jaxgemm.ragged_dot(x, wg, s).astype(jnp.float32))
+                                         * jaxgemm.ragged_dot(x, wu, s)).astype(x.dtype),
+    }  # fmt: skip
+    times = time_alternating_ms({k: jax.jit(f) for k, f in fns.items()}, (x, w_gate, w_up, sizes), iterations,
+                                rounds=2)[0]  # fmt: skip
+    error = _rel_error(*(jax.jit(f)(x, w_gate, w_up, sizes) for f in fns.values()))
+    flops = 4.0 * case.rows * case.k * case.n
+    return {"case": case.name, "routing": routing, **{f"{k}_ms": v for k, v in times.items()},
+            "tflops": flops / times["fused"] / 1e9, "rel_err": error}  # fmt: skip
+
+
 def run_case(case: Case, routing: str, iterations: int, breakdown: bool = False, xla: bool = True) -> dict:
     keys = jax.random.split(jax.random.key(0), 4)
     dtype = jnp.bfloat16
@@ -240,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                         "files of --json) instead of measuring")  # fmt: skip
     parser.add_argument("--title", help="the plot's title (--from)")
     parser.add_argument("--no-xla", action="store_true", help="skip XLA's ragged dot and the padded formulation")
+    parser.add_argument("--glu", action="store_true",
+                        help="instead: ragged_glu (SwiGLU's two products in one kernel) against two ragged_dots")
     parser.add_argument("--epilogue", metavar="ACTIVATION",
                         help="instead: the forward with a bias and this activation, fused against unfused")  # fmt: skip
     parser.add_argument("--breakdown", action="store_true",
@@ -262,6 +286,14 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_ragged: no GPU; these shapes take minutes per case on a CPU (--cases tiny checks the script)",
               file=sys.stderr)  # fmt: skip
         return 1
+    if args.glu:
+        print(f"{'case':8} {'routing':9} {'fused ms':>9} {'unfused ms':>11} {'TFLOP/s':>8} {'rel err':>8}")
+        for name in cases:
+            for routing in args.routings.split(","):
+                r = glu_times(CASES[name], routing, args.iterations)
+                print(f"{r['case']:8} {r['routing']:9} {r['fused_ms']:9.2f} {r['unfused_ms']:11.2f} "
+                      f"{r['tflops']:8.0f} {r['rel_err']:8.1e}")  # fmt: skip
+        return 0
     if args.epilogue:
         print(f"{'case':8} {'routing':9} {'fused ms':>9} {'unfused ms':>11} {'plain ms':>9} {'rel err':>8}")
         for name in cases:

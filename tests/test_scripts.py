@@ -79,6 +79,14 @@ def test_bench_ragged_epilogue_fused_against_unfused():
     assert float(line.split()[-1]) < 1e-2, out  # fused and unfused agree
 
 
+def test_bench_ragged_glu_fused_against_unfused():
+    rc, out, err = run("-m", "jaxgemm.bench_ragged", "--cases", "tiny", "--routings", "balanced", "--iterations", "1",
+                       "--glu")  # fmt: skip
+    assert rc == 0, err
+    line = next(row for row in out.splitlines() if row.startswith("tiny"))
+    assert float(line.split()[-1]) < 1e-2, out
+
+
 def test_bench_ragged_says_its_shapes_need_a_gpu():
     rc, _, err = run("-m", "jaxgemm.bench_ragged", "--cases", "mixtral")
     assert rc == 1 and "no GPU" in err, err
