@@ -16,6 +16,9 @@
 // next item's k-loop starts; rows cut by the item's end go from the accumulators straight to
 // global memory, masked by row and column. The row modes' optional epilogue (bias per group,
 // activation, residual, aux: GroupedProblem) is applied on the way (Sm90GroupedEpilogue).
+//   Gated mode (kRowsGated, a gated linear unit): an item is 128 columns of D, its tile's
+//   halves the gate's and the up weights' products of them (two tensor maps), combined by
+//   Sm90GroupedGluEpilogue.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
