@@ -134,6 +134,32 @@ def test_sharded_jit(split):
     assert (counts["all-reduce"] > 0) == (split == "k"), counts
 
 
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs several devices (tests/conftest.py asks for 8)")
+def test_shard_map_and_explicit_mode():
+    """Token groups per device inside shard_map (default checks), forward and the gradient of
+    the replicated weights; and rows split in Explicit mode, the result typed like them."""
+    n_dev = 2 ** int(np.log2(min(len(jax.devices()), 8)))
+    lhs, w_gate, w_up, _, _ = inputs(50, m=8 * n_dev)
+    sizes = np.array([[2, 1, 0, 3, 0]] * n_dev, np.int32)  # two rows of each device's eight past the sum
+    mesh = jax.make_mesh((n_dev,), ("x",), axis_types=(AxisType.Auto,), devices=jax.devices()[:n_dev])
+    f = jax.shard_map(lambda a, wg, wu, s: ragged_glu(a, wg, wu, s[0]), mesh=mesh, in_specs=(P("x"), P(), P(), P("x")),
+                      out_specs=P("x"))  # fmt: skip
+    out = jax.jit(f)(lhs, w_gate, w_up, jnp.asarray(sizes))
+    want = np.concatenate([reference(lhs[8 * i:8 * i + 8], w_gate, w_up, sizes[i]) for i in range(n_dev)])
+    assert rel(out, want) <= 1e-5
+    grad = jax.jit(jax.grad(lambda wg: jnp.sum(f(lhs, wg, w_up, jnp.asarray(sizes)) ** 2)))(w_gate)
+    want_grad = sum(jax.grad(lambda wg: jnp.sum(sliced(lhs[8 * i:8 * i + 8], wg, w_up, sizes[i], jnp.zeros((5, 40)),
+                                                       jnp.zeros((5, 40))) ** 2))(w_gate) for i in range(n_dev))  # fmt: skip
+    assert rel(grad, want_grad) <= 1e-5
+    explicit = jax.make_mesh((n_dev,), ("x",), axis_types=(AxisType.Explicit,), devices=jax.devices()[:n_dev])
+    with jax.set_mesh(explicit):
+        x = jax.device_put(lhs, NamedSharding(explicit, P("x", None)))
+        all_sizes = jnp.array([20, 0, 30, 4, 10], jnp.int32)
+        typed = jax.jit(lambda a: ragged_glu(a, w_gate, w_up, all_sizes))(x)
+        assert jax.typeof(typed).sharding.spec == P("x", None)
+    assert rel(typed, reference(lhs, w_gate, w_up, all_sizes)) <= 1e-5
+
+
 def test_bad_input_names_the_shapes():
     lhs, w_gate, w_up, bias_gate, _ = inputs(4)
     sizes = jnp.array(PATTERNS["balanced"], jnp.int32)
