@@ -26,7 +26,7 @@ import numpy as np
 from jax.interpreters import ad
 
 from jaxgemm import activations
-from jaxgemm.epilogue import _present
+from jaxgemm.epilogue import _present, _to_front
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import SCATTER, Op, Result, Rule, canonical_out_sharding, constrain_output, define
 from jaxgemm.ragged import (_REPLICATED, _bias_rows, _dot_local, _fused_kernel_runs, _local_sizes, _precision,
@@ -86,8 +86,7 @@ def _local(lhs, w_gate, w_up, group_sizes, *rest, out_dtype, precision, activati
 def _batch(args, dims, *, want_aux, **params):
     """vmap: the two products and the combination as separate ops (as ragged_dot's epilogue)."""
     size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    moved = [jnp.broadcast_to(a[None], (size, *a.shape)) if d is None else jnp.moveaxis(a, d, 0)
-             for a, d in zip(args, dims)]  # fmt: skip
+    moved = [_to_front(a, d, size) for a, d in zip(args, dims)]
 
     def one(lhs, w_gate, w_up, group_sizes, *rest):
         product = dict(out_dtype=params["out_dtype"], precision=params["precision"])
