@@ -28,9 +28,9 @@ from jax.interpreters import ad
 from jaxgemm import activations
 from jaxgemm.epilogue import _present, _to_front
 from jaxgemm.gemm import SUPPORTED_DTYPES
-from jaxgemm.primitive import SCATTER, Op, Result, Rule, canonical_out_sharding, constrain_output, define
+from jaxgemm.primitive import Op, Result, Rule, canonical_out_sharding, constrain_output, define
 from jaxgemm.ragged import (_REPLICATED, _bias_rows, _dot_local, _fused_kernel_runs, _local_sizes, _precision,
-                            ragged_dot_op)  # fmt: skip
+                            _result_sizes, ragged_dot_op)  # fmt: skip
 
 _FLAGS = ("has_bias_gate", "has_bias_up")
 
@@ -78,8 +78,7 @@ def _local(lhs, w_gate, w_up, group_sizes, *rest, out_dtype, precision, activati
     product = dict(out_dtype=out_dtype, precision=precision, platform=platform, axes=axes)
     (p_gate,) = _dot_local(lhs, w_gate, group_sizes, **product)
     (p_up,) = _dot_local(lhs, w_up, group_sizes, **product)
-    rows_split = {"m": axes.get("m", ()) + axes.get(SCATTER + "m", ())}
-    sizes = _local_sizes(group_sizes, p_gate.shape[0], rows_split)
+    sizes = _result_sizes(group_sizes, p_gate.shape[0], axes)
     return _glu_in_jax(p_gate, p_up, sizes, bias_gate, bias_up, activation, want_aux)
 
 
