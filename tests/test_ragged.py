@@ -159,6 +159,7 @@ def test_hessian():
         assert rel(got, want) <= 1e-5, argnum
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's two lowerings (on a GPU the kernel runs)")
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("lowering", ["ffi", "xla"])
 def test_cpu_lowerings_agree(lowering, dtype, monkeypatch):
