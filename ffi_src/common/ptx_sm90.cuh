@@ -183,6 +183,13 @@ __device__ __forceinline__ uint32_t LoadShared32(uint32_t addr) {
   return value;
 }
 
+// Two 32-bit words from an 8-byte aligned shared-memory address (as LoadShared32).
+__device__ __forceinline__ uint2 LoadShared64(uint32_t addr) {
+  uint2 value;
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(value.x), "=r"(value.y) : "r"(addr));
+  return value;
+}
+
 // Makes this thread's ordinary shared-memory writes visible to the async proxy (TMA).
 __device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 

@@ -254,15 +254,63 @@ __device__ __forceinline__ void Sm90GroupedStoreBoxes(const Sm90GroupedArgs& arg
   }
 }
 
+// This consumer's bias stage (a shared-memory address): after the consumers' boxes, one
+// stage each (Sm90GroupedLayout). Found from the box where it is used: one more pointer
+// held through the k-loop spilled.
+template <class P>
+__device__ __forceinline__ uint32_t Sm90GroupedBiasStage(unsigned char* box, int wg) {
+  return SharedAddress(box) + (P::kConsumers - wg) * P::kOutBoxBytes + wg * P::kBN * 4;
+}
+
+// Stage values 2 j and 2 j + 1.
+__device__ __forceinline__ float2 StagedPair(uint32_t stage, int j) {
+  const uint2 word = LoadShared64(stage + 8 * j);
+  return make_float2(__uint_as_float(word.x), __uint_as_float(word.y));
+}
+
+// An item's bias columns into this consumer's stage (P::kBN floats), one coalesced load
+// per thread and two values: stage[i] = parts[i / kWidth][col0 + i % kWidth] with kWidth =
+// kBN / kParts (kRowsGated: the gate's then the up weights' bias of the item's columns); 0
+// past n or where a part is absent. Loaded where each value pair was used, every pair had
+// waited for its own L2 round trip: 32 a tile, +32 % on the 8-expert forward with a bias.
+template <class P, int kParts>
+__device__ __forceinline__ void Sm90GroupedStageBias(uint32_t stage, const float* const (&parts)[kParts], int32_t col0,
+                                                     int32_t n, int wg) {
+  constexpr int kWidth = P::kBN / kParts;
+  const int tid = threadIdx.x % 128;
+  float value[P::kBN / 128];
+#pragma unroll
+  for (int r = 0; r < P::kBN / 128; ++r) {
+    const int i = tid + 128 * r;
+    const float* part = parts[i / kWidth];
+    const int32_t col = col0 + i % kWidth;
+    value[r] = part != nullptr && col < n ? __ldg(part + col) : 0.f;
+  }
+  NamedBarrierSync(1 + wg, 128);  // the previous item's blocks have read the stage
+#pragma unroll
+  for (int r = 0; r < P::kBN / 128; ++r) StoreShared32(stage + 4 * (tid + 128 * r), __float_as_uint(value[r]));
+  NamedBarrierSync(1 + wg, 128);
+}
+
+// Two adjacent 16-bit values of a row (0 past n) as one word: one load where `pairs`.
+template <class TOut>
+__device__ __forceinline__ uint32_t LoadPairWord(const TOut* row, int32_t col, int32_t n, bool pairs) {
+  if (pairs && col + 1 < n) return __ldg(reinterpret_cast<const unsigned int*>(row + col));
+  const float2 x = LoadBiasPair(row, col, n, false);
+  return PackPair<TOut>(x.x, x.y);
+}
+
 // The row modes' epilogue (GroupedProblem's, 16-bit outputs) on a consumer's 64 rows of an
 // item: z = round(product) + bias[group], out = act(z) + residual, aux = round(z); rows of
 // no group (the item past the groups, whose accumulators hold stale sums) out = residual,
 // aux = 0. One 64-column block per iteration of a runtime loop, so that the activation's
 // code exists once; Sm90TakeBlock brings the block's 32 values out of the accumulators with
 // compile-time indices and ActivateAll applies the dense epilogue's activations (hardware
-// tanh / exp for 16-bit outputs), as the dense kernel's fused epilogue does. A block of 64
-// rows that all lie in the item goes out through the box (one box is 64 columns); other
-// rows, and aux, go straight to global memory, masked by row and column.
+// tanh / exp for 16-bit outputs), as the dense kernel's fused epilogue does. The bias comes
+// from the item's stage (Sm90GroupedStageBias); the residual's words are loaded four column
+// pairs at a time before the first is used (two round trips a block; all sixteen at once spilled). A block of 64 rows that all lie in the
+// item goes out through the box (one box is 64 columns); other rows, and aux, go straight
+// to global memory, masked by row and column.
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args, const float (&acc)[1][P::kBN / 2],
                                                     const GroupedWork& w, int first_row, unsigned char* box, int wg) {
@@ -271,7 +319,9 @@ __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args,
   const bool in_group = w.group < args.groups;
   const bool boxed = args.tma_store && w.row0 + first_row + 64 <= w.row_end;
   const bool pairs = args.n % 2 == 0;
-  const float* bias = args.bias != nullptr && in_group ? args.bias + int64_t{w.group} * args.n : nullptr;
+  const bool with_bias = args.bias != nullptr && in_group;
+  const uint32_t stage = Sm90GroupedBiasStage<P>(box, wg);
+  if (with_bias) Sm90GroupedStageBias<P, 1>(stage, {args.bias + int64_t{w.group} * args.n}, w.n0, args.n, wg);
   const auto* residual = static_cast<const TOut*>(args.residual);
   auto* out = static_cast<TOut*>(args.out);
   auto* aux = static_cast<TOut*>(args.aux);
@@ -281,17 +331,14 @@ __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args,
   for (int h = 0; h < 2; ++h) rows[h] = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
   // v[h][2 u + x]: row rows[h], column col(u) + x of the block.
   auto col = [&](int b, int u) { return w.n0 + 64 * b + 8 * u + 2 * (lane % 4); };
+  auto live = [&](int b, int u, int h) { return rows[h] < w.row_end && col(b, u) < args.n; };
 #pragma unroll 1
   for (int b = 0; b < P::kBN / 64; ++b) {
     float v[2][16];
     Sm90TakeBlock<P>(acc, b, v);
 #pragma unroll
     for (int u = 0; u < 8; ++u) {  // v = z (0 on rows of no group), stored as aux
-      float2 add = make_float2(0.f, 0.f);
-      if (bias != nullptr) {
-        add = make_float2(col(b, u) < args.n ? __ldg(bias + col(b, u)) : 0.f,
-                          col(b, u) + 1 < args.n ? __ldg(bias + col(b, u) + 1) : 0.f);
-      }
+      const float2 add = with_bias ? StagedPair(stage, 32 * b + 4 * u + lane % 4) : make_float2(0.f, 0.f);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         v[h][2 * u] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u])) + add.x : 0.f;
@@ -303,21 +350,32 @@ __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args,
       }
     }
     if (in_group) ActivateAll<true>(args.activation, v);
-    uint32_t words[16];
+    uint32_t words[16];  // out's, where four column pairs' residual words came first
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {  // out = v + residual
+    for (int q = 0; q < 2; ++q) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool live = rows[h] < w.row_end && col(b, u) < args.n;
-        const int64_t row_start = int64_t{rows[h]} * args.n;
-        float2 y = make_float2(v[h][2 * u], v[h][2 * u + 1]);
-        if (residual != nullptr && live) {
-          const float2 r = LoadBiasPair(residual + row_start, col(b, u), args.n, pairs);
-          y = make_float2(y.x + r.x, y.y + r.y);
+      for (int u = 4 * q; u < 4 * q + 4; ++u)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          words[2 * u + h] = residual != nullptr && live(b, u, h)
+                                 ? LoadPairWord(residual + int64_t{rows[h]} * args.n, col(b, u), args.n, pairs)
+                                 : 0u;
         }
-        if (!boxed && live) Sm90StorePair<TOut>(out + row_start + col(b, u), y.x, y.y, pairs, col(b, u) + 1 < args.n);
-        words[2 * u + h] = PackPair<TOut>(y.x, y.y);
-      }
+#pragma unroll
+      for (int u = 4 * q; u < 4 * q + 4; ++u)  // out = v + residual
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float2 y = make_float2(v[h][2 * u], v[h][2 * u + 1]);
+          if (residual != nullptr) {
+            TOut r[2];
+            memcpy(r, &words[2 * u + h], 4);
+            y = make_float2(y.x + ToFloat(r[0]), y.y + ToFloat(r[1]));
+          }
+          if (!boxed && live(b, u, h)) {
+            Sm90StorePair<TOut>(out + int64_t{rows[h]} * args.n + col(b, u), y.x, y.y, pairs, col(b, u) + 1 < args.n);
+          }
+          words[2 * u + h] = PackPair<TOut>(y.x, y.y);
+        }
     }
     if (boxed) Sm90GroupedStoreBox<TOut>(args, writer, words, w.row0 + first_row, w.n0 + 64 * b, box, wg);
   }
@@ -360,14 +418,19 @@ __device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedArgs& ar
                                                        const float (&acc)[1][P::kBN / 2], const GroupedWork& w,
                                                        int first_row, unsigned char* box, int wg) {
   static_assert(sizeof(TOut) == 2 && kSm90BoxCols<TOut> == 64, "the epilogue's blocks are its boxes");
+  const uint32_t stage = Sm90GroupedBiasStage<P>(box, wg);
   constexpr int kHalfChunks = P::kBN / 64;  // 32-column chunks per half of the tile
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
   const bool in_group = w.group < args.groups;
   const bool boxed = args.tma_store && w.row0 + first_row + 64 <= w.row_end;
   const bool pairs = args.n % 2 == 0;
   const int64_t bias_row = int64_t{w.group} * args.n;
-  const float* bias_gate = args.bias != nullptr && in_group ? args.bias + bias_row : nullptr;
-  const float* bias_up = args.bias_up != nullptr && in_group ? args.bias_up + bias_row : nullptr;
+  const bool with_bias = (args.bias != nullptr || args.bias_up != nullptr) && in_group;
+  if (with_bias) {
+    const float* gate = args.bias != nullptr ? args.bias + bias_row : nullptr;
+    const float* up = args.bias_up != nullptr ? args.bias_up + bias_row : nullptr;
+    Sm90GroupedStageBias<P, 2>(stage, {gate, up}, w.n0, args.n, wg);
+  }
   auto* out = static_cast<TOut*>(args.out);
   const Sm90BoxWriter<TOut> writer(Sm90BoxWriter<TOut>::FragmentRow(0), Sm90BoxWriter<TOut>::FragmentRow(1));
   int32_t rows[2];
@@ -375,15 +438,13 @@ __device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedArgs& ar
   for (int h = 0; h < 2; ++h) rows[h] = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
   // Column of value pair u of chunk c (of D's columns, from the item's first).
   auto col = [&](int c, int u) { return w.n0 + 32 * c + 8 * u + 2 * (lane % 4); };
-  // v = round(v) + bias (0 on rows of no group), stored to `to` (an aux) where given.
-  auto add_bias = [&](float (&v)[2][8], int c, const float* bias, void* to) {
+  // v = round(v) + the stage's bias of `part` (0: the gate's, 1: the up weights'; 0 on rows
+  // of no group), stored to `to` (an aux) where given.
+  auto add_bias = [&](float (&v)[2][8], int c, int part, void* to) {
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int32_t j = col(c, u);
-      float2 add = make_float2(0.f, 0.f);
-      if (bias != nullptr) {
-        add = make_float2(j < args.n ? __ldg(bias + j) : 0.f, j + 1 < args.n ? __ldg(bias + j + 1) : 0.f);
-      }
+      const float2 add = with_bias ? StagedPair(stage, (P::kBN / 2 * part + j - w.n0) / 2) : make_float2(0.f, 0.f);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         v[h][2 * u] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u])) + add.x : 0.f;
@@ -401,7 +462,7 @@ __device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedArgs& ar
       float v[2][8];
       Sm90TakeChunk<P>(acc, c, v);
       const bool up = c >= kHalfChunks;
-      add_bias(v, up ? c - kHalfChunks : c, up ? bias_up : bias_gate, up ? args.aux_up : args.aux);
+      add_bias(v, up ? c - kHalfChunks : c, up, up ? args.aux_up : args.aux);
     }
   }
 #pragma unroll 1
@@ -413,8 +474,8 @@ __device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedArgs& ar
       float gate[2][8], up[2][8];
       Sm90TakeChunk<P>(acc, c, gate);
       Sm90TakeChunk<P>(acc, c + kHalfChunks, up);
-      add_bias(gate, c, bias_gate, nullptr);
-      add_bias(up, c, bias_up, nullptr);
+      add_bias(gate, c, 0, nullptr);
+      add_bias(up, c, 1, nullptr);
       if (in_group) ActivateAll<true>(args.activation, gate);
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
@@ -525,7 +586,9 @@ struct Sm90GroupedLayout {
   static constexpr int kTableBytes = 2 * (kMaxGroupedGroups + 1) * 4 + kMaxGroupedGroups * 4;
   static constexpr int kBarrierBytes = 2 * P::kStages * 8;
   static constexpr int kBoxBytes = P::kConsumers * P::kOutBoxBytes;  // one output box per consumer
-  static constexpr int kSmemBytes = P::kStages * P::kStageBytes + kBoxBytes + kBarrierBytes + kTableBytes + 1024;
+  static constexpr int kBiasStageBytes = P::kConsumers * P::kBN * 4;  // an item's bias per consumer
+  static constexpr int kSmemBytes =
+      P::kStages * P::kStageBytes + kBoxBytes + kBiasStageBytes + kBarrierBytes + kTableBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
 };
 
@@ -538,7 +601,7 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
   unsigned char* boxes = tiles_b + P::kStages * P::kTileBBytes;  // 1 KB aligned, as the swizzle needs
-  uint64_t* full = reinterpret_cast<uint64_t*>(boxes + Sm90GroupedLayout<P>::kBoxBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(boxes + Sm90GroupedLayout<P>::kBoxBytes + Sm90GroupedLayout<P>::kBiasStageBytes);
   uint64_t* empty = full + P::kStages;
   int32_t* row_end = reinterpret_cast<int32_t*>(empty + P::kStages);
   int32_t* item_end = row_end + kMaxGroupedGroups + 1;
