@@ -620,6 +620,24 @@ def test_grouped_kernel_epilogue(pattern, activation, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [131, 520])
+def test_grouped_kernel_epilogue_columns(n):
+    """The epilogue's bias stage and residual words where n is odd (no pair loads or
+    stores, no TMA store) and where an item's columns pass n inside a tile of 256 (the
+    stage's columns past n are 0), with the items of one group sharing a stage in turn."""
+    m, k = 700, 72
+    sizes = jnp.array(GPU_SIZES["ragged"], jnp.int32)
+    keys = jax.random.split(jax.random.key(11), 4)
+    lhs = jax.random.normal(keys[0], (m, k), jnp.float32).astype(jnp.bfloat16)
+    rhs = (jax.random.normal(keys[1], (len(sizes), k, n), jnp.float32) / np.sqrt(k)).astype(jnp.bfloat16)
+    bias = jax.random.normal(keys[2], (len(sizes), n), jnp.float32)
+    residual = jax.random.normal(keys[3], (m, n), jnp.float32).astype(jnp.bfloat16)
+    f = jax.jit(lambda x, w, b, r: ragged_dot(x, w, sizes, bias=b, activation="silu", residual=r))
+    assert f.lower(lhs, rhs, bias, residual).compile().as_text().count("jaxgemm_ragged_epilogue") >= 1
+    assert rel(f(lhs, rhs, bias, residual), reference(lhs, rhs, sizes, bias, "silu", residual)) <= 1e-2
+
+
+@pytest.mark.gpu
 def test_grouped_kernel_moe_shape():
     """Eight experts of a few hundred rows each, skewed, at sizes where each group spans many tiles."""
     m, k, n, g = 4096, 512, 1024, 8
