@@ -304,11 +304,12 @@ def device_summary():
     return f"{jax.device_count()} x {getattr(d, 'device_kind', d.platform)} ({jax.default_backend()})"
 
 
-def write_compare(out_dir, name, runs, config, throughput_unit, throughput_per_step, log_y=False):
+def write_compare(out_dir, name, runs, config, throughput_unit, throughput_per_step, log_y=False, device=None):
     """runs: {backend: {"curve": [[step, loss], ...], "eval": [[step, loss], ...],
     "eval_name": str, "summary": str, "step_ms": float, ...}}. Writes out_dir/name.json and
     name.png (the train loss of both backends on one axis, their held-out losses dashed; the
-    median step time and throughput side by side); returns the two paths."""
+    median step time and throughput side by side); returns the two paths. `device` names
+    the machine (default: this process's devices; a plot redrawn from a JSON passes its own)."""
     import matplotlib
     import matplotlib.ticker
 
@@ -316,7 +317,7 @@ def write_compare(out_dir, name, runs, config, throughput_unit, throughput_per_s
     import matplotlib.pyplot as plt
 
     os.makedirs(out_dir, exist_ok=True)
-    report = {"device": device_summary(), "config": config, "runs": runs}
+    report = {"device": device or device_summary(), "config": config, "runs": runs}
     json_path = os.path.join(out_dir, name + ".json")
     with open(json_path, "w") as f:
         json.dump(report, f, indent=1)
@@ -341,7 +342,8 @@ def write_compare(out_dir, name, runs, config, throughput_unit, throughput_per_s
                          fontsize=8, color="gray")
     if log_y:
         ax_loss.set_yscale("log")
-        ax_loss.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        # "%g": 0.0001, not ScalarFormatter's fixed three decimals ("0.000").
+        ax_loss.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}"))
         ax_loss.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax_loss.set_xlabel("step")
     ax_loss.set_ylabel("loss (nats)")
