@@ -332,6 +332,20 @@ def _epi_batch(args, dims, *, want_aux, **params):
     return outs, [0] * len(outs)
 
 
+def _affine_tangent(lhs, dlhs, w, dw, dbias, group_sizes, out_dtype, precision):
+    """The tangent of lhs @ w[group] + bias[group] (bilinear, then linear in the bias): the
+    sum of the parts whose tangents are given, or None where none is."""
+    product = dict(out_dtype=out_dtype, precision=precision)
+    parts = []
+    if dlhs is not None:
+        parts.append(ragged_dot_op.bind(dlhs, w, group_sizes, **product)[0])
+    if dw is not None:
+        parts.append(ragged_dot_op.bind(lhs, dw, group_sizes, **product)[0])
+    if dbias is not None:
+        parts.append(_bias_rows(dbias, group_sizes, lhs.shape[0]).astype(out_dtype))
+    return functools.reduce(jnp.add, parts) if parts else None
+
+
 def _epi_jvp(primals, tangents, *, out_dtype, precision, activation, want_aux, has_bias, has_residual,
              out_sharding=None):  # fmt: skip
     lhs, rhs, group_sizes, *rest = primals
@@ -344,18 +358,11 @@ def _epi_jvp(primals, tangents, *, out_dtype, precision, activation, want_aux, h
                                    want_aux=keep_z, has_bias=has_bias, has_residual=has_residual,
                                    out_sharding=out_sharding)  # fmt: skip
     y, z = outs[0], (outs[1] if keep_z else None)
-    product = dict(out_dtype=out_dtype, precision=precision)
-    parts = []
-    if dlhs is not None:
-        parts.append(ragged_dot_op.bind(dlhs, rhs, group_sizes, **product)[0])
-    if drhs is not None:
-        parts.append(ragged_dot_op.bind(lhs, drhs, group_sizes, **product)[0])
-    if dbias is not None:
-        parts.append(_bias_rows(dbias, group_sizes, lhs.shape[0]).astype(out_dtype))
-    if not parts and dres is None:
+    t = _affine_tangent(lhs, dlhs, rhs, drhs, dbias, group_sizes, out_dtype, precision)
+    if t is None and dres is None:
         zero = ad.Zero.from_primal_value(y)
         return [y, z] if want_aux else [y], [zero] * (2 if want_aux else 1)
-    t = functools.reduce(jnp.add, parts) if parts else jnp.zeros_like(y)
+    t = jnp.zeros_like(y) if t is None else t
     ydot = t if activation is None else epilogue_tangent(t, None, y if from_output else z, activation)
     if dres is not None:
         ydot = ydot + dres.astype(y.dtype)

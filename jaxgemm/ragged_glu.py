@@ -29,8 +29,8 @@ from jaxgemm import activations
 from jaxgemm.epilogue import _present, _to_front
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import Op, Result, Rule, canonical_out_sharding, constrain_output, define
-from jaxgemm.ragged import (_REPLICATED, _bias_rows, _dot_local, _fused_kernel_runs, _local_sizes, _precision,
-                            _result_sizes, ragged_dot_op)  # fmt: skip
+from jaxgemm.ragged import (_REPLICATED, _affine_tangent, _bias_rows, _dot_local, _fused_kernel_runs, _local_sizes,
+                            _precision, _result_sizes, ragged_dot_op)  # fmt: skip
 
 _FLAGS = ("has_bias_gate", "has_bias_up")
 
@@ -106,18 +106,8 @@ def _jvp(primals, tangents, *, out_dtype, precision, activation, want_aux, has_b
     out, z_gate, z_up = ragged_glu_op.bind(*primals, out_dtype=out_dtype, precision=precision, activation=activation,
                                            want_aux=True, has_bias_gate=has_bias_gate, has_bias_up=has_bias_up,
                                            out_sharding=out_sharding)  # fmt: skip
-    product = dict(out_dtype=out_dtype, precision=precision)
-
-    def tangent(w, dw, dbias):  # of lhs @ w[group] + bias[group], or None
-        parts = []
-        if dlhs is not None:
-            parts.append(ragged_dot_op.bind(dlhs, w, group_sizes, **product)[0])
-        if dw is not None:
-            parts.append(ragged_dot_op.bind(lhs, dw, group_sizes, **product)[0])
-        if dbias is not None:
-            parts.append(_bias_rows(dbias, group_sizes, lhs.shape[0]).astype(out_dtype))
-        return functools.reduce(jnp.add, parts) if parts else None
-
+    tangent = functools.partial(_affine_tangent, lhs, dlhs, group_sizes=group_sizes, out_dtype=out_dtype,
+                                precision=precision)  # fmt: skip
     t_gate, t_up = tangent(w_gate, dw_gate, dbias_gate), tangent(w_up, dw_up, dbias_up)
     primal_out = [out, z_gate, z_up] if want_aux else [out]
     if t_gate is None and t_up is None:

@@ -123,7 +123,8 @@ def test_cnn_example_compares_both_backends(tmp_path):
 
 def test_example_kernels_checks_both_backends_and_says_it_times_on_a_gpu_only():
     _needs_example_packages()
-    rc, out, err = run(os.path.join(ROOT, "tools", "example_kernels.py"), "--example", "cnn", "--size", "cpu", "--check")
+    tool = os.path.join(ROOT, "tools", "example_kernels.py")
+    rc, out, err = run(tool, "--example", "cnn", "--size", "cpu", "--check")
     assert rc == 0 and "largest relative difference" in out, out + err
-    rc, _, err = run(os.path.join(ROOT, "tools", "example_kernels.py"), "--size", "cpu")
+    rc, _, err = run(tool, "--size", "cpu")
     assert rc == 1 and "need a GPU" in err, err

@@ -91,7 +91,8 @@ def main(argv=None):
         else:
             show(backend, kernel_medians(fn, (state, x, y), args.iterations), args.top)
     if args.check:  # the same parameters and batch: the same gradients, to the dtype's rounding
-        worst = max(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30) for a, b in zip(grads["jaxgemm"], grads["xla"]))
+        pairs = zip(grads["jaxgemm"], grads["xla"])
+        worst = max(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30) for a, b in pairs)
         print(f"{len(grads['xla'])} gradients; largest relative difference jaxgemm / xla {worst:.1e}")
         if not np.isfinite(worst) or worst > 0.05:
             sys.exit(1)

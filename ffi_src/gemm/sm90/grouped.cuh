@@ -308,9 +308,10 @@ __device__ __forceinline__ uint32_t LoadPairWord(const TOut* row, int32_t col, i
 // compile-time indices and ActivateAll applies the dense epilogue's activations (hardware
 // tanh / exp for 16-bit outputs), as the dense kernel's fused epilogue does. The bias comes
 // from the item's stage (Sm90GroupedStageBias); the residual's words are loaded four column
-// pairs at a time before the first is used (two round trips a block; all sixteen at once spilled). A block of 64 rows that all lie in the
-// item goes out through the box (one box is 64 columns); other rows, and aux, go straight
-// to global memory, masked by row and column.
+// pairs at a time before the first is used (two round trips a block; all sixteen at once
+// spilled). A block of 64 rows that all lie in the item goes out through the box (one box
+// is 64 columns); other rows, and aux, go straight to global memory, masked by row and
+// column.
 template <class P, class TOut>
 __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args, const float (&acc)[1][P::kBN / 2],
                                                     const GroupedWork& w, int first_row, unsigned char* box, int wg) {
@@ -601,7 +602,9 @@ __global__ void __launch_bounds__(P::kThreads, 1) Sm90GroupedKernel(const __grid
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
   unsigned char* boxes = tiles_b + P::kStages * P::kTileBBytes;  // 1 KB aligned, as the swizzle needs
-  uint64_t* full = reinterpret_cast<uint64_t*>(boxes + Sm90GroupedLayout<P>::kBoxBytes + Sm90GroupedLayout<P>::kBiasStageBytes);
+  using Layout = Sm90GroupedLayout<P>;
+  // The boxes, then the consumers' bias stages (Sm90GroupedBiasStage), then the barriers.
+  uint64_t* full = reinterpret_cast<uint64_t*>(boxes + Layout::kBoxBytes + Layout::kBiasStageBytes);
   uint64_t* empty = full + P::kStages;
   int32_t* row_end = reinterpret_cast<int32_t*>(empty + P::kStages);
   int32_t* item_end = row_end + kMaxGroupedGroups + 1;
