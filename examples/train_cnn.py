@@ -235,7 +235,8 @@ def train(backend, cfg, data, mesh, args):
     run["test_accuracy"], run["test_loss"] = evaluate(model, x_test, y_test, mesh)
     run["summary"] = f"test accuracy {run['test_accuracy']:.2%}"
     print(f"[{backend}] test accuracy {run['test_accuracy']:.2%} (loss {run['test_loss']:.3f}); "
-          f"median step {run['step_ms']:.1f} ms ({run['images_per_s']:,.0f} images/s); "
+          f"median step {run['step_ms']:.1f} ms ({run['images_per_s']:,.0f} images/s; the host's batch "
+          f"{run['batch_ms']:.1f} ms); "
           f"{run['steps_run']} steps in {run['wall_s']:.1f} s")
     return run
 

@@ -284,7 +284,8 @@ def train(backend, cfg, train_data, val_data, mesh, args):
     run["val_loss"] = mean_loss(model, val_data, cfg, mesh, args.seed)
     run["summary"] = f"final val loss {run['val_loss']:.3f}"
     print(f"[{backend}] final train loss {run['train_loss']:.3f}, val loss {run['val_loss']:.3f}; "
-          f"median step {run['step_ms']:.1f} ms ({run['tokens_per_s']:,.0f} tokens/s); "
+          f"median step {run['step_ms']:.1f} ms ({run['tokens_per_s']:,.0f} tokens/s; the host's batch "
+          f"{run['batch_ms']:.1f} ms); "
           f"{run['steps_run']} steps in {run['wall_s']:.1f} s")
     if args.sample:
         print(f"[{backend}] sample: {sample(model, args.prompt, args.sample, cfg.context, args.seed)!r}")
