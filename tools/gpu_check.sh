@@ -11,13 +11,17 @@
 # Suites: jaxgemm.bench's (simt, tc, epilogue, smoke, all), "none", "conv" / "conv-bf16"
 # (jaxgemm.bench_conv, both dtypes / bfloat16 only), and "tiles" (tools/simt_tile_sweep.py
 # and tools/sm90_tile_sweep.py: every forced tile against XLA), comma-separated.
-# Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check.
+# Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check; the SASS and the
+# benchmarks' stderr to /tmp/jaxgemm_scratch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 suite=${1:-tc,epilogue}
 test_args=${2:-tests}
 out=${OUT:-/tmp/jaxgemm_check}
-mkdir -p "$out"
+# The SASS and the benchmarks' stderr go to $scratch, not $out: the device tool brings back
+# at most 8 files from $out, and the logs (tests.log above all) must be among them.
+scratch=${JAXGEMM_CHECK_SCRATCH:-/tmp/jaxgemm_scratch}
+mkdir -p "$out" "$scratch"
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 # -P: import the installed jaxgemm, not the source folder in the working directory.
 py="python3 -P"
@@ -55,19 +59,19 @@ else
 fi
 
 so=$($py -c "import glob, os, jaxgemm; print(glob.glob(os.path.join(os.path.dirname(jaxgemm.__file__), '_jaxgemm*.so'))[0])")
-cuobjdump -sass "$so" >"$out/all.sass" 2>&1
-# One kernel's SASS into $out/$1.sass: the first function, in the sm_90a code only (the
+cuobjdump -sass "$so" >"$scratch/all.sass" 2>&1
+# One kernel's SASS into $scratch/$1.sass: the first function, in the sm_90a code only (the
 # library also holds sm_80 code, where the sm90 kernels are empty), whose name matches every
 # regex that follows.
 sass_of() {
   local name=$1 cond='arch == "sm_90a"'
   shift
   for re in "$@"; do cond="$cond && /$re/"; done
-  awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = '"$cond"'} f' "$out/all.sass" >"$out/$name.sass"
+  awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = '"$cond"'} f' "$scratch/all.sass" >"$scratch/$name.sass"
 }
-# "label: NAME=count ..." for NAME=REGEX arguments: lines of $out/$2.sass matching REGEX.
+# "label: NAME=count ..." for NAME=REGEX arguments: lines of $scratch/$2.sass matching REGEX.
 counts() {
-  local label=$1 file="$out/$2.sass" line
+  local label=$1 file="$scratch/$2.sass" line
   shift 2
   line="$label:"
   for pair in "$@"; do line="$line ${pair%%=*}=$(grep -cE "${pair#*=}" "$file")"; done
@@ -77,9 +81,10 @@ counts() {
 sass_of flagship SimtGemmKernel SimtPolicyILi128ELi128ELi16ELi0ELi3E EffLb0ELb0ELb1EE
 # The sm90 GEMM's clustered 128x256 bf16 NN instance, and the one-consumer 64x128 one (their
 # plain-epilogue instances, Sm90Epilogues::kPlain).
-# Policy arguments: tile N, pingpong, cluster blocks, element bytes, consumer warpgroups.
-sass_of sm90 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi256ELb0ELi2ELi2ELi2EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
-sass_of sm90_1 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi128ELb0ELi1ELi2ELi1EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
+# Policy arguments: tile N, pingpong, cluster blocks, element bytes, consumer warpgroups,
+# swapped.
+sass_of sm90 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi256ELb0ELi2ELi2ELi2ELb0EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
+sass_of sm90_1 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi128ELb0ELi1ELi2ELi1ELb0EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
 # The conv fprop instance of the same kernel (pingpong bf16).
 sass_of sm90_conv Sm90GemmKernel Sm90ConvFpropLoads Sm90PolicyILi128ELb1E nv_bfloat16S3_
 local_access='LDL/STL=LDL|STL' tma='HGMMA=HGMMA UTMALDG=UTMALDG UTMASTG=UTMASTG'
@@ -91,8 +96,8 @@ $(counts "sm90 conv fprop SASS (pingpong bf16)" sm90_conv HGMMA=HGMMA 'UTMALDG.I
 gemm_suites=$(echo "$suite" | tr ',' '\n' | grep -vE '^(conv|conv-bf16|none|tiles)$' | paste -sd, -)
 : >"$out/bench.txt"
 if [ -n "$gemm_suites" ]; then
-  $py -m jaxgemm.bench --suite "$gemm_suites" --json "$out/bench.json" >>"$out/bench.txt" 2>"$out/bench.err" ||
-    tail -20 "$out/bench.err"
+  $py -m jaxgemm.bench --suite "$gemm_suites" --json "$out/bench.json" >>"$out/bench.txt" 2>"$scratch/bench.err" ||
+    tail -20 "$scratch/bench.err"
 fi
 conv_dtypes=""
 case ",$suite," in
@@ -100,13 +105,13 @@ case ",$suite," in
   *,conv-bf16,*) conv_dtypes=bfloat16 ;;
 esac
 if [ -n "$conv_dtypes" ]; then
-  $py -m jaxgemm.bench_conv --dtypes "$conv_dtypes" --json "$out/bench_conv.json" >>"$out/bench.txt" 2>"$out/bench_conv.err" ||
-    tail -20 "$out/bench_conv.err"
+  $py -m jaxgemm.bench_conv --dtypes "$conv_dtypes" --json "$out/bench_conv.json" >>"$out/bench.txt" 2>"$scratch/bench_conv.err" ||
+    tail -20 "$scratch/bench_conv.err"
 fi
 case ",$suite," in
   *,tiles,*)
     for sweep in simt_tile_sweep sm90_tile_sweep; do
-      $py "tools/$sweep.py" >>"$out/bench.txt" 2>"$out/$sweep.err" || tail -20 "$out/$sweep.err"
+      $py "tools/$sweep.py" >>"$out/bench.txt" 2>"$scratch/$sweep.err" || tail -20 "$scratch/$sweep.err"
     done ;;
 esac
 
