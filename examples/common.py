@@ -7,6 +7,8 @@ example keeps its data, its model, its loss and its config.
 from __future__ import annotations
 
 import argparse
+import collections
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -240,6 +242,39 @@ def update_step(loss_fn):
     return nnx.jit(step)
 
 
+class Prefetcher:
+    """batch(step) for the steps [start, stop), made `depth` steps ahead on a worker thread
+    (numpy's loops release the GIL), so that the host makes the next batches while the
+    device runs this step; the time each batch took to make is kept in `seconds`."""
+
+    def __init__(self, batch, start, stop, depth=2):
+        self._batch, self._next, self._stop, self.seconds = batch, start, stop, []
+        self._pool = concurrent.futures.ThreadPoolExecutor(1)
+        self._pending = collections.deque()
+        for _ in range(depth):
+            self._submit()
+
+    def _submit(self):
+        if self._next < self._stop:
+            self._pending.append(self._pool.submit(self._timed, self._next))
+            self._next += 1
+
+    def _timed(self, step):
+        t0 = time.perf_counter()
+        arrays = self._batch(step)
+        self.seconds.append(time.perf_counter() - t0)
+        return arrays
+
+    def next(self):
+        """The next step's batch (an error in making it is raised here)."""
+        arrays = self._pending.popleft().result()
+        self._submit()
+        return arrays
+
+    def close(self):
+        self._pool.shutdown(cancel_futures=True)
+
+
 def train(model, tx, loss_fn, batch, evaluate, *, steps, mesh, args, label, ckpt_dir, throughput, eval_name):
     """Trains `model` with the optax `tx` on `loss_fn(model, *batch(step))` for `steps` steps.
 
@@ -250,7 +285,7 @@ def train(model, tx, loss_fn, batch, evaluate, *, steps, mesh, args, label, ckpt
     --ckpt-every (--resume: restores the last first). Returns the run: {"curve": [[step, train
     loss], ...], "eval": [[step, held-out loss], ...], "eval_name", one such list for each of
     evaluate's other values, "step_ms", "<unit>_per_s", "batch_ms" (the host's median time to
-    make one step's batch, which the GPU's previous step hides), "wall_s", "steps_run"}.
+    make one step's batch, on a thread beside the steps: Prefetcher), "wall_s", "steps_run"}.
     """
     optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
     replicate(mesh, model, optimizer)
@@ -260,13 +295,10 @@ def train(model, tx, loss_fn, batch, evaluate, *, steps, mesh, args, label, ckpt
 
     step_fn = nnx.cached_partial(update_step(loss_fn), model, optimizer)  # skips re-walking the module graph
     sharding, (items, unit) = NamedSharding(mesh, P("data")), throughput
-    timer, window, t_start, batch_seconds = StepTimer(), [], time.perf_counter(), []
+    timer, window, t_start, batches = StepTimer(), [], time.perf_counter(), Prefetcher(batch, start, steps)
     bar = tqdm(range(start, steps), initial=start, total=steps, desc=f"{label:>7}", dynamic_ncols=True)
     for step in bar:
-        t_batch = time.perf_counter()
-        arrays = batch(step)
-        batch_seconds.append(time.perf_counter() - t_batch)
-        window.append(step_fn(*jax.device_put(arrays, sharding)))
+        window.append(step_fn(*jax.device_put(batches.next(), sharding)))
         done = step + 1
         if done == start + 1 or done % args.log_every == 0 or done == steps:
             loss = float(np.mean(jax.device_get(window)))  # waits for the window's steps to finish
@@ -284,8 +316,9 @@ def train(model, tx, loss_fn, batch, evaluate, *, steps, mesh, args, label, ckpt
         if done % args.eval_every == 0 or done % args.ckpt_every == 0:
             timer.restart(done)  # leave evaluation and checkpoint time out of the step time
     bar.close()
+    batches.close()
     ckpt.wait()
-    batch_ms = statistics.median(batch_seconds) * 1e3 if batch_seconds else float("nan")
+    batch_ms = statistics.median(batches.seconds) * 1e3 if batches.seconds else float("nan")
     return history | {"eval_name": eval_name, "step_ms": timer.median() * 1e3, f"{unit}_per_s": items / timer.median(),
                       "batch_ms": batch_ms, "wall_s": time.perf_counter() - t_start, "steps_run": steps - start}
 
