@@ -30,6 +30,7 @@ from jax import lax
 
 import jaxgemm
 from jaxgemm.bench import _rel_error, time_alternating_ms
+from jaxgemm.ragged import _epilogue_in_jax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,10 +116,8 @@ def _unfused_epilogue(activation):
     ragged_dot's epilogue replaces where the grouped kernel takes it)."""
 
     def dot(x, w, sizes, bias):
-        g, z = w.shape[0], jaxgemm.ragged_dot(x, w, sizes)
-        group = jnp.searchsorted(jnp.cumsum(sizes), jnp.arange(x.shape[0]), side="right")
-        z = z.astype(jnp.float32) + jnp.take(bias, jnp.minimum(group, g - 1), axis=0)
-        return jnp.where((group < g)[:, None], jaxgemm.activations.apply(activation, z), 0).astype(x.dtype)
+        z = jaxgemm.ragged_dot(x, w, sizes)
+        return _epilogue_in_jax(z, sizes, bias, activation, None, want_aux=False)[0]
 
     return dot
 

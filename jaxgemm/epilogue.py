@@ -123,9 +123,14 @@ def _to_front(x, d, size):
     return jnp.broadcast_to(x, (size,) + x.shape) if d is None else jnp.moveaxis(x, d, 0)
 
 
-def _bag_batch(args, dims, **params):
+def _all_to_front(args, dims):
+    """Every operand with its vmapped axis first, the unbatched ones broadcast to the batch."""
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    return bias_act_grad_op.bind(*(_to_front(a, d, size) for a, d in zip(args, dims)), **params), [0, 0]
+    return [_to_front(a, d, size) for a, d in zip(args, dims)]
+
+
+def _bag_batch(args, dims, **params):
+    return bias_act_grad_op.bind(*_all_to_front(args, dims), **params), [0, 0]
 
 
 def _bag_jvp(primals, tangents, *, activation, has_extra):
@@ -198,9 +203,7 @@ def _et_local(t, *rest, activation, has_bias, platform, axes):
 
 
 def _et_batch(args, dims, *, activation, has_bias):
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    moved = [_to_front(a, d, size) for a, d in zip(args, dims)]
-    return epilogue_tangent_op.bind(*moved, activation=activation, has_bias=has_bias), [0]
+    return epilogue_tangent_op.bind(*_all_to_front(args, dims), activation=activation, has_bias=has_bias), [0]
 
 
 def _et_jvp(primals, tangents, *, activation, has_bias):

@@ -40,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
-from jaxgemm.epilogue import _present, _to_front, epilogue_tangent
+from jaxgemm.epilogue import _all_to_front, _present, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import (BILINEAR, SCATTER, Op, Result, Rule, canonical_out_sharding, constrain_output,
                                define, psum_over)  # fmt: skip
@@ -163,8 +163,7 @@ def _fold_batch(args, dims):
     unbatched one broadcast), batch b's rows after batch b - 1's, and per batch one more
     group, after its own, that takes its rows past sum(group_sizes) (they must stay zero,
     or out of the weight gradient). Returns (x, y, group_sizes, batch)."""
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    x, y, group_sizes = (_to_front(a, d, size) for a, d in zip(args, dims))
+    x, y, group_sizes = _all_to_front(args, dims)
     b, m, _ = x.shape
     rest = m - group_sizes.sum(axis=1, keepdims=True)
     group_sizes = jnp.concatenate([group_sizes, rest.astype(group_sizes.dtype)], axis=1).reshape(-1)
@@ -250,9 +249,6 @@ ragged_wgrad_op = define(Op(
 # bilinear primitives above; the forward is one grouped kernel on a Hopper GPU (16-bit
 # output), else the product and the epilogue in JAX.
 
-_EPILOGUE_FLAGS = ("has_bias", "has_residual")
-
-
 def _group_of_rows(group_sizes, m):
     """Each row's group; g for rows past sum(group_sizes) (negative sizes count as 0)."""
     return jnp.searchsorted(jnp.cumsum(jnp.maximum(group_sizes, 0)), jnp.arange(m), side="right")
@@ -265,14 +261,19 @@ def _bias_rows(bias, group_sizes, m):
     return jnp.where((group < g)[:, None], rows, 0)
 
 
+def _biased(product, bias, group_sizes):
+    """product (rounded to its dtype) + bias[group of each row], in float32; 0 on rows of no
+    group (their product is 0 and they take no bias)."""
+    z = product.astype(jnp.float32)
+    return z if bias is None else z + _bias_rows(bias, group_sizes, z.shape[0])
+
+
 def _epilogue_in_jax(z, group_sizes, bias, activation, residual, want_aux):
     """[y] or [y, aux] from the product z (this device's rows), in float32, as the kernel:
     z rounded to its dtype, plus the bias, then y."""
     out_dtype = z.dtype
     in_group = (_group_of_rows(group_sizes, z.shape[0]) < group_sizes.shape[0])[:, None]
-    z = z.astype(jnp.float32)
-    if bias is not None:
-        z = z + _bias_rows(bias, group_sizes, z.shape[0])
+    z = _biased(z, bias, group_sizes)
     y = jnp.where(in_group, activations.apply(activation, z), 0)
     if residual is not None:
         y = y + residual.astype(jnp.float32)
@@ -320,15 +321,13 @@ def _fused_kernel_runs(dtype, out_dtype, platform, groups, k, n) -> bool:
 def _epi_batch(args, dims, *, want_aux, **params):
     """vmap: the product and the epilogue as separate ops (the folded product's extra groups,
     _fold_batch, would take the epilogue where their rows must take none)."""
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    moved = [_to_front(a, d, size) for a, d in zip(args, dims)]
 
     def one(lhs, rhs, group_sizes, *rest):
         (z,) = ragged_dot_op.bind(lhs, rhs, group_sizes, out_dtype=params["out_dtype"], precision=params["precision"])
         bias, residual = _present(rest, (params["has_bias"], params["has_residual"]))
         return _epilogue_in_jax(z, group_sizes, bias, params["activation"], residual, want_aux)
 
-    outs = jax.vmap(one)(*moved)
+    outs = jax.vmap(one)(*_all_to_front(args, dims))
     return outs, [0] * len(outs)
 
 

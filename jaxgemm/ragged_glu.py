@@ -26,20 +26,11 @@ import numpy as np
 from jax.interpreters import ad
 
 from jaxgemm import activations
-from jaxgemm.epilogue import _present, _to_front
+from jaxgemm.epilogue import _all_to_front, _present
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import Op, Result, Rule, canonical_out_sharding, constrain_output, define
-from jaxgemm.ragged import (_REPLICATED, _affine_tangent, _bias_rows, _dot_local, _fused_kernel_runs, _local_sizes,
+from jaxgemm.ragged import (_REPLICATED, _affine_tangent, _biased, _dot_local, _fused_kernel_runs, _local_sizes,
                             _precision, _result_sizes, ragged_dot_op)  # fmt: skip
-
-_FLAGS = ("has_bias_gate", "has_bias_up")
-
-
-def _biased(product, bias, group_sizes):
-    """product (rounded to its dtype) + bias[group of each row], in float32; 0 on rows of no
-    group (their product is 0 and they take no bias)."""
-    z = product.astype(jnp.float32)
-    return z if bias is None else z + _bias_rows(bias, group_sizes, z.shape[0])
 
 
 def _glu_in_jax(p_gate, p_up, group_sizes, bias_gate, bias_up, activation, want_aux):
@@ -84,8 +75,6 @@ def _local(lhs, w_gate, w_up, group_sizes, *rest, out_dtype, precision, activati
 
 def _batch(args, dims, *, want_aux, **params):
     """vmap: the two products and the combination as separate ops (as ragged_dot's epilogue)."""
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    moved = [_to_front(a, d, size) for a, d in zip(args, dims)]
 
     def one(lhs, w_gate, w_up, group_sizes, *rest):
         product = dict(out_dtype=params["out_dtype"], precision=params["precision"])
@@ -94,7 +83,7 @@ def _batch(args, dims, *, want_aux, **params):
         bias_gate, bias_up = _present(rest, (params["has_bias_gate"], params["has_bias_up"]))
         return _glu_in_jax(p_gate, p_up, group_sizes, bias_gate, bias_up, params["activation"], want_aux)
 
-    outs = jax.vmap(one)(*moved)
+    outs = jax.vmap(one)(*_all_to_front(args, dims))
     return outs, [0] * len(outs)
 
 

@@ -11,8 +11,7 @@
 # Suites: jaxgemm.bench's (simt, tc, epilogue, smoke, all), "none", "conv" / "conv-bf16"
 # (jaxgemm.bench_conv, both dtypes / bfloat16 only), and "tiles" (tools/simt_tile_sweep.py
 # and tools/sm90_tile_sweep.py: every forced tile against XLA), comma-separated.
-# Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check; the SASS and the
-# benchmarks' stderr to /tmp/jaxgemm_scratch.
+# Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 suite=${1:-tc,epilogue}

@@ -1,5 +1,5 @@
-// Decodes the jaxgemm_ragged_dot and jaxgemm_ragged_epilogue calls into a GroupedProblem;
-// shared by the CPU and CUDA handlers so both check the same contract:
+// Decodes the jaxgemm_ragged_dot, jaxgemm_ragged_epilogue and jaxgemm_ragged_glu calls into
+// a GroupedProblem; shared by the CPU and CUDA handlers so both check the same contract:
 //   mode 0: out (m, n) = lhs (m, k) by rhs (g, k, n), per group of rows
 //   mode 1: the same with rhs stored (g, n, k)
 //   mode 2: out (g, k, n) = lhs (m, k)^T by rhs (m, n), per group of rows (the weight gradient)
@@ -20,8 +20,8 @@ namespace jaxgemm {
 
 namespace ffi = xla::ffi;
 
-// The operands, results and attributes of jaxgemm_ragged_dot and jaxgemm_ragged_epilogue,
-// after any context the platform's handler binds first.
+// The operands, results and attributes of each call, after any context the platform's
+// handler binds first.
 template <class Binding>
 auto BindRaggedCall(Binding binding) {
   return std::move(binding).template Arg<ffi::AnyBuffer>()  // lhs

@@ -1,7 +1,8 @@
-// jaxgemm_ragged_dot, jaxgemm_ragged_epilogue and jaxgemm_ragged_glu on the host platform: the reference
-// semantics (gemm/cpu_grouped.h), run by CI without a GPU; the calls' contract is
-// ffi/ragged_decode.h's.
+// jaxgemm_ragged_dot, jaxgemm_ragged_epilogue and jaxgemm_ragged_glu on the host platform:
+// the reference semantics (gemm/cpu_grouped.h), run by CI without a GPU; the calls'
+// contract is ffi/ragged_decode.h's.
 #include <cstring>
+#include <initializer_list>
 
 #include "ffi/handlers.h"
 #include "ffi/poison.h"
@@ -11,17 +12,23 @@
 namespace jaxgemm {
 namespace {
 
-void Poison(ffi::Result<ffi::AnyBuffer>& buffer) {
-  if (PoisonOutputs() && buffer->size_bytes()) std::memset(buffer->untyped_data(), 0xff, buffer->size_bytes());
+// A decoded call run by the reference (its outputs poisoned first where
+// JAXGEMM_POISON_OUTPUTS asks).
+ffi::Error Run(const GroupedProblem& p, std::initializer_list<ffi::Result<ffi::AnyBuffer>*> outputs) {
+  if (PoisonOutputs()) {
+    for (auto* buffer : outputs) {
+      if ((*buffer)->size_bytes()) std::memset((*buffer)->untyped_data(), 0xff, (*buffer)->size_bytes());
+    }
+  }
+  CpuGroupedGemm(p);
+  return ffi::Error::Success();
 }
 
 ffi::Error RaggedCpuImpl(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::AnyBuffer group_sizes,
                          ffi::Result<ffi::AnyBuffer> out, int64_t mode) {
   auto problem = DecodeRagged(lhs, rhs, group_sizes, *out, mode);
   if (!problem.has_value()) return problem.error();
-  Poison(out);
-  CpuGroupedGemm(*problem);
-  return ffi::Error::Success();
+  return Run(*problem, {&out});
 }
 
 ffi::Error RaggedEpilogueCpuImpl(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::AnyBuffer group_sizes,
@@ -31,10 +38,7 @@ ffi::Error RaggedEpilogueCpuImpl(ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::An
   if (!problem.has_value()) return problem.error();
   GroupedProblem p = *problem;
   if (auto error = DecodeRaggedEpilogue(&p, bias, residual, *out, *aux, activation); error.failure()) return error;
-  Poison(out);
-  Poison(aux);
-  CpuGroupedGemm(p);
-  return ffi::Error::Success();
+  return Run(p, {&out, &aux});
 }
 
 ffi::Error RaggedGluCpuImpl(ffi::AnyBuffer lhs, ffi::AnyBuffer w_gate, ffi::AnyBuffer w_up, ffi::AnyBuffer group_sizes,
@@ -46,11 +50,7 @@ ffi::Error RaggedGluCpuImpl(ffi::AnyBuffer lhs, ffi::AnyBuffer w_gate, ffi::AnyB
   GroupedProblem p = *problem;
   auto error = DecodeRaggedGlu(&p, w_up, bias_gate, bias_up, *out, *aux_gate, *aux_up, activation);
   if (error.failure()) return error;
-  Poison(out);
-  Poison(aux_gate);
-  Poison(aux_up);
-  CpuGroupedGemm(p);
-  return ffi::Error::Success();
+  return Run(p, {&out, &aux_gate, &aux_up});
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// jaxgemm_ragged_dot, jaxgemm_ragged_epilogue and jaxgemm_ragged_glu on CUDA: the grouped Hopper GEMM
-// (gemm/sm90/grouped.h); the calls' contract is ffi/ragged_decode.h's.
+// jaxgemm_ragged_dot, jaxgemm_ragged_epilogue and jaxgemm_ragged_glu on CUDA: the grouped
+// Hopper GEMM (gemm/sm90/grouped.h); the calls' contract is ffi/ragged_decode.h's.
+#include <initializer_list>
 #include <string>
 
 #include "common/cuda_check.h"
@@ -11,16 +12,29 @@
 namespace jaxgemm {
 namespace {
 
+// A decoded call: refused where the grouped kernel cannot take it, else launched (its
+// outputs poisoned first where JAXGEMM_POISON_OUTPUTS asks).
+ffi::Error Launch(const GroupedProblem& p, cudaStream_t stream, const std::string& call,
+                  std::initializer_list<ffi::Result<ffi::AnyBuffer>*> outputs) {
+  const std::string unsupported = GroupedUnsupported(p);
+  if (!unsupported.empty()) return ffi::Error::InvalidArgument(call + ": " + unsupported);
+  if (PoisonOutputs()) {
+    for (auto* buffer : outputs) {
+      if ((*buffer)->size_bytes()) {
+        JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync((*buffer)->untyped_data(), 0xff, (*buffer)->size_bytes(), stream));
+      }
+    }
+  }
+  const cudaError_t status = RunGroupedGemm(p, stream);
+  if (status != cudaSuccess) return CudaErrorToFfi(status, (call + " kernel launch").c_str());
+  return ffi::Error::Success();
+}
+
 ffi::Error RaggedCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer rhs, ffi::AnyBuffer group_sizes,
                           ffi::Result<ffi::AnyBuffer> out, int64_t mode) {
   auto problem = DecodeRagged(lhs, rhs, group_sizes, *out, mode);
   if (!problem.has_value()) return problem.error();
-  const std::string unsupported = GroupedUnsupported(*problem);
-  if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_ragged_dot: " + unsupported);
-  if (PoisonOutputs()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(out->untyped_data(), 0xff, out->size_bytes(), stream));
-  const cudaError_t status = RunGroupedGemm(*problem, stream);
-  if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_ragged_dot kernel launch");
-  return ffi::Error::Success();
+  return Launch(*problem, stream, "jaxgemm_ragged_dot", {&out});
 }
 
 // bias, residual, aux: the epilogue's buffers, each of 0 elements when absent.
@@ -32,17 +46,7 @@ ffi::Error RaggedEpilogueCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::
   if (!problem.has_value()) return problem.error();
   GroupedProblem p = *problem;
   if (auto error = DecodeRaggedEpilogue(&p, bias, residual, *out, *aux, activation); error.failure()) return error;
-  const std::string unsupported = GroupedUnsupported(p);
-  if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_ragged_epilogue: " + unsupported);
-  if (PoisonOutputs()) {
-    JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(out->untyped_data(), 0xff, out->size_bytes(), stream));
-    if (aux->size_bytes()) {
-      JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));
-    }
-  }
-  const cudaError_t status = RunGroupedGemm(p, stream);
-  if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_ragged_epilogue kernel launch");
-  return ffi::Error::Success();
+  return Launch(p, stream, "jaxgemm_ragged_epilogue", {&out, &aux});
 }
 
 ffi::Error RaggedGluCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBuffer w_gate, ffi::AnyBuffer w_up,
@@ -54,18 +58,7 @@ ffi::Error RaggedGluCudaImpl(cudaStream_t stream, ffi::AnyBuffer lhs, ffi::AnyBu
   GroupedProblem p = *problem;
   auto error = DecodeRaggedGlu(&p, w_up, bias_gate, bias_up, *out, *aux_gate, *aux_up, activation);
   if (error.failure()) return error;
-  const std::string unsupported = GroupedUnsupported(p);
-  if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_ragged_glu: " + unsupported);
-  if (PoisonOutputs()) {
-    for (auto* buffer : {&out, &aux_gate, &aux_up}) {
-      if ((*buffer)->size_bytes()) {
-        JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync((*buffer)->untyped_data(), 0xff, (*buffer)->size_bytes(), stream));
-      }
-    }
-  }
-  const cudaError_t status = RunGroupedGemm(p, stream);
-  if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_ragged_glu kernel launch");
-  return ffi::Error::Success();
+  return Launch(p, stream, "jaxgemm_ragged_glu", {&out, &aux_gate, &aux_up});
 }
 
 }  // namespace

@@ -344,6 +344,7 @@ __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args,
       for (int h = 0; h < 2; ++h) {
         v[h][2 * u] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u])) + add.x : 0.f;
         v[h][2 * u + 1] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u + 1])) + add.y : 0.f;
+        // (written out, not live(): ptxas then spilled the row kernels)
         if (aux != nullptr && rows[h] < w.row_end && col(b, u) < args.n) {
           Sm90StorePair<TOut>(aux + int64_t{rows[h]} * args.n + col(b, u), v[h][2 * u], v[h][2 * u + 1], pairs,
                               col(b, u) + 1 < args.n);
@@ -439,6 +440,7 @@ __device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedArgs& ar
   for (int h = 0; h < 2; ++h) rows[h] = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
   // Column of value pair u of chunk c (of D's columns, from the item's first).
   auto col = [&](int c, int u) { return w.n0 + 32 * c + 8 * u + 2 * (lane % 4); };
+  auto live = [&](int c, int u, int h) { return rows[h] < w.row_end && col(c, u) < args.n; };
   // v = round(v) + the stage's bias of `part` (0: the gate's, 1: the up weights'; 0 on rows
   // of no group), stored to `to` (an aux) where given.
   auto add_bias = [&](float (&v)[2][8], int c, int part, void* to) {
@@ -450,7 +452,7 @@ __device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedArgs& ar
       for (int h = 0; h < 2; ++h) {
         v[h][2 * u] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u])) + add.x : 0.f;
         v[h][2 * u + 1] = in_group ? ToFloat(FromFloat<TOut>(v[h][2 * u + 1])) + add.y : 0.f;
-        if (to != nullptr && rows[h] < w.row_end && j < args.n) {
+        if (to != nullptr && live(c, u, h)) {
           Sm90StorePair<TOut>(static_cast<TOut*>(to) + int64_t{rows[h]} * args.n + j, v[h][2 * u], v[h][2 * u + 1],
                               pairs, j + 1 < args.n);
         }
@@ -484,7 +486,7 @@ __device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedArgs& ar
         for (int h = 0; h < 2; ++h) {
           const float y0 = gate[h][2 * u] * up[h][2 * u], y1 = gate[h][2 * u + 1] * up[h][2 * u + 1];
           const int32_t j = col(c, u);
-          if (!boxed && rows[h] < w.row_end && j < args.n) {
+          if (!boxed && live(c, u, h)) {
             Sm90StorePair<TOut>(out + int64_t{rows[h]} * args.n + j, y0, y1, pairs, j + 1 < args.n);
           }
           words[2 * (4 * half + u) + h] = PackPair<TOut>(y0, y1);
