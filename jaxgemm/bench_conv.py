@@ -1,4 +1,4 @@
-"""Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50 layers, in one process.
+"""Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50 layers and a one-channel first layer, in one process.
 
     python -m jaxgemm.bench_conv [--dtypes bfloat16,float32] [--batch 64] [--iterations 30] [--json out.json]
                                  [--plot out.png] [--breakdown]
@@ -48,6 +48,8 @@ RESNET50 = [
     Layer("56^2 128->128 3x3 s2", 56, 128, 128, 3, 2),
     Layer("224^2 3->64 7x7 s2", 224, 3, 64, 7, 2),
 ]
+# ResNet-50's layers and a one-channel first layer (examples/train_cnn.py's, on MNIST).
+LAYERS = RESNET50 + [Layer("28^2 1->128 3x3", 28, 1, 128, 3)]
 
 
 def _precision(dtype):
@@ -170,13 +172,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no GPU (JAX backend: {jax.default_backend()}): jaxgemm lowers to XLA's own convolution here; "
               f"batch {args.batch or 2} so that the run finishes", file=sys.stderr)
     args.batch = args.batch or (64 if jax.default_backend() == "gpu" else 2)
-    layers = RESNET50
+    layers = LAYERS
     if args.layers:
         keys = args.layers.split(",")
-        layers = [layer for layer in RESNET50 if any(key in layer.name for key in keys)]
+        layers = [layer for layer in LAYERS if any(key in layer.name for key in keys)]
         if not layers:
             parser.error(f"--layers {args.layers!r} matches no layer; the layers are: "
-                         + ", ".join(layer.name for layer in RESNET50))
+                         + ", ".join(layer.name for layer in LAYERS))
     cases = [(layer, dtype) for dtype in args.dtypes.split(",") for layer in layers]
     rows = []
     for i, (layer, dtype) in enumerate(cases):
@@ -204,7 +206,7 @@ def plot_rows(rows: list[dict], path: str) -> None:
             suites.setdefault(f"{r['dtype']} {label}", []).append(
                 {"name": r["name"], "baseline": "XLA", "ours_tflops": ours, "xla_tflops": ours / ratio,
                  "xla_over_ours": ratio})
-    plot(suites, path, f"jaxgemm.conv2d vs XLA, ResNet-50 layers, {jax.devices()[0].device_kind}")
+    plot(suites, path, f"jaxgemm.conv2d vs XLA, ResNet-50's layers and MNIST's first, {jax.devices()[0].device_kind}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ the math):
     conv2d_dgrad_p  dx from dy and w (the transposed convolution, strided ones included;
                     16-bit stride-1 ones run as a forward convolution, see conv2d_dgrad)
     conv2d_wgrad_p  dw from x and dy (split over N*P*Q, fp32 partials summed by XLA)
-    col2im_p        dx from window columns (the data gradient of few-channel convs)
+
+Convolutions with few input channels (C <= 16: first layers) run as GEMMs of window
+columns instead, inside these primitives' lowerings wherever jaxgemm's kernels run
+(conv_windows.py, with its col2im_p for the data gradient).
 
 Batching folds vmap into the image batch N (per-example weights fall back to a loop).
 Sharding: images and output channels partition freely, input channels as a contraction
@@ -32,13 +35,24 @@ import numpy as np
 from jax import lax
 from jax.interpreters import ad
 
-from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
+from jaxgemm import _ffi, _jaxgemm, activations, conv_windows, xla_cpu
 from jaxgemm._compat import cotangent_sharding
 from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype, collective_sm_margin
 from jaxgemm.kernels import CONV_KERNEL_FAMILIES
 from jaxgemm.matmul import matmul
-from jaxgemm.primitive import BILINEAR, Op, Result, Rule, canonical_out_sharding, constrain_output, define, psum_over
+from jaxgemm.primitive import (
+    BILINEAR,
+    Op,
+    Result,
+    Rule,
+    batch_size,
+    canonical_out_sharding,
+    constrain_output,
+    define,
+    fold_batch,
+    psum_over,
+)
 
 _FPROP, _DGRAD, _WGRAD = (_jaxgemm.conv_kinds()[k] for k in ("fprop", "dgrad", "wgrad"))  # ConvKind ids
 _TILE = 128  # output tile of every conv kernel (rows and columns)
@@ -166,6 +180,8 @@ def _fprop_local(x, w, *rest, config, has_bias, has_residual, want_aux, platform
     if xla_cpu.enabled(platform):
         z = psum_over(xla_cpu.conv(x, w, config, out_sharding), axes, ("c",), _Y)
         return _conv_epilogue(z, bias, residual, config, want_aux)
+    if not axes.get("c") and conv_windows.gemm_fits(x.shape, w.shape, x.dtype, config):
+        return conv_windows.fprop_via_gemm(x, w, bias, residual, config, want_aux, platform)
     shape = _fprop_shape(x.shape, w.shape, config)
     # 16-bit first layers' channels padded for the tensor-core kernels, here, so that the
     # gradients see the layer's own channels (dgrad of C = 3 takes the col2im path).
@@ -186,10 +202,6 @@ def _conv_epilogue(z, bias, residual, config: ConvConfig, want_aux):
     return epilogue_in_jax(z, None, bias, residual, epi, config.out_dtype)
 
 
-def _size_of(args, dims):
-    return next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-
-
 def _map_fallback(op, args, dims, **params):
     """vmap as a loop: for batched weights, and for wgrad, whose examples never share."""
     moved = [jnp.moveaxis(a, d, 0) for a, d in zip(args, dims) if d is not None]
@@ -202,22 +214,16 @@ def _map_fallback(op, args, dims, **params):
     return out, [0] * len(out)
 
 
-def _fold_batch(x, d, size):
-    """(B, N, ...) with the vmapped axis first (broadcast when unbatched) -> (B*N, ...)."""
-    x = jnp.broadcast_to(x, (size,) + x.shape) if d is None else jnp.moveaxis(x, d, 0)
-    return x.reshape((-1,) + x.shape[2:])
-
-
 def _fprop_batch(args, dims, *, config, has_bias, has_residual, want_aux, out_sharding=None):
     params = dict(config=config, has_bias=has_bias, has_residual=has_residual, want_aux=want_aux)
     w_dim, bias_dim = dims[1], (dims[2] if has_bias else None)
     if w_dim is not None or bias_dim is not None:
         return _map_fallback(conv_op, args, dims, **params)
-    size = _size_of(args, dims)
-    x = _fold_batch(args[0], dims[0], size)
+    size = batch_size(args, dims)
+    x = fold_batch(args[0], dims[0], size)
     rest = list(args[2:])
     if has_residual:
-        rest[-1] = _fold_batch(rest[-1], dims[-1], size)
+        rest[-1] = fold_batch(rest[-1], dims[-1], size)
     outs = conv_op.bind(x, args[1], *rest, **params)
     return [o.reshape((size, -1) + o.shape[1:]) for o in outs], [0] * len(outs)
 
@@ -278,8 +284,8 @@ def _dgrad_local(dy, w, *, config, input_hw, platform, axes, out_sharding=None):
 def _dgrad_batch(args, dims, *, config, input_hw, out_sharding=None):
     if dims[1] is not None:
         return _map_fallback(dgrad_op, args, dims, config=config, input_hw=input_hw)
-    size = _size_of(args, dims)
-    (dx,) = dgrad_op.bind(_fold_batch(args[0], dims[0], size), args[1], config=config, input_hw=input_hw)
+    size = batch_size(args, dims)
+    (dx,) = dgrad_op.bind(fold_batch(args[0], dims[0], size), args[1], config=config, input_hw=input_hw)
     return [dx.reshape((size, -1) + dx.shape[1:])], [0]
 
 
@@ -347,6 +353,8 @@ def _wgrad_local(x, dy, *, config, kernel_hw, split, platform, axes, out_shardin
     r, s, cg, k = shape
     if not _nonempty(x.shape, dy.shape, shape):
         return [jnp.zeros(shape, x.dtype)]
+    if conv_windows.gemm_fits(x.shape, shape, x.dtype, config):
+        return [conv_windows.wgrad_via_gemm(x, dy, config, kernel_hw, platform, axes)]
     pixels = math.prod(dy.shape[:3])  # N*P*Q: the GEMM's k
     sm90 = platform == "cuda" and _sm90_wgrad_likely(x.dtype, x.shape[3], config.groups, config.kernel)
     # Images sharded: the partial sums are all-reduced beside the next layer's wgrad, which
@@ -474,106 +482,12 @@ def _pad_channels(a, extra, axis):
     return jnp.pad(a, widths)
 
 
-_COL2IM_MAX_CHANNELS = 16
-
-
-def _dgrad_prefers_col2im(dy, w, config: ConvConfig, input_hw) -> bool:
-    """Whether dgrad runs as a GEMM into im2col columns plus col2im (conv2d_dgrad): for few
-    input channels (first layers), where the phase-split kernels would compute C of each
-    64-wide tile's columns, the GEMM's R*S*C columns fill its tiles. Heuristic only (a
-    forced kernel family keeps the conv kernels); 32-bit indices in col2im."""
-    r, s, c, k = w.shape
-    pitch = _col2im_pitch(r, s, c)
-    n, p, q = dy.shape[:3]
-    return (
-        config.kernel is None
-        and config.groups == 1
-        and c <= _COL2IM_MAX_CHANNELS
-        and r * s > 1
-        and n * p * q * pitch < 2**31
-        and n * math.prod(input_hw) * c < 2**31
-    )
-
-
-def _col2im_pitch(r, s, c) -> int:
-    return -(-(r * s * c) // 8) * 8  # 16-byte rows for every dtype: vector stores, TMA
-
-
-def _dgrad_via_col2im(dy, w, config: ConvConfig, input_hw):
-    """dx as cols = dy @ w^T, one row of R*S*C window values per output pixel, on
-    jaxgemm.matmul (fp32 accumulation, rounded to the input dtype), then the jaxgemm_col2im
-    kernel sums each dx element's window entries in float32 (ffi_src/conv/col2im.h)."""
-    r, s, c, k = w.shape
-    pitch = _col2im_pitch(r, s, c)
-    w_cols = jnp.pad(w.reshape(r * s * c, k), ((0, pitch - r * s * c), (0, 0))).T
-    cols = matmul(dy.reshape(-1, k), w_cols).reshape(*dy.shape[:3], pitch)
-    (sh, sw), (dh, dw) = config.stride, config.dilation
-    geometry = (r, s, sh, sw, config.padding[0][0], config.padding[1][0], dh, dw)
-    return col2im_op.bind(cols, geometry=geometry, input_hw=input_hw, channels=c)[0]
-
-
-def _col2im_abstract(cols, *, geometry, input_hw, channels):
-    return [Result((cols.shape[0], *input_hw, channels), cols.dtype)]
-
-
-def _col2im_rule(cols, **params):
-    return Rule((("n", "ho", "wo", "x"),), (_X,), _WINDOW | {"x", "c"})
-
-
-def _col2im_local(cols, *, geometry, input_hw, channels, platform, axes):
-    dx = jax.ShapeDtypeStruct((cols.shape[0], *input_hw, channels), cols.dtype)
-    if xla_cpu.enabled(platform):  # the transpose of the window columns, in XLA
-        return [xla_cpu.pull_back(lambda x: _im2col(x, cols.shape, geometry), dx.shape, dx.dtype, cols)]
-    r, s, sh, sw, ph, pw, dh, dw = (np.int64(v) for v in geometry)
-    return [jax.ffi.ffi_call("jaxgemm_col2im", dx)(
-        cols, r=r, s=s, stride_h=sh, stride_w=sw, pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw)]
-
-
-def _col2im_batch(args, dims, **params):
-    size = _size_of(args, dims)
-    (dx,) = col2im_op.bind(_fold_batch(args[0], dims[0], size), **params)
-    return [dx.reshape((size, -1) + dx.shape[1:])], [0]
-
-
-def _col2im_jvp(primals, tangents, **params):
-    (dcols,) = tangents
-    outs = col2im_op.bind(*primals, **params)
-    if type(dcols) is ad.Zero:
-        return outs, [ad.Zero.from_primal_value(outs[0])]
-    return outs, col2im_op.bind(dcols, **params)
-
-
-def _im2col(x, cols_shape, geometry):
-    """The window columns of x (col2im's transpose), in jnp: tap (i, j) of output pixel
-    (p, q) at column (i * S + j) * C + c, zero-padded to the pitch."""
-    n, p, q, pitch = cols_shape
-    r, s, sh, sw, ph, pw, dh, dw = geometry
-    h, w, c = x.shape[1:]
-    high = ((p - 1) * sh + (r - 1) * dh + 1 - h - ph, (q - 1) * sw + (s - 1) * dw + 1 - w - pw)
-    xp = lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (ph, high[0], 0), (pw, high[1], 0), (0, 0, 0)))
-    taps = [lax.slice(xp, (0, i * dh, j * dw, 0), (n, i * dh + (p - 1) * sh + 1, j * dw + (q - 1) * sw + 1, c),
-                      (1, sh, sw, 1)) for i in range(r) for j in range(s)]  # fmt: skip
-    cols = jnp.stack(taps, axis=3).reshape(n, p, q, r * s * c)
-    return jnp.pad(cols, ((0, 0),) * 3 + ((0, pitch - r * s * c),))
-
-
-def _col2im_transpose(cts, cols, *, geometry, input_hw, channels):
-    (ct,) = cts
-    return [None if type(ct) is ad.Zero else _im2col(ct, cols.aval.shape, geometry)]
-
-
-col2im_op = define(Op(
-    "jaxgemm_col2im", abstract=_col2im_abstract, rule=_col2im_rule, local=_col2im_local,
-    batch=_col2im_batch, jvp=_col2im_jvp, transpose=_col2im_transpose,
-))  # fmt: skip
-
-
 def conv2d_dgrad(dy, w, config: ConvConfig, input_hw, out_sharding=None):
     """dx (N, *input_hw, C) of the convolution `config` from dy (N, P, Q, K) (typed with
     `out_sharding` in Explicit mode)."""
     input_hw = tuple(int(v) for v in input_hw)
-    if _dgrad_prefers_col2im(dy, w, config, input_hw):
-        return _dgrad_via_col2im(dy, w, config, input_hw)
+    if conv_windows.dgrad_prefers_col2im(dy, w, config, input_hw):
+        return conv_windows.dgrad_via_col2im(dy, w, config, input_hw)
     c = w.shape[2]
     w = _pad_channels(w, _tensor_core_channel_pad(dy.dtype, config.groups, c, w.shape[3]), 2)
     fprop = _dgrad_as_fprop(dy, w, config, input_hw)
@@ -590,7 +504,8 @@ def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None,
     """dw (R, S, C/groups, K) of the convolution `config`; `split` forces the number of
     N*P*Q chunks (None: the CUDA lowering picks, 1 on CPU)."""
     c = x.shape[3]
-    x = _pad_channels(x, _tensor_core_channel_pad(x.dtype, config.groups, c, dy.shape[3]), 3)
+    if not conv_windows.gemm_fits(x.shape, kernel_hw, x.dtype, config):  # (that route takes any C)
+        x = _pad_channels(x, _tensor_core_channel_pad(x.dtype, config.groups, c, dy.shape[3]), 3)
     (dw,) = wgrad_op.bind(x, dy, config=config, kernel_hw=tuple(int(v) for v in kernel_hw), split=split,
                           out_sharding=out_sharding)  # fmt: skip
     return dw[:, :, :c, :] if x.shape[3] != c else dw
@@ -705,9 +620,10 @@ def conv2d(
     gradient runs the fused bias/activation backward kernel, then jaxgemm's data-gradient
     and weight-gradient convolution kernels. Unpadded 16-bit 1x1 convolutions with
     groups=1 run as one GEMM (`jaxgemm.matmul`) on the strided pixels, gradients included,
-    unless the Hopper conv kernels take them (stride 1, C % 64 == 0). The data gradient
-    of convolutions with few input channels (C <= 16, groups=1: first layers) is a GEMM
-    into window columns plus a col2im kernel.
+    unless the Hopper conv kernels take them (stride 1, C % 64 == 0). Convolutions
+    with few input channels (C <= 16, groups=1: first layers) run as GEMMs of their
+    window columns (R*S*C input values per output pixel): on CUDA the 16-bit forward and
+    weight gradient, and the data gradient of every dtype (plus a col2im kernel).
 
     Args:
       x: (N, H, W, C) input.
@@ -727,9 +643,8 @@ def conv2d(
         of both gradients: None lets the heuristic pick, "sm80" avoids the Hopper kernels,
         "sm90" requires them (an error where they cannot run: the sm90 weight gradient
         needs C % 64 == 0, the strided data gradient taps in every output phase). A
-        family forced here also keeps 1x1 convolutions, and the data gradient of convs
-        with C <= 16 (otherwise a GEMM into window columns plus col2im), on the conv
-        kernels.
+        family forced here also keeps 1x1 convolutions and convs with C <= 16
+        (otherwise GEMMs of window columns) on the conv kernels.
 
     Returns:
       (N, P, Q, K) output.

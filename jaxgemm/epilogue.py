@@ -37,6 +37,7 @@ from jaxgemm.gemm import (
     _gemm_dims,
     _kernel_out_dtype,
     _mn_major_for_simt,
+    _pad_axis,
     _tf32_operands,
     batch_factors,
     call_gemm_ffi,
@@ -44,6 +45,7 @@ from jaxgemm.gemm import (
     gemm_op,
     gemm_rule,
     gemm_workspace_bytes,
+    pad_rows_for_tensor_cores,
     rows_typed_sharded,
     runs_as_tf32,
     runs_on_simt_f32,
@@ -51,9 +53,19 @@ from jaxgemm.gemm import (
 )
 from jaxgemm.primitive import Op, Result, Rule, define, psum_over
 
-# Rows per block of the bias/activation backward: enough blocks to keep every SM streaming.
+# The bias/activation backward's grid: a block covers 512 bytes of each row's columns
+# (bias_act_grad.cu) over a chunk of at least 64 rows. Up to 256 chunks; more where the
+# columns are few, until the grid holds ~2048 blocks (8 resident on each of an H200's 132
+# SMs, two waves): a conv's 128 channels of 400k pixels in 256 chunks kept 2 blocks an SM.
 _ROWS_PER_CHUNK = 64
-_MAX_CHUNKS = 256
+_CHUNKS = 256
+_TARGET_BLOCKS = 2048
+
+
+def _bag_chunks(rows: int, cols: int, itemsize: int) -> int:
+    col_blocks = max(1, math.ceil(cols * itemsize / 512))
+    wanted = max(_CHUNKS, math.ceil(_TARGET_BLOCKS / col_blocks))
+    return max(1, min(math.ceil(rows / _ROWS_PER_CHUNK), wanted, 65535))  # 65535: the grid's y limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +117,7 @@ def _bag_local(dy, at, *extra, activation, has_extra, platform, axes):
         dz, dbias = xla_cpu.bias_act_grad(dy, at, extra[0] if has_extra else None, activation)
         return [dz, psum_over(dbias, axes, ("r",))]
     rows, n = dy.shape[-2:]
-    chunks = max(1, min(_MAX_CHUNKS, math.ceil(rows / _ROWS_PER_CHUNK)))
+    chunks = _bag_chunks(rows, n, jnp.dtype(dy.dtype).itemsize)
     results = (
         jax.ShapeDtypeStruct(dy.shape, dy.dtype),
         jax.ShapeDtypeStruct(dy.shape[:-2] + (chunks, n), jnp.float32),
@@ -305,28 +317,41 @@ def _fused_local(a, b, *rest, config, epi, has_c, has_bias, has_residual, platfo
                            out_dtype=jnp.float32, out_sharding=out_sharding)  # fmt: skip
         return epilogue_in_jax(acc, c, bias, residual, epi, config.out_dtype)
     if not axes.get("k"):
-        y, aux = _forward(config, epi, a, b, c, bias, residual, platform)
+        y, aux = fused_gemm_call(config, epi, a, b, c, bias, residual, platform)
         return [y, aux] if epi.want_aux else [y]
     # K sharded: the bias, activation and residual act once, on the summed product.
     (acc,) = gemm_local(a, b, config=config, platform=platform, axes=axes)
     return epilogue_in_jax(acc, c, bias, residual, epi, config.out_dtype)
 
 
-def _forward(config, epi, a, b, c, bias, residual, platform):
+def fused_gemm_call(config, epi, a, b, c, bias, residual, platform):
+    """[y, aux] of the jaxgemm_gemm call with the epilogue `epi`, on one device (aux empty
+    unless epi.want_aux), with the operands prepared as each kernel family wants them."""
     out_shape = _out_shape(a, b, config)
     call_config = config
-    if platform == "cuda":
-        # As in the plain GEMM: on a Hopper GPU the tf32 kernel takes its operands as
-        # _tf32_operands stores them, the SIMT float32 kernels large ones M- / N-major.
+    m_pad = n_pad = 0
+    if a.dtype in (jnp.float16, jnp.bfloat16) and config.kernel is None:
+        # 16-bit rows padded to the tensor cores' 16 bytes, c, bias and residual with them
+        # (as in the plain GEMM; also for the CPU handlers, so that the tests run it).
+        a, b, m_pad, n_pad = pad_rows_for_tensor_cores(a, b, config)
+        c, residual = (None if x is None else _pad_axis(_pad_axis(x, -2, m_pad), -1, n_pad) for x in (c, residual))
+        bias = None if bias is None else _pad_axis(bias, -1, n_pad)
+    elif platform == "cuda":
+        # On a Hopper GPU the tf32 kernel takes its operands as _tf32_operands stores them,
+        # the SIMT float32 kernels large ones M- / N-major.
         if runs_as_tf32(a.dtype, config, platform):
             a, b, call_config = _tf32_operands(a, b, config)
         elif runs_on_simt_f32(a.dtype, config, platform):
             a, b, call_config = _mn_major_for_simt(a, b, config)
-    return call_gemm_ffi(
-        a, b, c, bias, residual, config=call_config, out_shape=out_shape,
+    padded_shape = out_shape[:-2] + (out_shape[-2] + m_pad, out_shape[-1] + n_pad)
+    outs = call_gemm_ffi(
+        a, b, c, bias, residual, config=call_config, out_shape=padded_shape,
         activation=activations.activation_id(epi.activation), beta=epi.beta, want_aux=epi.want_aux,
         workspace_bytes=gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, platform),
     )  # fmt: skip
+    if m_pad or n_pad:
+        outs = [o if o.ndim == 1 else o[..., : out_shape[-2], : out_shape[-1]] for o in outs]
+    return outs
 
 
 def _fused_batch(args, dims, *, config, epi, has_c, has_bias, has_residual, out_sharding=None):

@@ -26,6 +26,7 @@ import functools
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.extend.core import Primitive
@@ -315,6 +316,18 @@ def psum_over(x, axes: dict, factors, dims=()) -> Any:
             x = jax.lax.psum_scatter(x, split, scatter_dimension=dim, tiled=True)
             names = tuple(a for a in names if a not in split)
     return jax.lax.psum(x, names) if names else x
+
+
+def batch_size(args, dims) -> int:
+    """The size of the vmapped axis (from the first batched operand)."""
+    return next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+
+
+def fold_batch(x, d, size):
+    """(B, N, ...) with the vmapped axis `d` first (broadcast when unbatched) -> (B*N, ...):
+    vmap folded into an op's own leading batch dim."""
+    x = jnp.broadcast_to(x, (size,) + x.shape) if d is None else jnp.moveaxis(x, d, 0)
+    return x.reshape((-1,) + x.shape[2:])
 
 
 def constrain_output(out, out_sharding):

@@ -191,6 +191,34 @@ def test_few_channel_dgrad_runs_as_gemm_and_col2im(shape, conv_kw, dtype):
     assert rel_error(grads, ref) <= TOLERANCE[jnp.dtype(dtype)]
 
 
+WINDOW_GEMM_CASES = [
+    ((2, 9, 8, 1, 16, 3, 3), dict()),  # MNIST's first layer: C = 1, padded to nothing
+    ((2, 15, 14, 3, 8, 7, 7), dict(stride=2)),  # ResNet's: 7x7, stride 2, C = 3
+    ((1, 9, 10, 5, 6, 3, 3), dict(stride=(2, 3), dilation=(1, 2), padding=((2, 0), (1, 3)))),  # K = 6
+    ((2, 8, 7, 16, 24, 3, 2), dict(padding="VALID")),  # C = 16, the most the route takes
+]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("shape,conv_kw", WINDOW_GEMM_CASES, ids=[f"{s}-{k}" for s, k in WINDOW_GEMM_CASES])
+def test_few_channel_conv_runs_as_window_gemms(shape, conv_kw, dtype):
+    """16-bit convs with C <= 16 (groups 1): the forward (with its fused epilogue) and the
+    weight gradient are GEMMs of window columns, the data gradient GEMM + col2im; no conv
+    kernel runs, and the values and every gradient match lax (the pre-activation kept by
+    gelu and read off the output by relu both)."""
+    _check(shape, conv_kw, dtype, "gelu", with_residual=True, seed=23)
+    _check(shape, conv_kw, dtype, "relu", seed=24)
+    n, h, w, c, k, r, s = shape
+    x, wt = _inputs(np.random.default_rng(25), n, h, w, c, k, r, s, 1, dtype)
+    b = jnp.ones((k,), dtype)
+    loss = lambda x, wt, b: jaxgemm.conv2d(x, wt, bias=b, activation="relu", **conv_kw).astype(jnp.float32).sum()
+    hlo = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2))).lower(x, wt, b).compile().as_text()
+    assert "jaxgemm_gemm" in hlo and "jaxgemm_col2im" in hlo and "jaxgemm_conv" not in hlo
+    forced = jax.jit(jax.grad(lambda x, wt: jaxgemm.conv2d(x, wt, kernel="sm80", **conv_kw).astype(jnp.float32).sum(),
+                              argnums=(0, 1))).lower(x, wt).compile().as_text()  # fmt: skip
+    assert "jaxgemm_conv" in forced and "jaxgemm_gemm" not in forced
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("stride", [1, 2, (2, 3)])
 @pytest.mark.parametrize("epilogue", ["none", "bias_act_residual"])

@@ -63,16 +63,22 @@ def test_every_activation_and_dtype(act, dtype):
     assert rel_error(y, ry) <= tol
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("ta,tb", LAYOUTS)
-def test_layouts_and_batches(ta, tb):
+def test_layouts_and_batches(ta, tb, dtype):
+    """Every layout, batched; m, n and k not multiples of 8 (16-bit operands are padded to
+    the tensor cores' 16-byte rows, c, bias and residual with them, the outputs sliced)."""
     rng = np.random.default_rng(1)
     m, n, k = 9, 13, 21
-    a = random(rng, (3, k, m) if ta else (3, m, k), jnp.float32)
-    b = random(rng, (n, k) if tb else (k, n), jnp.float32)
-    bias, res = random(rng, (n,), jnp.float32), random(rng, (3, m, n), jnp.float32)
-    y = jaxgemm.matmul(a, b, transpose_a=ta, transpose_b=tb, bias=bias, activation="gelu", residual=res)
-    ry, _ = _epilogue_reference(a, b, ta, tb, bias, "gelu", residual=res)
-    assert rel_error(y, ry) <= 1e-5
+    a = random(rng, (3, k, m) if ta else (3, m, k), dtype)
+    b = random(rng, (n, k) if tb else (k, n), dtype)
+    bias, c, res = random(rng, (n,), dtype), random(rng, (3, m, n), dtype), random(rng, (3, m, n), dtype)
+    y, z = jaxgemm.matmul(a, b, transpose_a=ta, transpose_b=tb, bias=bias, activation="gelu", residual=res, c=c,
+                          beta=0.5, return_pre_activation=True)  # fmt: skip
+    ry, rz = _epilogue_reference(a, b, ta, tb, bias, "gelu", beta=0.5, c=c, residual=res)
+    assert y.shape == z.shape == (3, m, n)
+    tol = TOLERANCE[jnp.dtype(dtype)]
+    assert rel_error(y, ry) <= tol and rel_error(z, rz) <= tol
 
 
 def test_broadcast_epilogue_operands():
@@ -183,9 +189,10 @@ def test_dense_forward_and_backward(act, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_bias_act_grad_kernel(act, dtype):
     """The fused backward alone, with the aux cotangent: vector path (columns a multiple of
-    16 bytes, spanning several blocks), scalar path (odd columns), ragged row chunks."""
+    16 bytes, spanning several blocks), scalar path (odd columns), ragged row chunks, and
+    more than 256 chunks (many rows of few columns: a first conv layer's output)."""
     rng = np.random.default_rng(21)
-    for rows, cols in ((300, 264), (130, 70), (2, 8)):
+    for rows, cols in ((300, 264), (130, 70), (2, 8), (20000, 16)):
         dy, z, extra = (random(rng, (rows, cols), dtype) for _ in range(3))
         dz, dbias = jax.jit(lambda dy, z, e: bias_act_grad(dy, z, e, act))(dy, z, extra)
         f32 = lambda t: jnp.asarray(t, jnp.float32)  # noqa: E731
@@ -193,6 +200,16 @@ def test_bias_act_grad_kernel(act, dtype):
         tol = TOLERANCE[jnp.dtype(dtype)]
         assert dz.dtype == jnp.dtype(dtype) and rel_error(dz, to64(want)) <= tol, (rows, cols)
         assert dbias.dtype == jnp.float32 and rel_error(dbias, to64(want.sum(0))) <= tol, (rows, cols)
+
+
+def test_bias_act_grad_grid():
+    """Up to 256 row chunks of >= 64 rows; more where the columns are few, until ~2048 blocks."""
+    from jaxgemm.epilogue import _bag_chunks
+
+    assert _bag_chunks(100, 4096, 2) == 2 and _bag_chunks(16384, 3072, 2) == 256
+    assert _bag_chunks(512 * 28 * 28, 128, 2) == 2048  # 128 bf16 channels: one block of columns
+    assert _bag_chunks(10**6, 4096, 2) == 256 and _bag_chunks(20000, 16, 4) == 313
+    assert _bag_chunks(10**9, 8, 2) == 2048 and _bag_chunks(5, 0, 2) == 1
 
 
 def test_dense_bias_grad_spans_many_row_chunks():
