@@ -358,6 +358,30 @@ def test_auto_mode(layout):
     assert not problems, "\n".join(problems)
 
 
+def test_few_channel_conv_batch_sharded():
+    """A 16-bit first layer (C = 3: the forward and weight gradient are GEMMs of window
+    columns) with its images split: values and gradients as on one device, no all-gather,
+    and no more all-reduces than jnp's (the weight and bias gradients)."""
+    x = random("fc_x", (8, 9, 9, 3)).astype(jnp.bfloat16)
+    w = random("fc_w", (3, 3, 3, 16), 1 / math.sqrt(27)).astype(jnp.bfloat16)
+    b = random("fc_b", (16,)).astype(jnp.bfloat16)
+
+    def loss(conv):
+        return jax.value_and_grad(lambda x, w, b: jnp.sum(conv(x, w, b).astype(jnp.float32) ** 2), argnums=(1, 2))
+
+    ours = loss(lambda x, w, b: jaxgemm.conv2d(x, w, bias=b, activation="relu"))
+    ref = loss(lambda x, w, b: conv_ref(x.astype(jnp.float32), w.astype(jnp.float32), b.astype(jnp.float32), "relu"))
+    mesh, specs = auto_mesh((8,)), (P("x"), P(), P())
+    out, hlo = compile_sharded(ours, mesh, specs, (x, w, b))
+    _, ref_hlo = compile_sharded(ref, mesh, specs, (x, w, b))
+    want = ref(x, w, b)
+    for got, exp in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(want)):
+        assert rel_error(got, exp) <= 1e-2
+    assert "jaxgemm_gemm" in hlo and "jaxgemm_conv" not in hlo
+    counts, ref_counts = collective_counts(hlo), collective_counts(ref_hlo)
+    assert counts["all-gather"] == 0 and counts["all-reduce"] <= ref_counts["all-reduce"], (counts, ref_counts)
+
+
 def test_auto_mode_device_put_and_set_mesh():
     """Arrays placed with device_put under jax.set_mesh and a plain jit (no in_shardings)."""
     mesh = auto_mesh((8,))
