@@ -128,3 +128,12 @@ def test_example_kernels_checks_both_backends_and_says_it_times_on_a_gpu_only():
     assert rc == 0 and "largest relative difference" in out, out + err
     rc, _, err = run(tool, "--size", "cpu")
     assert rc == 1 and "need a GPU" in err, err
+
+
+def test_resnet_step_checks_both_backends_and_trains_a_step():
+    _needs_example_packages()
+    tool = os.path.join(ROOT, "tools", "resnet_step.py")
+    rc, out, err = run(tool, "--check")
+    assert rc == 0 and "largest relative gradient difference" in out and "step time XLA / jaxgemm" in out, out + err
+    rc, _, err = run(tool, "--kernels")
+    assert rc == 1 and "needs a GPU" in err, err
