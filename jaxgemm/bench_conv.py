@@ -1,4 +1,4 @@
-"""Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50 layers and a one-channel first layer, in one process.
+"""Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50 layers and two few-channel layers, in one process.
 
     python -m jaxgemm.bench_conv [--dtypes bfloat16,float32] [--batch 64] [--iterations 30] [--json out.json]
                                  [--plot out.png] [--breakdown]
@@ -48,8 +48,9 @@ RESNET50 = [
     Layer("56^2 128->128 3x3 s2", 56, 128, 128, 3, 2),
     Layer("224^2 3->64 7x7 s2", 224, 3, 64, 7, 2),
 ]
-# ResNet-50's layers and a one-channel first layer (examples/train_cnn.py's, on MNIST).
-LAYERS = RESNET50 + [Layer("28^2 1->128 3x3", 28, 1, 128, 3)]
+# ResNet-50's layers, a one-channel first layer (examples/train_cnn.py's, on MNIST) and a
+# 16-channel one: the most that conv2d runs as GEMMs of window columns (conv_windows.py).
+LAYERS = RESNET50 + [Layer("28^2 1->128 3x3", 28, 1, 128, 3), Layer("56^2 16->64 3x3", 56, 16, 64, 3)]
 
 
 def _precision(dtype):
@@ -206,7 +207,7 @@ def plot_rows(rows: list[dict], path: str) -> None:
             suites.setdefault(f"{r['dtype']} {label}", []).append(
                 {"name": r["name"], "baseline": "XLA", "ours_tflops": ours, "xla_tflops": ours / ratio,
                  "xla_over_ours": ratio})
-    plot(suites, path, f"jaxgemm.conv2d vs XLA, ResNet-50's layers and MNIST's first, {jax.devices()[0].device_kind}")
+    plot(suites, path, f"jaxgemm.conv2d vs XLA, ResNet-50's layers and two few-channel ones, {jax.devices()[0].device_kind}")
 
 
 if __name__ == "__main__":
