@@ -40,10 +40,11 @@ CLASSES = 1000
 
 
 def layers(backend, dtype):
-    """(conv, linear, batch_norm) constructors of one backend."""
+    """(conv, linear, batch_norm) constructors of one backend (float32: exact, no tf32)."""
     conv_cls, linear_cls = (jf.Conv, jf.Linear) if backend == "jaxgemm" else (nnx.Conv, nnx.Linear)
-    conv = functools.partial(conv_cls, padding="SAME", use_bias=False, dtype=dtype)
-    linear = functools.partial(linear_cls, dtype=dtype)
+    precision = jax.lax.Precision.HIGHEST if jnp.dtype(dtype) == jnp.float32 else None
+    conv = functools.partial(conv_cls, padding="SAME", use_bias=False, dtype=dtype, precision=precision)
+    linear = functools.partial(linear_cls, dtype=dtype, precision=precision)
     norm = functools.partial(nnx.BatchNorm, momentum=0.9, epsilon=1e-5, dtype=dtype)
     return conv, linear, norm
 
@@ -109,8 +110,8 @@ def train_step(graphdef):
 
 
 def gradients(backend, args, x, y):
-    model = ResNet(backend, width=args.width, stages=args.stages, rngs=nnx.Rngs(0))
-    return [np.asarray(g, np.float64) for g in jax.tree.leaves(nnx.grad(loss_fn)(model, x, y))]
+    model = ResNet(backend, width=args.width, stages=args.stages, dtype=args.dtype, rngs=nnx.Rngs(0))
+    return [np.asarray(g, np.float64) for g in jax.tree.leaves(nnx.jit(nnx.grad(loss_fn))(model, x, y))]
 
 
 def time_steps(step, state, x, y, steps, window):
@@ -129,7 +130,7 @@ def time_steps(step, state, x, y, steps, window):
 
 
 def run(backend, args, x, y):
-    model = ResNet(backend, width=args.width, stages=args.stages, rngs=nnx.Rngs(0))
+    model = ResNet(backend, width=args.width, stages=args.stages, dtype=args.dtype, rngs=nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, optax.sgd(0.1, momentum=0.9), wrt=nnx.Param)
     graphdef, state = nnx.split((model, optimizer))
     step = train_step(graphdef)
@@ -154,24 +155,26 @@ def main(argv=None):
     parser.add_argument("--iterations", type=int, default=10, help="--kernels: profiled steps")
     parser.add_argument("--top", type=int, default=25, help="--kernels: rows per backend")
     parser.add_argument("--check", action="store_true",
-                        help="a small model (width 8, one block a stage) on 4 images of 32^2: the two backends' "
-                             "gradients agree, and each trains a step")  # fmt: skip
+                        help="a small float32 model (width 8, one block a stage) on 4 images of 32^2: the two "
+                             "backends' gradients agree, and each trains a step")  # fmt: skip
     args = parser.parse_args(argv)
-    args.stages = STAGES
-    if args.check:
+    args.stages, args.dtype = STAGES, jnp.bfloat16
+    if args.check:  # float32: bfloat16's BatchNorm gradients differ by tens of percent between XLA's own runs
         args.batch, args.image, args.width, args.stages, args.steps, args.window = 4, 32, 8, (1, 1, 1, 1), 1, 1
+        args.dtype = jnp.float32
     if args.kernels and jax.default_backend() != "gpu":
         sys.exit(f"resnet_step: --kernels needs a GPU (JAX's backend here: {jax.default_backend()})")
     kx, ky = jax.random.split(jax.random.key(0))
-    x = jax.random.normal(kx, (args.batch, args.image, args.image, 3), jnp.bfloat16)
+    x = jax.random.normal(kx, (args.batch, args.image, args.image, 3), args.dtype)
     y = jax.random.randint(ky, (args.batch,), 0, CLASSES)
-    if args.check:  # same parameters and batch: the same gradients, to bfloat16's rounding
+    if args.check:  # same parameters and batch: the same gradients, to float32's rounding
         pairs = zip(gradients("jaxgemm", args, x, y), gradients("xla", args, x, y))
         worst = max(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30) for a, b in pairs)
         print(f"largest relative gradient difference jaxgemm / xla: {worst:.1e}")
-        if not (np.isfinite(worst) and worst <= 0.05):
+        if not (np.isfinite(worst) and worst <= 1e-3):
             return 1
-    print(f"ResNet (width {args.width}, stages {args.stages}), batch {args.batch} of {args.image}^2, bfloat16, "
+    print(f"ResNet (width {args.width}, stages {args.stages}), batch {args.batch} of {args.image}^2, "
+          f"{jnp.dtype(args.dtype).name}, "
           f"{jax.device_count()} x {jax.devices()[0].device_kind}")  # fmt: skip
     ours, xla = run("jaxgemm", args, x, y), run("xla", args, x, y)
     print(f"step time XLA / jaxgemm: {xla / ours:.3f}")
