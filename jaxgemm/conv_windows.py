@@ -9,10 +9,12 @@ filter window sees, tap (i, j) of channel c at column (i * S + j) * C + c, zero-
     data gradient    dx = col2im(dy @ w_cols^T)                   (col2im_p: sums each x
                                                                    element's window entries)
 
-The conv kernels move 16-byte chunks of channels, so with C = 1..16 most of their MMA work
-multiplies padding (C = 1 padded to 8 computes 8x the products); the GEMM's K = R*S*C
-fills its tiles instead, at the cost of writing the columns (R*S*C values per pixel: for
-C = 1 and 3x3 filters, 16 columns against an output of K channels). conv.py picks this
+Below 32 channels the Hopper conv kernels are not used and the sm80 one gathers a 16-byte
+chunk of channels per pixel and tap, C padded to a multiple of 8 (C = 1: 8x the products);
+it ran MNIST's 28^2 1 -> 128 layer (batch 512) in 0.60 ms, where the layer's output alone
+takes ~0.03 to write. The GEMM's K = R*S*C fills its tiles instead, at the cost of writing
+the columns (R*S*C values per pixel: for C = 1 and 3x3 filters, 16 columns against an
+output of 128 channels; for C = 16, 144). conv.py picks this
 route wherever jaxgemm's kernels run, for 16-bit convolutions that fit (`gemm_fits`), and
 for the data gradient of every dtype (`dgrad_prefers_col2im`); a forced kernel family
 keeps the conv kernels.
