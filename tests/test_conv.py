@@ -196,6 +196,8 @@ WINDOW_GEMM_CASES = [
     ((2, 15, 14, 3, 8, 7, 7), dict(stride=2)),  # ResNet's: 7x7, stride 2, C = 3
     ((1, 9, 10, 5, 6, 3, 3), dict(stride=(2, 3), dilation=(1, 2), padding=((2, 0), (1, 3)))),  # K = 6
     ((2, 8, 7, 16, 24, 3, 2), dict(padding="VALID")),  # C = 16, the most the route takes
+    ((1, 7, 8, 4, 4, 3, 3), dict(padding=((-1, 2), (0, -1)))),  # negative padding crops
+    ((3, 1, 2, 4, 6, 3, 3), dict(stride=(2, 3), padding=1)),  # image smaller than the stride
 ]
 
 
