@@ -82,37 +82,40 @@ def window_weights(w):
 # Which convolutions take the route.
 
 
-def gemm_fits(x_shape, kernel_hw, dtype, config) -> bool:
-    """Whether the forward and weight gradient run as GEMMs of window columns: 16-bit,
-    groups 1, C <= 16, a window of more than one tap, the heuristic's choice (no forced
-    kernel family), 32-bit column indices."""
-    n, h, w, c = x_shape
-    r, s = kernel_hw[:2]
-    p, q = config.output_hw((h, w), (r, s))
-    return (
-        jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-        and config.kernel is None
-        and config.groups == 1
-        and 0 < c <= MAX_CHANNELS
-        and r * s > 1
-        and 0 < n * p * q * pitch(r, s, c) < _INDEX_LIMIT
-    )
-
-
-def dgrad_prefers_col2im(dy, w, config, input_hw) -> bool:
-    """Whether dgrad runs as a GEMM into window columns plus col2im: for few input channels,
-    where the phase-split kernels would compute C of each 64-wide tile's columns (every
-    dtype; a forced kernel family keeps the conv kernels)."""
-    r, s, c = w.shape[:3]
-    n, p, q = dy.shape[:3]
+def _few_channels(config, r, s, c, pixels) -> bool:
+    """The route's rule for every pass: the heuristic's choice (no forced kernel family),
+    groups 1, C <= 16, a window of more than one tap, 32-bit indices into the columns of
+    `pixels` output pixels."""
     return (
         config.kernel is None
         and config.groups == 1
         and c <= MAX_CHANNELS
         and r * s > 1
-        and n * p * q * pitch(r, s, c) < _INDEX_LIMIT
-        and n * math.prod(input_hw) * c < _INDEX_LIMIT
+        and pixels * pitch(r, s, c) < _INDEX_LIMIT
     )
+
+
+def gemm_fits(x_shape, kernel_hw, dtype, config) -> bool:
+    """Whether the forward and weight gradient run as GEMMs of window columns: 16-bit
+    operands, some channels and output pixels, and the route's rule."""
+    n, h, w, c = x_shape
+    r, s = kernel_hw[:2]
+    p, q = config.output_hw((h, w), (r, s))
+    return (
+        jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+        and c > 0
+        and n * p * q > 0
+        and _few_channels(config, r, s, c, n * p * q)
+    )
+
+
+def dgrad_prefers_col2im(dy, w, config, input_hw) -> bool:
+    """Whether dgrad runs as a GEMM into window columns plus col2im (every dtype), where the
+    phase-split kernels would compute C of each 64-wide tile's columns: the route's rule and
+    32-bit indices into dx."""
+    r, s, c = w.shape[:3]
+    n = dy.shape[0]
+    return _few_channels(config, r, s, c, math.prod(dy.shape[:3])) and n * math.prod(input_hw) * c < _INDEX_LIMIT
 
 
 # ---------------------------------------------------------------------------------------
@@ -122,23 +125,21 @@ def dgrad_prefers_col2im(dy, w, config, input_hw) -> bool:
 
 
 def _columns(x, config, kernel_hw):
+    """x's window columns (N, P, Q, pitch)."""
     r, s = kernel_hw
     p, q = config.output_hw(x.shape[1:3], kernel_hw)
-    width = pitch(r, s, x.shape[3])
-    return window_columns(x, (x.shape[0], p, q, width), geometry(config, r, s)).reshape(-1, width)
+    return window_columns(x, (x.shape[0], p, q, pitch(r, s, x.shape[3])), geometry(config, r, s))
 
 
 def fprop_via_gemm(x, w, bias, residual, config, want_aux, platform):
     """[y] or [y, aux] (N, P, Q, K): the columns times w_cols with the fused epilogue."""
-    n, k = x.shape[0], w.shape[3]
     cols = _columns(x, config, w.shape[:2])
-    p, q = config.output_hw(x.shape[1:3], w.shape[:2])
-    res = None if residual is None else residual.reshape(-1, k)
+    out_shape = cols.shape[:3] + (w.shape[3],)
+    res = None if residual is None else residual.reshape(-1, out_shape[3])
     epi = EpilogueConfig(config.activation, 0.0, want_aux)
-    y, aux = fused_gemm_call(GemmConfig(out_dtype=config.out_dtype), epi, cols, window_weights(w), None, bias, res,
-                             platform)  # fmt: skip
-    outs = [y, aux] if want_aux else [y]
-    return [o.reshape(n, p, q, k) for o in outs]
+    y, aux = fused_gemm_call(GemmConfig(out_dtype=config.out_dtype), epi, cols.reshape(-1, cols.shape[3]),
+                             window_weights(w), None, bias, res, platform)  # fmt: skip
+    return [o.reshape(out_shape) for o in ([y, aux] if want_aux else [y])]
 
 
 def wgrad_via_gemm(x, dy, config, kernel_hw, platform, axes):
@@ -148,7 +149,8 @@ def wgrad_via_gemm(x, dy, config, kernel_hw, platform, axes):
     sharded = platform == "cuda" and bool((axes or {}).get("n"))
     gemm = GemmConfig(transpose_a=True, out_dtype=x.dtype, weight_gradient=True,
                       sm_margin=collective_sm_margin() if sharded else 0)  # fmt: skip
-    (dw,) = gemm_local(_columns(x, config, kernel_hw), dy.reshape(-1, k), config=gemm, platform=platform)
+    cols = _columns(x, config, kernel_hw)
+    (dw,) = gemm_local(cols.reshape(-1, cols.shape[3]), dy.reshape(-1, k), config=gemm, platform=platform)
     return psum_over(dw[: r * s * c].reshape(r, s, c, k), axes or {}, ("n",), ("kr", "ks", "c", "k"))
 
 

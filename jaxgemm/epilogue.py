@@ -51,7 +51,7 @@ from jaxgemm.gemm import (
     runs_on_simt_f32,
     unbroadcast,
 )
-from jaxgemm.primitive import Op, Result, Rule, define, psum_over
+from jaxgemm.primitive import Op, Result, Rule, all_to_front, define, psum_over
 
 # The bias/activation backward's grid: a block covers 512 bytes of each row's columns
 # (bias_act_grad.cu's vector kernel: 32 threads x 16 bytes) over a chunk of at least 64 rows. Up to 256 chunks; more where the
@@ -130,19 +130,8 @@ def _bag_local(dy, at, *extra, activation, has_extra, platform, axes):
     return [dz, psum_over(partials.sum(axis=-2), axes, ("r",))]
 
 
-def _to_front(x, d, size):
-    """x with its vmapped axis first (broadcast to `size` when unbatched)."""
-    return jnp.broadcast_to(x, (size,) + x.shape) if d is None else jnp.moveaxis(x, d, 0)
-
-
-def _all_to_front(args, dims):
-    """Every operand with its vmapped axis first, the unbatched ones broadcast to the batch."""
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    return [_to_front(a, d, size) for a, d in zip(args, dims)]
-
-
 def _bag_batch(args, dims, **params):
-    return bias_act_grad_op.bind(*_all_to_front(args, dims), **params), [0, 0]
+    return bias_act_grad_op.bind(*all_to_front(args, dims), **params), [0, 0]
 
 
 def _bag_jvp(primals, tangents, *, activation, has_extra):
@@ -215,7 +204,7 @@ def _et_local(t, *rest, activation, has_bias, platform, axes):
 
 
 def _et_batch(args, dims, *, activation, has_bias):
-    return epilogue_tangent_op.bind(*_all_to_front(args, dims), activation=activation, has_bias=has_bias), [0]
+    return epilogue_tangent_op.bind(*all_to_front(args, dims), activation=activation, has_bias=has_bias), [0]
 
 
 def _et_jvp(primals, tangents, *, activation, has_bias):

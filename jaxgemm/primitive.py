@@ -318,15 +318,28 @@ def psum_over(x, axes: dict, factors, dims=()) -> Any:
     return jax.lax.psum(x, names) if names else x
 
 
+# vmap helpers for the ops' batch rules.
+
+
 def batch_size(args, dims) -> int:
     """The size of the vmapped axis (from the first batched operand)."""
     return next(a.shape[d] for a, d in zip(args, dims) if d is not None)
 
 
+def to_front(x, d, size):
+    """x with its vmapped axis `d` first (broadcast to `size` when unbatched: d is None)."""
+    return jnp.broadcast_to(x, (size,) + x.shape) if d is None else jnp.moveaxis(x, d, 0)
+
+
+def all_to_front(args, dims):
+    """Every operand with its vmapped axis first, the unbatched ones broadcast to the batch."""
+    size = batch_size(args, dims)
+    return [to_front(a, d, size) for a, d in zip(args, dims)]
+
+
 def fold_batch(x, d, size):
-    """(B, N, ...) with the vmapped axis `d` first (broadcast when unbatched) -> (B*N, ...):
-    vmap folded into an op's own leading batch dim."""
-    x = jnp.broadcast_to(x, (size,) + x.shape) if d is None else jnp.moveaxis(x, d, 0)
+    """x (B, N, ...) folded into the op's own leading batch dim: (B*N, ...)."""
+    x = to_front(x, d, size)
     return x.reshape((-1,) + x.shape[2:])
 
 

@@ -40,10 +40,10 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
-from jaxgemm.epilogue import _all_to_front, _present, epilogue_tangent
+from jaxgemm.epilogue import _present, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES
-from jaxgemm.primitive import (BILINEAR, SCATTER, Op, Result, Rule, canonical_out_sharding, constrain_output,
-                               define, psum_over)  # fmt: skip
+from jaxgemm.primitive import (BILINEAR, SCATTER, Op, Result, Rule, all_to_front, canonical_out_sharding,
+                               constrain_output, define, psum_over)  # fmt: skip
 
 _REPLICATED = frozenset({"g"})
 
@@ -163,7 +163,7 @@ def _fold_batch(args, dims):
     unbatched one broadcast), batch b's rows after batch b - 1's, and per batch one more
     group, after its own, that takes its rows past sum(group_sizes) (they must stay zero,
     or out of the weight gradient). Returns (x, y, group_sizes, batch)."""
-    x, y, group_sizes = _all_to_front(args, dims)
+    x, y, group_sizes = all_to_front(args, dims)
     b, m, _ = x.shape
     rest = m - group_sizes.sum(axis=1, keepdims=True)
     group_sizes = jnp.concatenate([group_sizes, rest.astype(group_sizes.dtype)], axis=1).reshape(-1)
@@ -327,7 +327,7 @@ def _epi_batch(args, dims, *, want_aux, **params):
         bias, residual = _present(rest, (params["has_bias"], params["has_residual"]))
         return _epilogue_in_jax(z, group_sizes, bias, params["activation"], residual, want_aux)
 
-    outs = jax.vmap(one)(*_all_to_front(args, dims))
+    outs = jax.vmap(one)(*all_to_front(args, dims))
     return outs, [0] * len(outs)
 
 

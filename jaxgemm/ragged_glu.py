@@ -26,9 +26,9 @@ import numpy as np
 from jax.interpreters import ad
 
 from jaxgemm import activations
-from jaxgemm.epilogue import _all_to_front, _present
+from jaxgemm.epilogue import _present
 from jaxgemm.gemm import SUPPORTED_DTYPES
-from jaxgemm.primitive import Op, Result, Rule, canonical_out_sharding, constrain_output, define
+from jaxgemm.primitive import Op, Result, Rule, all_to_front, canonical_out_sharding, constrain_output, define
 from jaxgemm.ragged import (_REPLICATED, _affine_tangent, _biased, _dot_local, _fused_kernel_runs, _local_sizes,
                             _precision, _result_sizes, ragged_dot_op)  # fmt: skip
 
@@ -83,7 +83,7 @@ def _batch(args, dims, *, want_aux, **params):
         bias_gate, bias_up = _present(rest, (params["has_bias_gate"], params["has_bias_up"]))
         return _glu_in_jax(p_gate, p_up, group_sizes, bias_gate, bias_up, params["activation"], want_aux)
 
-    outs = jax.vmap(one)(*_all_to_front(args, dims))
+    outs = jax.vmap(one)(*all_to_front(args, dims))
     return outs, [0] * len(outs)
 
 

@@ -79,9 +79,9 @@ def test_sm90_wgmmas_are_pipelined(tmp_path):
 def test_grouped_wgmmas_are_pipelined(tmp_path):
     """The grouped GEMM's instances (ffi_src/gemm/sm90/grouped.cu builds fourteen: three modes,
     two input types, two output types, and the gated mode for 16-bit outputs): none
-    serialized, none spilling. Passing the
-    accumulators themselves as a float box's words (alpha = 1 folded away), on a path only
-    some tiles take, was enough to serialize every wgmma of the float-output instances."""
+    serialized, none spilling. Passing the accumulators themselves as a float box's words
+    (alpha = 1 folded away), on a path only some tiles take, was enough to serialize every
+    wgmma of the float-output instances."""
     cmd = ["nvcc", "-std=c++17", "-O3", "-gencode=arch=compute_90a,code=sm_90a", "-I", os.path.join(ROOT, "ffi_src"),
            "-Xptxas=-v", "-c", os.path.join(ROOT, "ffi_src", "gemm", "sm90", "grouped.cu"), "-o", str(tmp_path / "g.o")]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)

@@ -109,8 +109,13 @@ def train_step(graphdef):
     return step
 
 
+def model_of(backend, args):
+    """The command line's model on `backend`, from seed 0 (both backends: the same parameters)."""
+    return ResNet(backend, width=args.width, stages=args.stages, dtype=args.dtype, rngs=nnx.Rngs(0))
+
+
 def gradients(backend, args, x, y):
-    model = ResNet(backend, width=args.width, stages=args.stages, dtype=args.dtype, rngs=nnx.Rngs(0))
+    model = model_of(backend, args)
     return [np.asarray(g, np.float64) for g in jax.tree.leaves(nnx.jit(nnx.grad(loss_fn))(model, x, y))]
 
 
@@ -130,7 +135,7 @@ def time_steps(step, state, x, y, steps, window):
 
 
 def run(backend, args, x, y):
-    model = ResNet(backend, width=args.width, stages=args.stages, dtype=args.dtype, rngs=nnx.Rngs(0))
+    model = model_of(backend, args)
     optimizer = nnx.Optimizer(model, optax.sgd(0.1, momentum=0.9), wrt=nnx.Param)
     graphdef, state = nnx.split((model, optimizer))
     step = train_step(graphdef)
