@@ -221,6 +221,36 @@ def test_few_channel_conv_runs_as_window_gemms(shape, conv_kw, dtype):
     assert "jaxgemm_conv" in forced and "jaxgemm_gemm" not in forced
 
 
+def test_few_channel_conv_composes():
+    """The window-column route under vmap (over images and over filters), jvp and a
+    hessian-vector product (forward-over-reverse), each against lax."""
+    n, h, w, c, k, r, s = 2, 9, 8, 3, 8, 3, 3
+    rng = np.random.default_rng(26)
+    x, wt = _inputs(rng, n, h, w, c, k, r, s, 1, jnp.bfloat16)
+    b = random(rng, (k,), jnp.bfloat16)
+    tol = TOLERANCE[jnp.dtype(jnp.bfloat16)]
+    ours = lambda x, wt, b: jaxgemm.conv2d(x, wt, stride=2, bias=b, activation="gelu")  # noqa: E731
+    ref = lambda x, wt, b: _reference(x, wt, stride=2, bias=b, activation="gelu")  # noqa: E731
+    f32 = lambda *a: [jnp.asarray(v, jnp.float32) for v in a]  # noqa: E731
+    xs, ws = jnp.stack([x, -x]), jnp.stack([wt, 2 * wt])
+    for axes, args in (((0, None, None), (xs, wt, b)), ((None, 0, None), (x, ws, b))):
+        got = jax.jit(jax.vmap(ours, axes))(*args)
+        assert rel_error(got, jax.vmap(ref, axes)(*f32(*args))) <= tol, axes
+    tangents = [random(rng, v.shape, jnp.bfloat16) for v in (x, wt, b)]
+    _, t = jax.jit(lambda p, t: jax.jvp(ours, p, t))((x, wt, b), tuple(tangents))
+    _, t_ref = jax.jvp(ref, tuple(f32(x, wt, b)), tuple(f32(*tangents)))
+    assert rel_error(t, t_ref) <= tol
+
+    def hvp(conv, wt, v):
+        def loss(wt):
+            return jnp.sum(conv(x.astype(wt.dtype), wt, b.astype(wt.dtype)).astype(jnp.float32) ** 2)
+
+        return jax.jvp(jax.grad(loss), (wt,), (v,))[1]
+
+    got = jax.jit(functools.partial(hvp, ours))(wt, tangents[1])
+    assert rel_error(got, hvp(ref, *f32(wt, tangents[1]))) <= tol
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("stride", [1, 2, (2, 3)])
 @pytest.mark.parametrize("epilogue", ["none", "bias_act_residual"])

@@ -358,26 +358,41 @@ def test_auto_mode(layout):
     assert not problems, "\n".join(problems)
 
 
-def test_few_channel_conv_batch_sharded():
+@pytest.mark.parametrize("mode", ["auto", "explicit", "shard_map"])
+def test_few_channel_conv_batch_sharded(mode):
     """A 16-bit first layer (C = 3: the forward and weight gradient are GEMMs of window
-    columns) with its images split: values and gradients as on one device, no all-gather,
-    and no more all-reduces than jnp's (the weight and bias gradients)."""
+    columns) with its images split, by a sharded jit in Auto and Explicit mode and inside
+    shard_map (default checks): the loss and the weight and bias gradients as on one device,
+    no all-gather, and no more all-reduces than jnp's (the weight and bias gradients)."""
     x = random("fc_x", (8, 9, 9, 3)).astype(jnp.bfloat16)
     w = random("fc_w", (3, 3, 3, 16), 1 / math.sqrt(27)).astype(jnp.bfloat16)
     b = random("fc_b", (16,)).astype(jnp.bfloat16)
+    ours = lambda x, w, b: jaxgemm.conv2d(x, w, bias=b, activation="relu")  # noqa: E731
+    ref = lambda x, w, b: conv_ref(*(a.astype(jnp.float32) for a in (x, w, b)), "relu")  # noqa: E731
 
-    def loss(conv):
-        return jax.value_and_grad(lambda x, w, b: jnp.sum(conv(x, w, b).astype(jnp.float32) ** 2), argnums=(1, 2))
+    def loss(conv, mesh=None):
+        if mode != "shard_map":
+            return jax.value_and_grad(lambda x, w, b: jnp.sum(conv(x, w, b).astype(jnp.float32) ** 2), argnums=(1, 2))
+        local = lambda x, w, b: lax.psum(jnp.sum(conv(x, w, b).astype(jnp.float32) ** 2), "x")  # noqa: E731
+        sharded = jax.shard_map(local, mesh=mesh, in_specs=(P("x"), P(), P()), out_specs=P())
+        return jax.value_and_grad(sharded, argnums=(1, 2))
 
-    ours = loss(lambda x, w, b: jaxgemm.conv2d(x, w, bias=b, activation="relu"))
-    ref = loss(lambda x, w, b: conv_ref(x.astype(jnp.float32), w.astype(jnp.float32), b.astype(jnp.float32), "relu"))
     mesh, specs = auto_mesh((8,)), (P("x"), P(), P())
-    out, hlo = compile_sharded(ours, mesh, specs, (x, w, b))
-    _, ref_hlo = compile_sharded(ref, mesh, specs, (x, w, b))
-    want = ref(x, w, b)
+    want = loss(ref, mesh)(x, w, b)
+    # (jnp's collectives from Auto mode: in Explicit mode lax.conv's weight gradient asks
+    # for an out_sharding, JAX 0.10)
+    _, ref_hlo = compile_sharded(loss(ref, mesh), mesh, specs, (x, w, b))
+    if mode == "explicit":
+        with jax.set_mesh(explicit_mesh((8,))):
+            xs = jax.device_put(x, P("x"))
+            out = jax.jit(loss(ours))(xs, w, b)
+            hlo = jax.jit(loss(ours)).lower(xs, w, b).compile().as_text()
+    else:
+        out, hlo = compile_sharded(loss(ours, mesh), mesh, specs, (x, w, b))
     for got, exp in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(want)):
         assert rel_error(got, exp) <= 1e-2
-    assert "jaxgemm_gemm" in hlo and "jaxgemm_conv" not in hlo
+    kernels = set(re.findall(r'custom_call_target="(jaxgemm_\w+)"', hlo))
+    assert "jaxgemm_gemm" in kernels and "jaxgemm_conv" not in kernels, kernels
     counts, ref_counts = collective_counts(hlo), collective_counts(ref_hlo)
     assert counts["all-gather"] == 0 and counts["all-reduce"] <= ref_counts["all-reduce"], (counts, ref_counts)
 
