@@ -50,7 +50,11 @@ RESNET50 = [
 ]
 # ResNet-50's layers, a one-channel first layer (examples/train_cnn.py's, on MNIST) and a
 # 16-channel one: the most that conv2d runs as GEMMs of window columns (conv_windows.py).
-LAYERS = RESNET50 + [Layer("28^2 1->128 3x3", 28, 1, 128, 3), Layer("56^2 16->64 3x3", 56, 16, 64, 3)]
+LAYERS = RESNET50 + [
+    Layer("28^2 1->128 3x3", 28, 1, 128, 3),  # MNIST's first layer
+    Layer("32^2 3->64 3x3", 32, 3, 64, 3),  # CIFAR's
+    Layer("56^2 16->64 3x3", 56, 16, 64, 3),
+]
 
 
 def _precision(dtype):

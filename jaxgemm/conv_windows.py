@@ -15,14 +15,20 @@ it ran MNIST's 28^2 1 -> 128 layer (batch 512) in 0.60 ms, where the layer's out
 takes ~0.03 to write. The GEMM's K = R*S*C fills its tiles instead, at the cost of writing
 the columns (R*S*C values per pixel: for C = 1 and 3x3 filters, 16 columns against an
 output of 128 channels; for C = 16, 144). conv.py picks this
-route wherever jaxgemm's kernels run, for 16-bit convolutions that fit (`gemm_fits`), and
-for the data gradient of every dtype (`dgrad_prefers_col2im`); a forced kernel family
-keeps the conv kernels.
+route wherever jaxgemm's kernels run: for the forward and weight gradient of 16-bit
+convolutions with C <= GEMM_CHANNELS (`gemm_fits`), and for the data gradient of every
+dtype with C <= 16 (`dgrad_prefers_col2im`); a forced kernel family keeps the conv kernels.
+
+The forward's limit is measured (bench_conv, bf16, batch 64, one H200, XLA / ours): C = 1
+3x3 2.71x; C = 3 7x7 stride 2 0.38x and C = 16 3x3 0.19x, where the conv kernels gave
+1.16x and ~1x. JAXGEMM_WINDOW_GEMM_CHANNELS (read when a conv is traced) moves it, to
+measure the route elsewhere.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +51,7 @@ from jaxgemm.primitive import (
 )
 
 MAX_CHANNELS = 16
+GEMM_CHANNELS = 2  # the forward's and weight gradient's limit (measured: the docstring)
 _INDEX_LIMIT = 2**31  # col2im's and the columns' 32-bit element indices
 
 
@@ -97,13 +104,13 @@ def _few_channels(config, r, s, c, pixels) -> bool:
 
 def gemm_fits(x_shape, kernel_hw, dtype, config) -> bool:
     """Whether the forward and weight gradient run as GEMMs of window columns: 16-bit
-    operands, some channels and output pixels, and the route's rule."""
+    operands, 1 to GEMM_CHANNELS channels, some output pixels, and the route's rule."""
     n, h, w, c = x_shape
     r, s = kernel_hw[:2]
     p, q = config.output_hw((h, w), (r, s))
     return (
         jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
-        and c > 0
+        and 0 < c <= int(os.environ.get("JAXGEMM_WINDOW_GEMM_CHANNELS", GEMM_CHANNELS))
         and n * p * q > 0
         and _few_channels(config, r, s, c, n * p * q)
     )

@@ -193,18 +193,18 @@ def test_few_channel_dgrad_runs_as_gemm_and_col2im(shape, conv_kw, dtype):
 
 WINDOW_GEMM_CASES = [
     ((2, 9, 8, 1, 16, 3, 3), dict()),  # MNIST's first layer: C = 1, padded to nothing
-    ((2, 15, 14, 3, 8, 7, 7), dict(stride=2)),  # ResNet's: 7x7, stride 2, C = 3
-    ((1, 9, 10, 5, 6, 3, 3), dict(stride=(2, 3), dilation=(1, 2), padding=((2, 0), (1, 3)))),  # K = 6
-    ((2, 8, 7, 16, 24, 3, 2), dict(padding="VALID")),  # C = 16, the most the route takes
-    ((1, 7, 8, 4, 4, 3, 3), dict(padding=((-1, 2), (0, -1)))),  # negative padding crops
-    ((3, 1, 2, 4, 6, 3, 3), dict(stride=(2, 3), padding=1)),  # image smaller than the stride
+    ((2, 15, 14, 2, 8, 7, 7), dict(stride=2)),  # 7x7, stride 2, C = 2, the most the route takes
+    ((1, 9, 10, 2, 6, 3, 3), dict(stride=(2, 3), dilation=(1, 2), padding=((2, 0), (1, 3)))),  # K = 6
+    ((2, 8, 7, 1, 24, 3, 2), dict(padding="VALID")),
+    ((1, 7, 8, 2, 4, 3, 3), dict(padding=((-1, 2), (0, -1)))),  # negative padding crops
+    ((3, 1, 2, 1, 6, 3, 3), dict(stride=(2, 3), padding=1)),  # image smaller than the stride
 ]
 
 
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
 @pytest.mark.parametrize("shape,conv_kw", WINDOW_GEMM_CASES, ids=[f"{s}-{k}" for s, k in WINDOW_GEMM_CASES])
 def test_few_channel_conv_runs_as_window_gemms(shape, conv_kw, dtype):
-    """16-bit convs with C <= 16 (groups 1): the forward (with its fused epilogue) and the
+    """16-bit convs with C <= 2 (groups 1): the forward (with its fused epilogue) and the
     weight gradient are GEMMs of window columns, the data gradient GEMM + col2im; no conv
     kernel runs, and the values and every gradient match lax (the pre-activation kept by
     gelu and read off the output by relu both)."""
@@ -221,10 +221,23 @@ def test_few_channel_conv_runs_as_window_gemms(shape, conv_kw, dtype):
     assert "jaxgemm_conv" in forced and "jaxgemm_gemm" not in forced
 
 
+def test_window_gemm_channel_limit(monkeypatch):
+    """C = 3's forward runs the conv kernel (the route measured slower there), unless
+    JAXGEMM_WINDOW_GEMM_CHANNELS raises the limit; the values match lax either way."""
+    x, wt = _inputs(np.random.default_rng(27), 2, 9, 8, 3, 8, 3, 3, 1, jnp.bfloat16)
+    ref = _reference(jnp.asarray(x, jnp.float32), jnp.asarray(wt, jnp.float32))
+    for limit, kernel in ((None, "jaxgemm_conv"), ("3", "jaxgemm_gemm")):
+        if limit is not None:
+            monkeypatch.setenv("JAXGEMM_WINDOW_GEMM_CHANNELS", limit)
+        forward = jax.jit(lambda x, wt: jaxgemm.conv2d(x, wt))
+        assert kernel in forward.lower(x, wt).compile().as_text(), limit
+        assert rel_error(forward(x, wt), ref) <= TOLERANCE[jnp.dtype(jnp.bfloat16)], limit
+
+
 def test_few_channel_conv_composes():
     """The window-column route under vmap (over images and over filters), jvp and a
     hessian-vector product (forward-over-reverse), each against lax."""
-    n, h, w, c, k, r, s = 2, 9, 8, 3, 8, 3, 3
+    n, h, w, c, k, r, s = 2, 9, 8, 2, 8, 3, 3
     rng = np.random.default_rng(26)
     x, wt = _inputs(rng, n, h, w, c, k, r, s, 1, jnp.bfloat16)
     b = random(rng, (k,), jnp.bfloat16)
