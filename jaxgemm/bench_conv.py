@@ -48,8 +48,9 @@ RESNET50 = [
     Layer("56^2 128->128 3x3 s2", 56, 128, 128, 3, 2),
     Layer("224^2 3->64 7x7 s2", 224, 3, 64, 7, 2),
 ]
-# ResNet-50's layers, a one-channel first layer (examples/train_cnn.py's, on MNIST) and a
-# 16-channel one: the most that conv2d runs as GEMMs of window columns (conv_windows.py).
+# ResNet-50's layers and three few-channel ones: MNIST's first layer (examples/train_cnn.py's,
+# a GEMM of window columns: conv_windows.py), CIFAR's, and a 16-channel one (the most whose
+# data gradient runs as a GEMM + col2im).
 LAYERS = RESNET50 + [
     Layer("28^2 1->128 3x3", 28, 1, 128, 3),  # MNIST's first layer
     Layer("32^2 3->64 3x3", 32, 3, 64, 3),  # CIFAR's

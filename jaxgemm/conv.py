@@ -9,9 +9,10 @@ the math):
                     16-bit stride-1 ones run as a forward convolution, see conv2d_dgrad)
     conv2d_wgrad_p  dw from x and dy (split over N*P*Q, fp32 partials summed by XLA)
 
-Convolutions with few input channels (C <= 16: first layers) run as GEMMs of window
-columns instead, inside these primitives' lowerings wherever jaxgemm's kernels run
-(conv_windows.py, with its col2im_p for the data gradient).
+Convolutions with few input channels (first layers) run as GEMMs of window columns
+instead, inside these primitives' lowerings wherever jaxgemm's kernels run: the 16-bit
+forward and weight gradient for C <= 2, the data gradient for C <= 16 (conv_windows.py,
+with its col2im_p).
 
 Batching folds vmap into the image batch N (per-example weights fall back to a loop).
 Sharding: images and output channels partition freely, input channels as a contraction
@@ -621,9 +622,10 @@ def conv2d(
     and weight-gradient convolution kernels. Unpadded 16-bit 1x1 convolutions with
     groups=1 run as one GEMM (`jaxgemm.matmul`) on the strided pixels, gradients included,
     unless the Hopper conv kernels take them (stride 1, C % 64 == 0). Convolutions
-    with few input channels (C <= 16, groups=1: first layers) run as GEMMs of their
-    window columns (R*S*C input values per output pixel): on CUDA the 16-bit forward and
-    weight gradient, and the data gradient of every dtype (plus a col2im kernel).
+    with few input channels (groups=1: first layers) run as GEMMs of their window
+    columns (R*S*C input values per output pixel): on CUDA the 16-bit forward and weight
+    gradient with C <= 2, and the data gradient of every dtype with C <= 16 (plus a
+    col2im kernel).
 
     Args:
       x: (N, H, W, C) input.
@@ -643,7 +645,7 @@ def conv2d(
         of both gradients: None lets the heuristic pick, "sm80" avoids the Hopper kernels,
         "sm90" requires them (an error where they cannot run: the sm90 weight gradient
         needs C % 64 == 0, the strided data gradient taps in every output phase). A
-        family forced here also keeps 1x1 convolutions and convs with C <= 16
+        family forced here also keeps 1x1 convolutions and few-channel convs
         (otherwise GEMMs of window columns) on the conv kernels.
 
     Returns:
