@@ -1,17 +1,23 @@
-"""The GPU timeline of one step of tools/bench_parallel.py's workloads, for each backend.
+"""The GPU timeline of tools/bench_parallel.py's workloads, for each backend.
 
-Traces one step (after warm-up) with jax.profiler (CUPTI), reads the trace back and
-prints, for the first GPU: every kernel in start order with its stream, duration and
-whether it ran while a NCCL kernel was running, then per backend the totals: step span,
-GEMM time with and without a collective beside it, NCCL time. It answers "which kernels
-lose time when the all-reduces overlap them".
-    python3 -P tools/step_timeline.py --devices 2 [--workload dp|tp] [--out DIR] [--all] [--hlo]
+Traces --steps steps (after warm-up; each called and waited for as bench_parallel times
+them, inside a host annotation) with jax.profiler (CUPTI), reads the trace back and prints:
+  - where each step's wall clock goes, per GPU: from the host's call to the GPU's first
+    kernel (launch), first to last kernel (span) and the idle time inside it, last kernel
+    to the host's return (tail); medians over the steps. It answers "is the step longer
+    than its kernels, and on which GPU";
+  - for the last step on the first GPU: every kernel in start order with its stream,
+    duration and whether it ran while a NCCL kernel was running, then the totals: GEMM
+    time with and without a collective beside it, NCCL time. It answers "which kernels
+    lose time when the all-reduces overlap them".
+    python3 -P tools/step_timeline.py --devices 2 [--workload dp|tp] [--steps 5] [--out DIR] [--all] [--hlo]
 """
 
 import argparse
 import glob
 import os
 import re
+import statistics
 import sys
 import tempfile
 
@@ -31,27 +37,75 @@ def kind_of(name: str) -> str:
     return "gemm" if any(m in name for m in GEMM_MARKERS) else "other"
 
 
-def trace_step(fn, args, out_dir: str) -> str:
+STEP = "timed_step_"  # the host annotation around each traced step
+
+
+def trace_steps(fn, args, out_dir: str, steps: int) -> jax.profiler.ProfileData:
     jax.block_until_ready(fn(*args))
     with jax.profiler.trace(out_dir):
-        jax.block_until_ready(fn(*args))
+        for i in range(steps):
+            with jax.profiler.TraceAnnotation(f"{STEP}{i}"):
+                jax.block_until_ready(fn(*args))
     paths = glob.glob(os.path.join(out_dir, "**", "*.xplane.pb"), recursive=True)
-    return max(paths, key=os.path.getmtime)
+    return jax.profiler.ProfileData.from_file(max(paths, key=os.path.getmtime))
 
 
-def kernels_of(path: str, device: str = "/device:GPU:0") -> list:
-    """(start_ns, end_ns, stream line name, kernel name) of every kernel on `device`."""
-    data = jax.profiler.ProfileData.from_file(path)
+def host_steps(data) -> list:
+    """(start_ns, end_ns) of each traced step's host call, in order."""
+    plane = data.find_plane_with_name("/host:CPU")
+    found = [(e.start_ns, e.start_ns + e.duration_ns) for line in plane.lines for e in line.events
+             if e.name.startswith(STEP)]  # fmt: skip
+    return sorted(found)
+
+
+def gpu_planes(data) -> list:
+    return sorted(p.name for p in data.planes if p.name.startswith("/device:GPU:"))
+
+
+def kernels_of(data, device: str) -> list:
+    """(start_ns, end_ns, stream line name, kernel name, stats) of every kernel on `device`."""
     plane = data.find_plane_with_name(device)
     events = []
-    if plane is None:
-        raise SystemExit(f"no plane {device} in {path}: {[p.name for p in data.planes]}")
     for line in plane.lines:
         if "Stream" not in line.name:  # not "XLA Ops", "XLA Modules", ...: those repeat the kernels
             continue
         for e in line.events:
             events.append((e.start_ns, e.end_ns, line.name, e.name, dict(e.stats)))
     return sorted(events)
+
+
+def busy_ns(events) -> float:
+    """The time during which at least one of `events` runs."""
+    total, reach = 0.0, None
+    for start, end, *_ in sorted(events):
+        if reach is None or start > reach:
+            total, reach = total + end - start, end
+        elif end > reach:
+            total, reach = total + end - reach, end
+    return total
+
+
+def in_step(events, step) -> list:
+    return [e for e in events if step[0] <= e[0] < step[1]]
+
+
+def report_wall(backend: str, steps: list, kernels: dict) -> None:
+    """Per GPU, medians over the steps: host call, launch, span, idle inside it, tail (ms)."""
+    print(f"\n== {backend}: where each step's wall clock goes (ms, medians of {len(steps)} steps) ==")
+    print(f"  host call {statistics.median((e - s) / 1e6 for s, e in steps):.3f}")
+    for device, events in kernels.items():
+        rows = []
+        for step in steps:
+            mine = in_step(events, step)
+            if mine:
+                first, last = mine[0][0], max(e[1] for e in mine)
+                rows.append(((first - step[0]) / 1e6, (last - first) / 1e6,
+                             (last - first - busy_ns(mine)) / 1e6, (step[1] - last) / 1e6))  # fmt: skip
+        if not rows:
+            print(f"  {device}: no kernel inside the host's calls (clocks not aligned?)")
+            continue
+        launch, span, idle, tail = (statistics.median(col) for col in zip(*rows))
+        print(f"  {device}: launch {launch:.3f}  span {span:.3f} (idle {idle:.3f})  tail {tail:.3f}")
 
 
 def overlaps(event, others) -> float:
@@ -85,7 +139,7 @@ def report(backend: str, events: list, show_all: bool) -> dict:
     nccl = [e for e in events if kind_of(e[3]) == "nccl"]
     t0 = events[0][0]
     totals = {"gemm_alone": 0.0, "gemm_beside_nccl": 0.0, "nccl": 0.0, "other": 0.0}
-    print(f"\n== {backend}: {len(events)} kernels on GPU 0 ==")
+    print(f"\n== {backend}: {len(events)} kernels of the last step on GPU 0 ==")
     for e in events:
         kind, us = kind_of(e[3]), (e[1] - e[0]) / 1e3
         shared = overlaps(e, nccl) if kind != "nccl" else 0.0
@@ -106,6 +160,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--workload", choices=("dp", "tp"), default="dp")
+    parser.add_argument("--steps", type=int, default=5, help="steps traced, each waited for")
     parser.add_argument("--out", default=None, help="where the traces go (default: a temporary folder)")
     parser.add_argument("--hlo", action="store_true", help="print the schedule; write the HLO into --out")
     parser.add_argument("--all", action="store_true", help="list every kernel, not only GEMMs and NCCL's")
@@ -126,8 +181,17 @@ def main():
                 f.write(compiled.as_text())
             print(f"\n== {backend}: scheduled GEMMs and collectives ==")
             print_schedule(compiled.as_text())
-        path = trace_step(compiled, step_args, os.path.join(out_root, backend))
-        summary[backend] = report(backend, kernels_of(path), args.all)
+        data = trace_steps(compiled, step_args, os.path.join(out_root, backend), args.steps)
+        steps, gpus = host_steps(data), gpu_planes(data)
+        if not gpus:
+            print(f"\n{backend}: host calls {[round((e - s) / 1e6, 3) for s, e in steps]} ms; no GPU in the trace")
+            continue
+        kernels = {device: kernels_of(data, device) for device in gpus}
+        report_wall(backend, steps, kernels)
+        # Clocks not aligned: the step's kernels are the last of each step's equal share.
+        first_gpu = kernels[gpus[0]]
+        last = in_step(first_gpu, steps[-1]) or first_gpu[-(len(first_gpu) // len(steps)):]
+        summary[backend] = report(backend, last, args.all)
     print(f"\n{args.workload} on {args.devices} devices, us: " + "; ".join(
         f"{b}: " + ", ".join(f"{k} {v:.0f}" for k, v in t.items()) for b, t in summary.items()))
 
