@@ -10,6 +10,8 @@ live in epilogue.py.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import os
@@ -316,6 +318,27 @@ def collective_sm_margin() -> int:
     best (16 cost it 8 %), the 2-GPU step's within noise. Other GEMMs keep every SM: the
     sum of their partial products is what the next op waits for."""
     return max(0, int(os.environ.get("JAXGEMM_SM_MARGIN", "32")))
+
+
+_SMS_LEFT_FREE = contextvars.ContextVar("jaxgemm_sms_left_free", default=0)
+
+
+@contextlib.contextmanager
+def sms_left_free(margin: int):
+    """GEMMs traced inside leave `margin` multiprocessors free on CUDA (and so do the GEMMs
+    of their gradients): for products that run beside a collective they do not wait for,
+    as in collective.py's rings, where a persistent grid on every SM would hold NCCL's
+    kernel back until the product ends."""
+    token = _SMS_LEFT_FREE.set(max(0, int(margin)))
+    try:
+        yield
+    finally:
+        _SMS_LEFT_FREE.reset(token)
+
+
+def traced_sm_margin() -> int:
+    """The margin of the innermost `sms_left_free` being traced (0 outside)."""
+    return _SMS_LEFT_FREE.get()
 
 
 def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_sharding=None):

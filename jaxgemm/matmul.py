@@ -11,7 +11,7 @@ from jax import lax
 
 from jaxgemm import activations, autotune
 from jaxgemm.epilogue import EpilogueConfig, fused_matmul
-from jaxgemm.gemm import SUPPORTED_DTYPES, GemmConfig, _broadcast_batch, _gemm, _gemm_dims
+from jaxgemm.gemm import SUPPORTED_DTYPES, GemmConfig, _broadcast_batch, _gemm, _gemm_dims, traced_sm_margin
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 
 _TF32_PRECISIONS = {"tensorfloat32", "tf32", "default", "high"}
@@ -174,7 +174,8 @@ def matmul(
     if b_vector:
         b, transpose_b = b[:, None], False
     a, b = a.astype(dtype), b.astype(dtype)
-    config = GemmConfig(bool(transpose_a), bool(transpose_b), tf32, out_dtype, alpha=float(alpha))
+    config = GemmConfig(bool(transpose_a), bool(transpose_b), tf32, out_dtype, alpha=float(alpha),
+                        sm_margin=traced_sm_margin())  # fmt: skip
     m, k, n, kb = _gemm_dims(a.shape, b.shape, config)
     if k != kb:
         raise ValueError(
