@@ -1,6 +1,6 @@
 """jaxgemm against plain jax.numpy (XLA) when the work is sharded over 1, 2, 4 devices.
 
-Two workloads, each built with jaxgemm.dense and with `activation(x @ w + b)` in jnp
+Three workloads, each built with jaxgemm and with `activation(x @ w + b)` in jnp
 (jax.nn.gelu: its tanh form, as jaxgemm's "gelu"), on the same inputs:
   dp  data-parallel training step: an MLP of 4 dense layers 8192 -> 8192 (bf16, gelu
       between layers, none after the last), global batch 16384 sharded P("data", None),
@@ -9,6 +9,10 @@ Two workloads, each built with jaxgemm.dense and with `activation(x @ w + b)` in
       y = dense(gelu(dense(x, w1, b1)), w2, b2), d_model 8192, hidden 28672, 8192 tokens,
       bf16; w1 P(None, "model"), b1 P("model"), w2 P("model", None), x and b2 replicated;
       the gradient of sum(y^2) with respect to x, w1, b1, w2 and b2.
+  sp  the same block with sequence parallelism, inside shard_map: the tokens split
+      P("model", None), gathered before the first layer and the output reduce-scattered
+      back to them; jaxgemm.all_gather_matmul / matmul_reduce_scatter (rings of transfers
+      beside the products) against lax.all_gather / psum_scatter around jnp's products.
 For each device count n, a mesh of the first n devices; both backends jitted with
 NamedSharding in/out shardings, warmed up, then timed in wall clock (block_until_ready)
 in alternating order, median of --iters calls each. Also printed: speedup over 1 device,
@@ -77,6 +81,19 @@ def jaxgemm_dense(x, w, b, activation):
 DENSE = {"xla": xla_dense, "jaxgemm": jaxgemm_dense}
 
 
+def xla_sp_block(x, w1, b1, w2, b2):
+    h = xla_dense(jax.lax.all_gather(x, "model", tiled=True), w1, b1, "gelu")
+    return jax.lax.psum_scatter(h @ w2, "model", tiled=True) + b2
+
+
+def jaxgemm_sp_block(x, w1, b1, w2, b2):
+    h = jaxgemm.all_gather_matmul(x, w1, "model", bias=b1, activation="gelu")
+    return jaxgemm.matmul_reduce_scatter(h, w2, "model", bias=b2)
+
+
+SP_BLOCK = {"xla": xla_sp_block, "jaxgemm": jaxgemm_sp_block}
+
+
 def init_dense(key, fan_in, fan_out):
     kw, kb = jax.random.split(key)
     w = jax.random.normal(kw, (fan_in, fan_out), DTYPE) * fan_in**-0.5
@@ -91,7 +108,9 @@ def dp_inputs(s: Sizes, key):
     return (params, x), (P(), P("data", None))
 
 
-def dp_step(dense):
+def dp_step(backend):
+    dense = DENSE[backend]
+
     def loss(params, x):
         h = x
         for i, (w, b) in enumerate(params):
@@ -115,10 +134,28 @@ def tp_inputs(s: Sizes, key):
     return (x, w1, b1, w2, b2), (P(), P(None, "model"), P("model"), P("model", None), P())
 
 
-def tp_grad(dense):
+def tp_grad(backend):
+    dense = DENSE[backend]
+
     def loss(x, w1, b1, w2, b2):
         y = dense(dense(x, w1, b1, "gelu"), w2, b2, None)
         return jnp.sum(jnp.square(y.astype(jnp.float32)))
+
+    return jax.grad(loss, argnums=(0, 1, 2, 3, 4))
+
+
+def sp_inputs(s: Sizes, key):
+    args, specs = tp_inputs(s, key)
+    return args, (P("model", None),) + specs[1:]
+
+
+def sp_grad(backend):
+    """The block's gradient; its shard_map takes the mesh of the context (run_case's)."""
+    specs = (P("model", None), P(None, "model"), P("model"), P("model", None), P())
+    block = jax.shard_map(SP_BLOCK[backend], in_specs=specs, out_specs=P("model", None))
+
+    def loss(*args):
+        return jnp.sum(jnp.square(block(*args).astype(jnp.float32)))
 
     return jax.grad(loss, argnums=(0, 1, 2, 3, 4))
 
@@ -127,7 +164,7 @@ def tp_grad(dense):
 class Workload:
     axis: str
     inputs: Callable  # (Sizes, key) -> (args, PartitionSpec prefix of args)
-    build: Callable  # dense -> function of args
+    build: Callable  # backend name -> function of args
     out_specs: Callable  # in specs -> PartitionSpec prefix of the outputs
     checked: Callable  # outputs -> the part compared between backends
 
@@ -135,6 +172,7 @@ class Workload:
 WORKLOADS = {
     "dp": Workload("data", dp_inputs, dp_step, lambda specs: (specs[0], P()), lambda out: out[1]),
     "tp": Workload("model", tp_inputs, tp_grad, lambda specs: specs, lambda out: out),
+    "sp": Workload("model", sp_inputs, sp_grad, lambda specs: specs, lambda out: out),
 }
 
 
@@ -175,6 +213,10 @@ def shardings(workload: Workload, specs, n: int):
     return named(specs), named(workload.out_specs(specs))
 
 
+def mesh_of(named_shardings):
+    return jax.tree.leaves(named_shardings)[0].mesh
+
+
 def run_case(name: str, workload: Workload, inputs, specs, n: int, iters: int) -> dict:
     """Compiles, checks and times both backends on a mesh of the first n devices."""
     in_shardings, out_shardings = shardings(workload, specs, n)
@@ -184,8 +226,9 @@ def run_case(name: str, workload: Workload, inputs, specs, n: int, iters: int) -
         tag = f"[{name} n={n} {backend}]"
         try:
             log(f"{tag} compiling")
-            jitted = jax.jit(workload.build(DENSE[backend]), in_shardings=in_shardings, out_shardings=out_shardings)
-            fn = jitted.lower(*args).compile()
+            jitted = jax.jit(workload.build(backend), in_shardings=in_shardings, out_shardings=out_shardings)
+            with jax.set_mesh(mesh_of(in_shardings)):  # (for shard_map without a mesh: sp)
+                fn = jitted.lower(*args).compile()
             results[backend] = {"collectives": count_collectives(fn.as_text())}
             log(f"{tag} warming up")
             for _ in range(WARMUP):
@@ -251,7 +294,7 @@ def print_table(rows: list) -> None:
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--devices", default="1,2,4", help="device counts, comma-separated (default 1,2,4)")
-    parser.add_argument("--workload", choices=("dp", "tp", "all"), default="all")
+    parser.add_argument("--workload", choices=("dp", "tp", "sp", "all"), default="all")
     parser.add_argument("--iters", type=int, default=20, help="timed calls per backend (default 20)")
     parser.add_argument("--small", action="store_true", help="smoke-test sizes (automatic on CPU)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
@@ -269,7 +312,7 @@ def plot(rows: list, meta: dict, path: str) -> None:
 
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     fig, axes = plt.subplots(1, len(workloads) + 1, figsize=(4.2 * (len(workloads) + 1), 3.6))
-    titles = {"dp": "data-parallel step", "tp": "tensor-parallel block"}
+    titles = {"dp": "data-parallel step", "tp": "tensor-parallel block", "sp": "sequence-parallel block"}
     for ax, name in zip(axes, workloads):
         sel = [r for r in rows if r["workload"] == name]
         xs = [r["devices"] for r in sel]

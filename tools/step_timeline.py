@@ -10,7 +10,7 @@ them, inside a host annotation) with jax.profiler (CUPTI), reads the trace back 
     duration and whether it ran while a NCCL kernel was running, then the totals: GEMM
     time with and without a collective beside it, NCCL time. It answers "which kernels
     lose time when the all-reduces overlap them".
-    python3 -P tools/step_timeline.py --devices 2 [--workload dp|tp] [--steps 5] [--out DIR] [--all] [--hlo]
+    python3 -P tools/step_timeline.py --devices 2 [--workload dp|tp|sp] [--steps 5] [--out DIR] [--all] [--hlo]
 """
 
 import argparse
@@ -159,7 +159,7 @@ def report(backend: str, events: list, show_all: bool) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--devices", type=int, default=2)
-    parser.add_argument("--workload", choices=("dp", "tp"), default="dp")
+    parser.add_argument("--workload", choices=("dp", "tp", "sp"), default="dp")
     parser.add_argument("--steps", type=int, default=5, help="steps traced, each waited for")
     parser.add_argument("--out", default=None, help="where the traces go (default: a temporary folder)")
     parser.add_argument("--hlo", action="store_true", help="print the schedule; write the HLO into --out")
@@ -174,8 +174,9 @@ def main():
     os.makedirs(out_root, exist_ok=True)
     summary = {}
     for backend in bp.BACKENDS:
-        fn = jax.jit(workload.build(bp.DENSE[backend]), in_shardings=in_shardings, out_shardings=out_shardings)
-        compiled = fn.lower(*step_args).compile()
+        fn = jax.jit(workload.build(backend), in_shardings=in_shardings, out_shardings=out_shardings)
+        with jax.set_mesh(bp.mesh_of(in_shardings)):
+            compiled = fn.lower(*step_args).compile()
         if args.hlo:
             with open(os.path.join(out_root, f"{backend}.hlo"), "w") as f:
                 f.write(compiled.as_text())
