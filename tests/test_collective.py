@@ -1,7 +1,7 @@
 """jaxgemm.all_gather_matmul and matmul_reduce_scatter (collective.py) inside shard_map:
-values and gradients against lax.all_gather / lax.psum_scatter with jnp products, the
-rings' collectives in the compiled HLO (collective-permutes, no all-gather or
-reduce-scatter), the SMs the ring GEMMs leave free, and bad input."""
+values, gradients, vmap and jvp against lax.all_gather / lax.psum_scatter with jnp
+products, the rings' collectives in the compiled HLO (collective-permutes, no all-gather
+or reduce-scatter), the SMs the ring GEMMs leave free, and bad input."""
 
 import re
 
@@ -183,3 +183,26 @@ def test_bad_input(op, x_shape, w_shape, kw, match):
                       out_specs=P(), check_vma=False)  # fmt: skip
     with pytest.raises(ValueError, match=match):
         jax.jit(f).lower(jnp.ones(x_shape), jnp.ones(w_shape))
+
+
+def test_rings_under_vmap_and_jvp():
+    """vmap over stacked weights (inside shard_map) and a jvp through both rings, against
+    the all_gather / psum_scatter block."""
+    mesh = mesh_of((4,), ("model",))
+    n = mesh.shape["model"]
+    x, w1, w2 = normal(15, (2 * n, 8)), normal(16, (3, 8, 4 * n), scale=0.3), normal(17, (4 * n, 8), scale=0.3)
+
+    def ours(x, w1, w2):
+        h = jax.vmap(lambda w: jaxgemm.all_gather_matmul(x, w, "model", activation="gelu"))(w1).sum(0)
+        return jaxgemm.matmul_reduce_scatter(h, w2, "model")
+
+    def ref(x, w1, w2):
+        h = jax.nn.gelu(jnp.einsum("mk,ekn->emn", lax.all_gather(x, "model", tiled=True), w1)).sum(0)
+        return lax.psum_scatter(h @ w2, "model", tiled=True)
+
+    specs = dict(mesh=mesh, in_specs=(P("model"), P(None, None, "model"), P("model")), out_specs=P("model"))
+    args = (x, w1, w2)
+    tangents = tuple(normal(18 + i, a.shape) for i, a in enumerate(args))
+    out, t = jax.jit(lambda a, t: jax.jvp(jax.shard_map(ours, **specs), a, t))(args, tangents)
+    want, t_want = jax.jvp(jax.shard_map(ref, **specs), args, tangents)
+    assert rel_error(out, want) <= 1e-5 and rel_error(t, t_want) <= 1e-5
