@@ -48,12 +48,15 @@ RESNET50 = [
     Layer("56^2 128->128 3x3 s2", 56, 128, 128, 3, 2),
     Layer("224^2 3->64 7x7 s2", 224, 3, 64, 7, 2),
 ]
-# ResNet-50's layers and three few-channel ones: MNIST's first layer (examples/train_cnn.py's,
-# a GEMM of window columns: conv_windows.py), CIFAR's, and a 16-channel one (the most whose
-# data gradient runs as a GEMM + col2im).
+# ResNet-50's layers; examples/train_cnn.py's four at --size gpu (time them with --batch 512),
+# the first a GEMM of window columns (conv_windows.py); CIFAR's first layer; and a 16-channel
+# one (the most whose data gradient runs as a GEMM + col2im).
 LAYERS = RESNET50 + [
-    Layer("28^2 1->128 3x3", 28, 1, 128, 3),  # MNIST's first layer
-    Layer("32^2 3->64 3x3", 32, 3, 64, 3),  # CIFAR's
+    Layer("28^2 1->128 3x3", 28, 1, 128, 3),
+    Layer("28^2 128->128 3x3 s2", 28, 128, 128, 3, 2),
+    Layer("14^2 128->256 3x3", 14, 128, 256, 3),
+    Layer("14^2 256->256 3x3 s2", 14, 256, 256, 3, 2),
+    Layer("32^2 3->64 3x3", 32, 3, 64, 3),
     Layer("56^2 16->64 3x3", 56, 16, 64, 3),
 ]
 
