@@ -7,7 +7,7 @@
 # time is XLA compiling on the host's cores (serially the suite takes over 10 minutes on an
 # H200; 4 workers ran ~94 % of it in ~400 s on a 4 x H200 host). JAXGEMM_TEST_SHARD=1/2
 # (then 2/2) runs half the tests; SKIP_BUILD=1 keeps the jaxgemm already installed (a warm
-# machine's second call).
+# machine's second call). A tests-only call (suite "none") skips the SASS facts.
 # Suites: jaxgemm.bench's (simt, tc, epilogue, smoke, all), "none", "conv" / "conv-bf16"
 # (jaxgemm.bench_conv, both dtypes / bfloat16 only), and "tiles" (tools/simt_tile_sweep.py
 # and tools/sm90_tile_sweep.py: every forced tile against XLA), comma-separated.
@@ -57,40 +57,45 @@ else
   echo "tests: $(( $(date +%s) - start )) s"
 fi
 
-so=$($py -c "import glob, os, jaxgemm; print(glob.glob(os.path.join(os.path.dirname(jaxgemm.__file__), '_jaxgemm*.so'))[0])")
-cuobjdump -sass "$so" >"$scratch/all.sass" 2>&1
-# One kernel's SASS into $scratch/$1.sass: the first function, in the sm_90a code only (the
-# library also holds sm_80 code, where the sm90 kernels are empty), whose name matches every
-# regex that follows.
-sass_of() {
-  local name=$1 cond='arch == "sm_90a"'
-  shift
-  for re in "$@"; do cond="$cond && /$re/"; done
-  awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = '"$cond"'} f' "$scratch/all.sass" >"$scratch/$name.sass"
-}
-# "label: NAME=count ..." for NAME=REGEX arguments: lines of $scratch/$2.sass matching REGEX.
-counts() {
-  local label=$1 file="$scratch/$2.sass" line
-  shift 2
-  line="$label:"
-  for pair in "$@"; do line="$line ${pair%%=*}=$(grep -cE "${pair#*=}" "$file")"; done
-  echo "$line"
-}
-# The SIMT flagship: 128x128x16, 3 stages, f32 NN.
-sass_of flagship SimtGemmKernel SimtPolicyILi128ELi128ELi16ELi0ELi3E EffLb0ELb0ELb1EE
-# The sm90 GEMM's clustered 128x256 bf16 NN instance, and the one-consumer 64x128 one (their
-# plain-epilogue instances, Sm90Epilogues::kPlain).
-# Policy arguments: tile N, pingpong, cluster blocks, element bytes, consumer warpgroups,
-# swapped.
-sass_of sm90 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi256ELb0ELi2ELi2ELi2ELb0EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
-sass_of sm90_1 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi128ELb0ELi1ELi2ELi1ELb0EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
-# The conv fprop instance of the same kernel (pingpong bf16).
-sass_of sm90_conv Sm90GemmKernel Sm90ConvFpropLoads Sm90PolicyILi128ELb1E nv_bfloat16S3_
-local_access='LDL/STL=LDL|STL' tma='HGMMA=HGMMA UTMALDG=UTMALDG UTMASTG=UTMASTG'
-sass_line="$(counts "flagship SASS (128x128 f32 NN)" flagship FFMA=FFMA 'LDS.128=LDS\.128' "$local_access")
-$(counts "sm90 SASS (cluster 2x 128x256 bf16 NN)" sm90 $tma "$local_access")
-$(counts "sm90 SASS (one consumer 64x128 bf16 NN)" sm90_1 $tma "$local_access")
-$(counts "sm90 conv fprop SASS (pingpong bf16)" sm90_conv HGMMA=HGMMA 'UTMALDG.IM2COL=UTMALDG\.4D\.IM2COL' "$local_access")"
+# The SASS facts cost ~2 minutes (cuobjdump of the whole library): read with benchmarks, or
+# with JAXGEMM_CHECK_SASS=1; a tests-only call ("none") skips them.
+sass_line="SASS: not read (suite none; JAXGEMM_CHECK_SASS=1 reads it)"
+if [ "$suite" != none ] || [ "${JAXGEMM_CHECK_SASS:-0}" = 1 ]; then
+  so=$($py -c "import glob, os, jaxgemm; print(glob.glob(os.path.join(os.path.dirname(jaxgemm.__file__), '_jaxgemm*.so'))[0])")
+  cuobjdump -sass "$so" >"$scratch/all.sass" 2>&1
+  # One kernel's SASS into $scratch/$1.sass: the first function, in the sm_90a code only (the
+  # library also holds sm_80 code, where the sm90 kernels are empty), whose name matches every
+  # regex that follows.
+  sass_of() {
+    local name=$1 cond='arch == "sm_90a"'
+    shift
+    for re in "$@"; do cond="$cond && /$re/"; done
+    awk '/arch = /{arch = $3} /Function : /{if (f) exit; f = '"$cond"'} f' "$scratch/all.sass" >"$scratch/$name.sass"
+  }
+  # "label: NAME=count ..." for NAME=REGEX arguments: lines of $scratch/$2.sass matching REGEX.
+  counts() {
+    local label=$1 file="$scratch/$2.sass" line
+    shift 2
+    line="$label:"
+    for pair in "$@"; do line="$line ${pair%%=*}=$(grep -cE "${pair#*=}" "$file")"; done
+    echo "$line"
+  }
+  # The SIMT flagship: 128x128x16, 3 stages, f32 NN.
+  sass_of flagship SimtGemmKernel SimtPolicyILi128ELi128ELi16ELi0ELi3E EffLb0ELb0ELb1EE
+  # The sm90 GEMM's clustered 128x256 bf16 NN instance, and the one-consumer 64x128 one (their
+  # plain-epilogue instances, Sm90Epilogues::kPlain).
+  # Policy arguments: tile N, pingpong, cluster blocks, element bytes, consumer warpgroups,
+  # swapped.
+  sass_of sm90 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi256ELb0ELi2ELi2ELi2ELb0EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
+  sass_of sm90_1 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi128ELb0ELi1ELi2ELi1ELb0EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
+  # The conv fprop instance of the same kernel (pingpong bf16).
+  sass_of sm90_conv Sm90GemmKernel Sm90ConvFpropLoads Sm90PolicyILi128ELb1E nv_bfloat16S3_
+  local_access='LDL/STL=LDL|STL' tma='HGMMA=HGMMA UTMALDG=UTMALDG UTMASTG=UTMASTG'
+  sass_line="$(counts "flagship SASS (128x128 f32 NN)" flagship FFMA=FFMA 'LDS.128=LDS\.128' "$local_access")
+  $(counts "sm90 SASS (cluster 2x 128x256 bf16 NN)" sm90 $tma "$local_access")
+  $(counts "sm90 SASS (one consumer 64x128 bf16 NN)" sm90_1 $tma "$local_access")
+  $(counts "sm90 conv fprop SASS (pingpong bf16)" sm90_conv HGMMA=HGMMA 'UTMALDG.IM2COL=UTMALDG\.4D\.IM2COL' "$local_access")"
+fi
 
 gemm_suites=$(echo "$suite" | tr ',' '\n' | grep -vE '^(conv|conv-bf16|none|tiles)$' | paste -sd, -)
 : >"$out/bench.txt"
