@@ -1,5 +1,5 @@
 """jaxgemm.all_gather_matmul and matmul_reduce_scatter (collective.py) inside shard_map:
-values, gradients, vmap and jvp against lax.all_gather / lax.psum_scatter with jnp
+values, gradients, vmap, jvp and a hessian-vector product against lax.all_gather / lax.psum_scatter with jnp
 products, the rings' collectives in the compiled HLO (collective-permutes, no all-gather
 or reduce-scatter), the SMs the ring GEMMs leave free, and bad input."""
 
@@ -206,3 +206,28 @@ def test_rings_under_vmap_and_jvp():
     out, t = jax.jit(lambda a, t: jax.jvp(jax.shard_map(ours, **specs), a, t))(args, tangents)
     want, t_want = jax.jvp(jax.shard_map(ref, **specs), args, tangents)
     assert rel_error(out, want) <= 1e-5 and rel_error(t, t_want) <= 1e-5
+
+
+def test_rings_hessian_vector_product():
+    """Forward-over-reverse through both rings (a gelu between them, so the second
+    derivative is not zero), against the all_gather / psum_scatter block."""
+    mesh = mesh_of((4,), ("model",))
+    n = mesh.shape["model"]
+    x, w1, w2 = normal(21, (2 * n, 8)), normal(22, (8, 4 * n), scale=0.3), normal(23, (4 * n, 8), scale=0.3)
+
+    def ours(x, w1, w2):
+        h = jaxgemm.all_gather_matmul(x, w1, "model", activation="gelu")
+        return jaxgemm.matmul_reduce_scatter(h, w2, "model")
+
+    def ref(x, w1, w2):
+        h = jax.nn.gelu(lax.all_gather(x, "model", tiled=True) @ w1)
+        return lax.psum_scatter(h @ w2, "model", tiled=True)
+
+    specs = dict(mesh=mesh, in_specs=(P("model"), P(None, "model"), P("model")), out_specs=P("model"))
+
+    def hvp(block, w1, v):
+        loss = lambda w1: jnp.sum(jax.shard_map(block, **specs)(x, w1, w2) ** 2)  # noqa: E731
+        return jax.jvp(jax.grad(loss), (w1,), (v,))[1]
+
+    v = normal(24, w1.shape)
+    assert rel_error(jax.jit(hvp, static_argnums=0)(ours, w1, v), hvp(ref, w1, v)) <= 1e-5
