@@ -18,10 +18,13 @@ pytestmark = pytest.mark.skipif(jax.default_backend() == "gpu", reason="the CPU 
 needs_matplotlib = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="needs matplotlib")
 
 
-def run(*args, cwd=None):
-    """python -P ARGS in a clean environment (no test settings); returns (rc, stdout, stderr)."""
+def run(*args, cwd=None, xla_flags=None):
+    """python -P ARGS in a clean environment (no test settings, XLA_FLAGS only if given);
+    returns (rc, stdout, stderr)."""
     env = {k: v for k, v in os.environ.items() if k not in ("JAXGEMM_CPU", "JAXGEMM_POISON_OUTPUTS", "XLA_FLAGS")}
     env["TQDM_DISABLE"] = "1"
+    if xla_flags:
+        env["XLA_FLAGS"] = xla_flags
     done = subprocess.run([sys.executable, "-P", *args], capture_output=True, text=True, env=env, cwd=cwd,
                           timeout=600)  # fmt: skip
     return done.returncode, done.stdout, done.stderr
@@ -128,6 +131,20 @@ def test_example_kernels_checks_both_backends_and_says_it_times_on_a_gpu_only():
     assert rc == 0 and "largest relative difference" in out, out + err
     rc, _, err = run(tool, "--size", "cpu")
     assert rc == 1 and "need a GPU" in err, err
+
+
+def test_bench_parallel_runs_every_workload_on_host_devices(tmp_path):
+    """tools/bench_parallel.py's three workloads (dp, tp, and the rings' sp) on 1 and 2 host
+    devices: both backends agree and its JSON has every row (the GPU sessions rely on it)."""
+    rows = tmp_path / "parallel.json"
+    rc, _, err = run(os.path.join(ROOT, "tools", "bench_parallel.py"), "--devices", "1,2", "--iters", "1",
+                     "--json", str(rows), xla_flags="--xla_force_host_platform_device_count=2")  # fmt: skip
+    assert rc == 0, err
+    results = json.loads(rows.read_text())["results"]
+    assert sorted((r["workload"], r["devices"]) for r in results) == [(w, n) for w in ("dp", "sp", "tp") for n in (1, 2)]
+    assert all(r["rel_diff"] < 2e-2 for r in results), [(r["workload"], r["rel_diff"]) for r in results]
+    sp = next(r for r in results if r["workload"] == "sp" and r["devices"] == 2)
+    assert sp["jaxgemm"]["collectives"]["collective-permute"] > 0 and sp["jaxgemm"]["collectives"]["all-gather"] == 0
 
 
 def test_resnet_step_checks_both_backends_and_trains_a_step():
