@@ -1,4 +1,4 @@
-"""Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50 layers and two few-channel layers, in one process.
+"""Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50's layers and a few others (LAYERS), in one process.
 
     python -m jaxgemm.bench_conv [--dtypes bfloat16,float32] [--batch 64] [--iterations 30] [--json out.json]
                                  [--plot out.png] [--breakdown]
@@ -215,7 +215,7 @@ def plot_rows(rows: list[dict], path: str) -> None:
             suites.setdefault(f"{r['dtype']} {label}", []).append(
                 {"name": r["name"], "baseline": "XLA", "ours_tflops": ours, "xla_tflops": ours / ratio,
                  "xla_over_ours": ratio})
-    plot(suites, path, f"jaxgemm.conv2d vs XLA, ResNet-50's layers and two few-channel ones, {jax.devices()[0].device_kind}")
+    plot(suites, path, f"jaxgemm.conv2d vs XLA, ResNet-50's layers and others, {jax.devices()[0].device_kind}")
 
 
 if __name__ == "__main__":

@@ -91,21 +91,21 @@ def matmul_reduce_scatter(
     if x.shape[axis] % n:
         raise ValueError(f"jaxgemm.matmul_reduce_scatter: x{x.shape} axis {axis} ({x.shape[axis]} rows) is not "
                          f"divisible by the {n} devices of {axis_name!r}")  # fmt: skip
+    final = dict(bias=bias, activation=activation, residual=residual, precision=precision, out_dtype=out_dtype)
+    if n == 1:
+        return matmul(x, w, **final)
     rows = x.shape[axis] // n
-    kw = dict(precision=precision, out_dtype=out_dtype)
     total = None
-    with sms_left_free(collective_sm_margin() if n > 1 else 0):
+    with sms_left_free(collective_sm_margin()):
         for step in range(n):
             block = (me - step - 1) % n  # the block whose partial sum arrives now; own at the end
             x_block = lax.dynamic_slice_in_dim(x, block * rows, rows, axis)
             if step + 1 < n:
                 # The product does not wait for the arriving sum: the add after it does.
-                y = matmul(x_block, w, **kw)
+                y = matmul(x_block, w, precision=precision, out_dtype=out_dtype)
                 total = _to_next(y if total is None else total + y, axis_name, n)
             else:
-                epilogue = dict(bias=bias, activation=activation, residual=residual)
-                c = {} if total is None else dict(c=total, beta=1.0)
-                total = matmul(x_block, w, **c, **epilogue, **kw)
+                total = matmul(x_block, w, c=total, beta=1.0, **final)
     return total
 
 

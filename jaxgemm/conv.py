@@ -505,7 +505,7 @@ def conv2d_wgrad(x, dy, config: ConvConfig, kernel_hw, split: int | None = None,
     """dw (R, S, C/groups, K) of the convolution `config`; `split` forces the number of
     N*P*Q chunks (None: the CUDA lowering picks, 1 on CPU)."""
     c = x.shape[3]
-    if not conv_windows.gemm_fits(x.shape, kernel_hw, x.dtype, config):  # (that route takes any C)
+    if not conv_windows.gemm_fits(x.shape, kernel_hw, x.dtype, config):  # (window columns need no padding)
         x = _pad_channels(x, _tensor_core_channel_pad(x.dtype, config.groups, c, dy.shape[3]), 3)
     (dw,) = wgrad_op.bind(x, dy, config=config, kernel_hw=tuple(int(v) for v in kernel_hw), split=split,
                           out_sharding=out_sharding)  # fmt: skip

@@ -54,9 +54,10 @@ from jaxgemm.gemm import (
 from jaxgemm.primitive import Op, Result, Rule, all_to_front, define, psum_over
 
 # The bias/activation backward's grid: a block covers 512 bytes of each row's columns
-# (bias_act_grad.cu's vector kernel: 32 threads x 16 bytes) over a chunk of at least 64 rows. Up to 256 chunks; more where the
-# columns are few, until the grid holds ~2048 blocks (8 resident on each of an H200's 132
-# SMs, two waves): a conv's 128 channels of 400k pixels in 256 chunks kept 2 blocks an SM.
+# (bias_act_grad.cu's vector kernel: 32 threads x 16 bytes) over a chunk of at least 64
+# rows. Up to 256 chunks; more where the columns are few, until the grid holds ~2048
+# blocks (8 resident on each of an H200's 132 SMs, two waves): a conv's 128 channels of
+# 400k pixels in 256 chunks kept 2 blocks an SM.
 _ROWS_PER_CHUNK = 64
 _CHUNKS = 256
 _TARGET_BLOCKS = 2048
