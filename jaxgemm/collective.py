@@ -27,7 +27,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from jaxgemm.gemm import collective_sm_margin, sms_left_free
+from jaxgemm.gemm import ring_sm_margin, sms_left_free
 from jaxgemm.matmul import matmul
 
 
@@ -52,7 +52,7 @@ def all_gather_matmul(x, w, axis_name, *, axis=0, bias=None, activation=None, pr
         return matmul(x, w, bias=bias, activation=activation, precision=precision, out_dtype=out_dtype)
     rows = x.shape[axis]
     out = None
-    with sms_left_free(collective_sm_margin()):
+    with sms_left_free(ring_sm_margin()):
         for step in range(n):
             # Sent before the product, so that the transfer can run beside it.
             ahead = _to_next(x, axis_name, n) if step + 1 < n else None
@@ -96,7 +96,7 @@ def matmul_reduce_scatter(
         return matmul(x, w, **final)
     rows = x.shape[axis] // n
     total = None
-    with sms_left_free(collective_sm_margin()):
+    with sms_left_free(ring_sm_margin()):
         for step in range(n):
             block = (me - step - 1) % n  # the block whose partial sum arrives now; own at the end
             x_block = lax.dynamic_slice_in_dim(x, block * rows, rows, axis)

@@ -311,13 +311,22 @@ def pad_rows_for_tensor_cores(a, b, config: GemmConfig):
 
 def collective_sm_margin() -> int:
     """Multiprocessors left free by a weight gradient whose partial sums are reduced across
-    devices (JAXGEMM_SM_MARGIN, default 32). With data parallelism each layer's weight
+    devices (JAXGEMM_SM_MARGIN, default 24). With data parallelism each layer's weight
     gradient runs beside the all-reduce of the previous one's, and NCCL's kernel cannot
     start while a persistent grid holds every SM: without a margin the two run one after
-    the other (tools/step_timeline.py; NOTES.md). 32 of the H200's 132 SMs: the 4-GPU step's
-    best (16 cost it 8 %), the 2-GPU step's within noise. Other GEMMs keep every SM: the
+    the other (tools/step_timeline.py; NOTES.md). 24 of the H200's 132 SMs is NCCL's bf16
+    all-reduce grid on 2 GPUs, and leaves 54 two-block clusters: an 8192^2 weight gradient's
+    1024 cluster tiles in 19 full waves (32 SMs: 21 waves). Other GEMMs keep every SM: the
     sum of their partial products is what the next op waits for."""
-    return max(0, int(os.environ.get("JAXGEMM_SM_MARGIN", "32")))
+    return max(0, int(os.environ.get("JAXGEMM_SM_MARGIN", "24")))
+
+
+def ring_sm_margin() -> int:
+    """Multiprocessors left free by the GEMMs of collective.py's rings (JAXGEMM_RING_SM_MARGIN,
+    default 0). A margin lets NCCL's transfer start beside a product, but every product pays
+    for the SMs it gives up: on 2 H200s the sequence-parallel block took 20.0 ms with none,
+    22.1 with 24 and 23.2 with 32 (NOTES.md)."""
+    return max(0, int(os.environ.get("JAXGEMM_RING_SM_MARGIN", "0")))
 
 
 _SMS_LEFT_FREE = contextvars.ContextVar("jaxgemm_sms_left_free", default=0)
