@@ -1,8 +1,8 @@
 """jaxgemm.all_gather_matmul and matmul_reduce_scatter (collective.py) inside shard_map:
 values, gradients, vmap, jvp and a hessian-vector product against lax.all_gather /
 lax.psum_scatter with jnp products, the rings' collectives in the compiled HLO
-(collective-permutes, no all-gather or reduce-scatter), the SMs the ring GEMMs leave free when asked,
-and bad input."""
+(collective-permutes, no all-gather or reduce-scatter), the SMs the ring GEMMs leave free
+when asked, and bad input."""
 
 import re
 

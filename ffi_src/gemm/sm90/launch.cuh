@@ -86,14 +86,14 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   // Stream-K needs loads that start an item at any k-tile (the matrix loads; the conv fprop
   // loads walk their filter taps from the first), and the grid the plan was made for (with
   // a single shared wave, more workers than items).
-  // (The dynamic walk, on the matrix loads too: no stream-K with it.)
+  // The dynamic walk (matrix loads too) takes the workspace for its counter instead.
   const bool dynamic = std::is_same_v<Loads, Sm90MatrixLoads> && Sm90DynamicTilesEnabled() && workspace.data &&
                        workspace.bytes >= kSm90TileCounterBytes;
   Sm90StreamK stream_k{};
   const Sm90StreamKPlan plan = PlanSm90StreamK(p, {P::kBM, P::kBN, P::kClusterM, P::kSwapped}, sm_count);
   const int64_t k_tiles = (p.k + P::kBK - 1) / P::kBK;
-  if (!dynamic && std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && plan.workers == workers && workspace.data &&
-      workspace.bytes >= plan.bytes && plan.items * k_tiles < (int64_t{1} << 31)) {
+  if (!dynamic && std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && plan.workers == workers &&
+      workspace.data && workspace.bytes >= plan.bytes && plan.items * k_tiles < (int64_t{1} << 31)) {
     stream_k.partials = static_cast<float*>(workspace.data);
     stream_k.flags = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(workspace.data) + plan.flags_offset);
     stream_k.items = plan.items;
