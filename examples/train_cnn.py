@@ -33,8 +33,9 @@ Checkpoints (orbax; .npz files where orbax is missing) go to --out every --ckpt-
 The CPU defaults (4 conv layers of 16-32 channels, 600 steps of 128 images) train in about a
 minute per backend on two cores (--compare: about 2 minutes in all) and reach ~98% test
 accuracy on mnist5k's 500 test images. `--size gpu` trains a wider network (128-256
-channels, 512 images a step) in bfloat16, where jaxgemm's tensor-core kernels do the work. With several devices, each step's batch is
-split over all of them (data parallelism; parameters replicated). On a CPU, jaxgemm lowers
+channels, 512 images a step) in bfloat16, where jaxgemm's tensor-core kernels do the work.
+With several devices, each step's batch is split over all of them (data parallelism;
+parameters replicated). On a CPU, jaxgemm lowers
 its ops to XLA's own convolution and dot (`JAXGEMM_CPU=ffi` runs its reference handlers
 instead, about 10x slower here), so there the two backends run at similar speeds.
 """

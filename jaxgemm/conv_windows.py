@@ -14,10 +14,10 @@ chunk of channels per pixel and tap, C padded to a multiple of 8 (C = 1: 8x the 
 it ran MNIST's 28^2 1 -> 128 layer (batch 512) in 0.60 ms, where the layer's output alone
 takes ~0.03 to write. The GEMM's K = R*S*C fills its tiles instead, at the cost of writing
 the columns (R*S*C values per pixel: for C = 1 and 3x3 filters, 16 columns against an
-output of 128 channels; for C = 16, 144). conv.py picks this
-route wherever jaxgemm's kernels run: for the forward and weight gradient of 16-bit
-convolutions with C <= GEMM_CHANNELS (`gemm_fits`), and for the data gradient of every
-dtype with C <= 16 (`dgrad_prefers_col2im`); a forced kernel family keeps the conv kernels.
+output of 128 channels; for C = 16, 144). conv.py picks this route wherever jaxgemm's
+kernels run: for the forward and weight gradient of 16-bit convolutions with C <=
+GEMM_CHANNELS (`gemm_fits`), and for the data gradient of every dtype with C <= 16
+(`dgrad_prefers_col2im`); a forced kernel family keeps the conv kernels.
 
 The forward's limit is measured (bench_conv, bf16, batch 64, one H200, fprop XLA / ours,
 this route against the conv kernels): C = 1 3x3 2.8x (28^2 1 -> 128); C = 3 3x3 0.73x

@@ -144,15 +144,17 @@ def tp_grad(backend):
     return jax.grad(loss, argnums=(0, 1, 2, 3, 4))
 
 
+# The sequence-parallel block's shard_map specs: tp's, with the tokens split.
+SP_SPECS = (P("model", None), P(None, "model"), P("model"), P("model", None), P())
+
+
 def sp_inputs(s: Sizes, key):
-    args, specs = tp_inputs(s, key)
-    return args, (P("model", None),) + specs[1:]
+    return tp_inputs(s, key)[0], SP_SPECS
 
 
 def sp_grad(backend):
     """The block's gradient; its shard_map takes the mesh of the context (run_case's)."""
-    specs = (P("model", None), P(None, "model"), P("model"), P("model", None), P())
-    block = jax.shard_map(SP_BLOCK[backend], in_specs=specs, out_specs=P("model", None))
+    block = jax.shard_map(SP_BLOCK[backend], in_specs=SP_SPECS, out_specs=P("model", None))
 
     def loss(*args):
         return jnp.sum(jnp.square(block(*args).astype(jnp.float32)))
