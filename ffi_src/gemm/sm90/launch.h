@@ -156,16 +156,6 @@ inline bool Sm90StreamKEnabled() {
   return !(v && v[0] == '0' && v[1] == '\0');
 }
 
-// Whether the sm90 GEMM's blocks take their tiles from a counter (Sm90Schedule::Take)
-// instead of a static share: JAXGEMM_SM90_DYNAMIC_TILES=1, experimental (for a GEMM beside a
-// NCCL kernel that holds some SMs when it starts; NOTES.md). Read at each call, by the
-// workspace query (the counter's bytes, then no stream-K) and by the launch.
-inline bool Sm90DynamicTilesEnabled() {
-  const char* v = std::getenv("JAXGEMM_SM90_DYNAMIC_TILES");
-  return v && v[0] == '1' && v[1] == '\0';
-}
-inline constexpr size_t kSm90TileCounterBytes = 16;
-
 // How full a last wave may be for stream-K to pay (Sm90StreamKItems): with s the slowdown
 // of a shared item against a whole one, sharing 1 + f items costs (1 + f) s against two
 // whole waves, so it pays below f = 2 / s - 1. Measured s (H200, 8192^3 and 5120^3): 1.35-1.47
