@@ -33,6 +33,23 @@ def wrapper(n, dtype):
     return "\n".join(lines)
 
 
+def fp8_wrapper(n, atype, btype):
+    """m64nNk32 for 8-bit floats (e4m3 / e5m2): PTX has no transpose for them either, so both
+    operands are K-major, as for tf32; a 128-byte swizzled row holds one 128-deep k-tile."""
+    regs = n // 2
+    name = f"WgmmaM64N{n}K32{atype.capitalize()}{btype.capitalize()}"
+    lines = [f"__device__ __forceinline__ void {name}(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{"]
+    lines.append('  asm volatile(')
+    lines.append('      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"')
+    lines.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{atype}.{btype} "')
+    lines += accumulator_lines(regs)
+    lines.append(f'      "}}, %{regs}, %{regs + 1}, p, 1, 1;\\n}}\\n"')
+    lines.append(accumulator_constraints(regs))
+    lines.append('      : "l"(desc_a), "l"(desc_b), "r"(scale_d));')
+    lines.append("}")
+    return "\n".join(lines)
+
+
 def register_a_wrapper(n):
     """m64nNk8 tf32 with A from registers: four 32-bit values per thread (the m16n8k8 A
     fragment of each warp's 16 rows), B K-major in shared memory."""
@@ -51,7 +68,8 @@ def register_a_wrapper(n):
 
 
 head = '''// wgmma.mma_async wrappers (sm_90a): D[64 x N] (+)= A[64 x 16] B[16 x N] for one warpgroup
-// (16-bit inputs; A[64 x 8] B[8 x N] for tf32, which must be K-major),
+// (16-bit inputs; A[64 x 8] B[8 x N] for tf32 and A[64 x 32] B[32 x N] for fp8, which must
+// be K-major),
 // A and B read from shared memory through matrix descriptors, fp32 accumulators in
 // registers. kTransA / kTransB = 1 when that operand is MN-major in shared memory.
 // The tf32 *RegisterA forms take A from registers instead (so that an MN-major A can be
@@ -71,6 +89,11 @@ for n in (64, 128, 256):
 # The swapped tiles' width (16-bit only): 160 rows of D as the kernel's columns.
 for dt in ("bf16", "f16"):
     body.append(wrapper(160, dt))
+# fp8 (not used by the kernels yet; tools/wgmma_rate.cu times them): e4m3 x e4m3 for the
+# forward, e5m2 x e4m3 for a gradient times a weight.
+for n in (64, 128, 192, 256):
+    for atype, btype in (("e4m3", "e4m3"), ("e5m2", "e4m3")):
+        body.append(fp8_wrapper(n, atype, btype))
 print(head)
 print("\n\n".join(body))
 print("\n}  // namespace jaxgemm")
