@@ -318,7 +318,7 @@ def collective_sm_margin() -> int:
     all-reduce grid on 2 GPUs, and leaves 54 two-block clusters: an 8192^2 weight gradient's
     1024 cluster tiles in 19 full waves (32 SMs: 21 waves). Other GEMMs keep every SM: the
     sum of their partial products is what the next op waits for."""
-    return max(0, int(os.environ.get("JAXGEMM_SM_MARGIN", "24")))
+    return _env_margin("JAXGEMM_SM_MARGIN", 24)
 
 
 def ring_sm_margin() -> int:
@@ -326,7 +326,11 @@ def ring_sm_margin() -> int:
     default 0). A margin lets NCCL's transfer start beside a product, but every product pays
     for the SMs it gives up: on 2 H200s the sequence-parallel block took 20.0 ms with none,
     22.1 with 24 and 23.2 with 32 (NOTES.md)."""
-    return max(0, int(os.environ.get("JAXGEMM_RING_SM_MARGIN", "0")))
+    return _env_margin("JAXGEMM_RING_SM_MARGIN", 0)
+
+
+def _env_margin(name: str, default: int) -> int:
+    return max(0, int(os.environ.get(name, str(default))))
 
 
 _SMS_LEFT_FREE = contextvars.ContextVar("jaxgemm_sms_left_free", default=0)

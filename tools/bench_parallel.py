@@ -219,6 +219,14 @@ def mesh_of(named_shardings):
     return jax.tree.leaves(named_shardings)[0].mesh
 
 
+def compile_case(workload: Workload, backend: str, in_shardings, out_shardings, args):
+    """The backend's build of `workload`, jitted with these shardings and compiled (under
+    their mesh: sp's shard_map takes it from the context)."""
+    jitted = jax.jit(workload.build(backend), in_shardings=in_shardings, out_shardings=out_shardings)
+    with jax.set_mesh(mesh_of(in_shardings)):
+        return jitted.lower(*args).compile()
+
+
 def run_case(name: str, workload: Workload, inputs, specs, n: int, iters: int) -> dict:
     """Compiles, checks and times both backends on a mesh of the first n devices."""
     in_shardings, out_shardings = shardings(workload, specs, n)
@@ -228,9 +236,7 @@ def run_case(name: str, workload: Workload, inputs, specs, n: int, iters: int) -
         tag = f"[{name} n={n} {backend}]"
         try:
             log(f"{tag} compiling")
-            jitted = jax.jit(workload.build(backend), in_shardings=in_shardings, out_shardings=out_shardings)
-            with jax.set_mesh(mesh_of(in_shardings)):  # (for shard_map without a mesh: sp)
-                fn = jitted.lower(*args).compile()
+            fn = compile_case(workload, backend, in_shardings, out_shardings, args)
             results[backend] = {"collectives": count_collectives(fn.as_text())}
             log(f"{tag} warming up")
             for _ in range(WARMUP):

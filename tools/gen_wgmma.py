@@ -11,41 +11,32 @@ def accumulator_constraints(regs):
     return "      : " + ",\n        ".join(outs)
 
 
-def wrapper(n, dtype):
-    """m64nNk16 for 16-bit types (transpose bits as template parameters), m64nNk8 for tf32
-    (PTX has no transpose for 32-bit types: both operands K-major)."""
+# K per instruction by input type: the 16-bit types have transpose bits (template
+# parameters); PTX has none for tf32 and fp8, whose operands must both be K-major.
+K_OF = {"bf16": 16, "f16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
+
+
+def wrapper(n, atype, btype=None):
+    """m64nNkK with A and B in shared memory: k16 for 16-bit types, k8 for tf32, k32 for
+    fp8 (e4m3 / e5m2, A and B may differ; a 128-byte swizzled row holds one 128-deep
+    k-tile). Named by atype alone where both types are the same 16-bit or 32-bit one."""
+    btype = btype or atype
     regs = n // 2
-    tf32 = dtype == "tf32"
-    k = 8 if tf32 else 16
-    name = f"WgmmaM64N{n}K{k}{dtype.capitalize()}"
-    lines = [] if tf32 else ["template <int kTransA, int kTransB>"]
+    k = K_OF[atype]
+    transposes = k == 16
+    types = atype.capitalize() + (btype.capitalize() if k == 32 else "")
+    name = f"WgmmaM64N{n}K{k}{types}"
+    lines = ["template <int kTransA, int kTransB>"] if transposes else []
     lines.append(f"__device__ __forceinline__ void {name}(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{")
     lines.append('  asm volatile(')
     lines.append('      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"')
-    lines.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{dtype}.{dtype} "')
+    lines.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{atype}.{btype} "')
     lines += accumulator_lines(regs)
-    trans = "" if tf32 else f", %{regs + 3}, %{regs + 4}"
+    trans = f", %{regs + 3}, %{regs + 4}" if transposes else ""
     lines.append(f'      "}}, %{regs}, %{regs + 1}, p, 1, 1{trans};\\n}}\\n"')
     lines.append(accumulator_constraints(regs))
-    trans_operands = "" if tf32 else ', "n"(kTransA), "n"(kTransB)'
+    trans_operands = ', "n"(kTransA), "n"(kTransB)' if transposes else ""
     lines.append(f'      : "l"(desc_a), "l"(desc_b), "r"(scale_d){trans_operands});')
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def fp8_wrapper(n, atype, btype):
-    """m64nNk32 for 8-bit floats (e4m3 / e5m2): PTX has no transpose for them either, so both
-    operands are K-major, as for tf32; a 128-byte swizzled row holds one 128-deep k-tile."""
-    regs = n // 2
-    name = f"WgmmaM64N{n}K32{atype.capitalize()}{btype.capitalize()}"
-    lines = [f"__device__ __forceinline__ void {name}(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, int scale_d) {{"]
-    lines.append('  asm volatile(')
-    lines.append('      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"')
-    lines.append(f'      "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{atype}.{btype} "')
-    lines += accumulator_lines(regs)
-    lines.append(f'      "}}, %{regs}, %{regs + 1}, p, 1, 1;\\n}}\\n"')
-    lines.append(accumulator_constraints(regs))
-    lines.append('      : "l"(desc_a), "l"(desc_b), "r"(scale_d));')
     lines.append("}")
     return "\n".join(lines)
 
@@ -93,7 +84,7 @@ for dt in ("bf16", "f16"):
 # forward, e5m2 x e4m3 for a gradient times a weight.
 for n in (64, 128, 192, 256):
     for atype, btype in (("e4m3", "e4m3"), ("e5m2", "e4m3")):
-        body.append(fp8_wrapper(n, atype, btype))
+        body.append(wrapper(n, atype, btype))
 print(head)
 print("\n\n".join(body))
 print("\n}  // namespace jaxgemm")

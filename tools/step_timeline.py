@@ -174,9 +174,7 @@ def main():
     os.makedirs(out_root, exist_ok=True)
     summary = {}
     for backend in bp.BACKENDS:
-        fn = jax.jit(workload.build(backend), in_shardings=in_shardings, out_shardings=out_shardings)
-        with jax.set_mesh(bp.mesh_of(in_shardings)):
-            compiled = fn.lower(*step_args).compile()
+        compiled = bp.compile_case(workload, backend, in_shardings, out_shardings, step_args)
         if args.hlo:
             with open(os.path.join(out_root, f"{backend}.hlo"), "w") as f:
                 f.write(compiled.as_text())
