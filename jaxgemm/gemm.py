@@ -47,10 +47,13 @@ class GemmConfig:
     kernel: str | None = None
     tile: tuple[int, int] | None = None
     alpha: float = 1.0  # computes alpha * op(a) @ op(b)
-    # The cotangent of a right operand (a layer's weights): where its partial sums are
-    # reduced across devices, the kernel leaves SMs free (collective_sm_margin).
+    # The cotangent of a right operand (a layer's weights): in a sharded step an all-reduce
+    # may run beside it (collective_schedule).
     weight_gradient: bool = False
     sm_margin: int = 0  # multiprocessors the CUDA kernel leaves free (set by gemm_local)
+    # The sm90 kernel's blocks take tiles from a counter, not a static share (set by
+    # gemm_local; JAXGEMM_SM90_DYNAMIC_TILES=1 sets it for every call: uses_dynamic_tiles).
+    dynamic_tiles: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNEL_FAMILIES:
@@ -125,7 +128,8 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     sm_count = _ffi.kernel_sm_count(config.sm_margin)
     return int(_ffi.gemm_workspace_bytes(m, n, k, batch, sm_count, split_k,
                                          KERNEL_FAMILIES[config.kernel], *tile, runs_as_tf32(dtype, config, platform),
-                                         config.transpose_a, config.transpose_b, _float_output(dtype, config)))
+                                         config.transpose_a, config.transpose_b, _float_output(dtype, config),
+                                         uses_dynamic_tiles(config)))
 
 
 def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig, out_shape, split_k: int = 1,
@@ -158,6 +162,7 @@ def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig,
         tile_n=np.int64(config.tile[1] if config.tile else 0),
         kernel=np.int64(KERNEL_FAMILIES[config.kernel]),
         sm_margin=np.int64(config.sm_margin),
+        dynamic_tiles=uses_dynamic_tiles(config),
     )[:2]
 
 
@@ -329,6 +334,31 @@ def ring_sm_margin() -> int:
     return _env_margin("JAXGEMM_RING_SM_MARGIN", 0)
 
 
+def collective_schedule(config: GemmConfig, axes: dict) -> GemmConfig:
+    """How a weight gradient runs beside the all-reduces of a sharded step (CUDA).
+    - Its K sharded (data parallel): its partial sums are all-reduced, and it runs beside
+      the previous layer's all-reduce, which NCCL launches after it: it leaves
+      collective_sm_margin() SMs free so that NCCL's kernel can start at all.
+    - Its M or N sharded (tensor parallel): an input gradient's all-reduce runs beside it,
+      launched just before it, and holds some SMs for a while; the blocks then take their
+      tiles from a counter (dynamic_tiles) so that those that start late take fewer tiles,
+      where a static share would end the GEMM that much later (docs/primitives.md)."""
+    if not config.weight_gradient:
+        return config
+    if axes.get("k"):
+        return dataclasses.replace(config, sm_margin=collective_sm_margin())
+    if axes.get("m") or axes.get("n"):
+        return dataclasses.replace(config, dynamic_tiles=True)
+    return config
+
+
+def uses_dynamic_tiles(config: GemmConfig) -> bool:
+    """Whether the call's sm90 blocks take their tiles from a counter: config.dynamic_tiles,
+    or JAXGEMM_SM90_DYNAMIC_TILES=1 for every call (tests). Read by the workspace query and
+    the call alike."""
+    return config.dynamic_tiles or os.environ.get("JAXGEMM_SM90_DYNAMIC_TILES") == "1"
+
+
 def _env_margin(name: str, default: int) -> int:
     return max(0, int(os.environ.get(name, str(default))))
 
@@ -376,8 +406,8 @@ def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_shardi
         a, b, call_config = _mn_major_for_simt(a, b, config)
         a, b, m_pad, n_pad = _aligned_rows_for_simt(a, b, call_config)
     padded_shape = out_shape[:-2] + (m + m_pad, n + n_pad)
-    if platform == "cuda" and config.weight_gradient and (axes or {}).get("k"):
-        call_config = dataclasses.replace(call_config, sm_margin=collective_sm_margin())
+    if platform == "cuda":
+        call_config = collective_schedule(call_config, axes or {})
     if split_k == 1:
         workspace = gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, platform)
         out = call_gemm_ffi(a, b, config=call_config, out_shape=padded_shape, workspace_bytes=workspace)[0]

@@ -486,11 +486,19 @@ def _sm_margins(hlo: str) -> list[tuple[str, int | None]]:
     return calls
 
 
+def _dynamic_tiles(hlo: str) -> list[bool]:
+    """The dynamic_tiles attribute of each jaxgemm GEMM call in the HLO text."""
+    calls = [line for line in hlo.splitlines() if 'custom_call_target="jaxgemm_gemm"' in line]
+    return [re.search(r"dynamic_tiles = (true|false)", line).group(1) == "true" for line in calls]
+
+
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="the SM margin is a CUDA kernel option")
-@pytest.mark.parametrize("name, margins", [("data_parallel", 2), ("megatron", 0)])
-def test_weight_gradients_leave_sms_for_all_reduce(name, margins):
+@pytest.mark.parametrize("name, margins, dynamic", [("data_parallel", 2, 0), ("megatron", 0, 2)])
+def test_weight_gradients_make_room_for_all_reduce(name, margins, dynamic):
     """Data parallel: the two weight gradients, whose partial sums are all-reduced, leave
-    SMs free for the other layer's all-reduce; Megatron sums activations: no margin."""
+    SMs free for the other layer's all-reduce. Megatron sums activations: its two weight
+    gradients (hidden units sharded) take their tiles from a counter instead, so that an
+    input gradient's all-reduce beside them delays none of their tiles."""
     mesh_shape, specs = TRAINING[name]
     params = (random("w1", (K, 32)), random("b1", (32,)), random("w2", (32, 8)), random("b2", (8,)))
     args = (params, random("x", (M, K)), random("y", (M, 8)))
@@ -498,6 +506,7 @@ def test_weight_gradients_leave_sms_for_all_reduce(name, margins):
     found = _sm_margins(hlo)
     assert found and all(m is not None for _, m in found), f"every GEMM call has the attribute: {found}"
     assert sum(m > 0 for _, m in found) == margins, found
+    assert sum(_dynamic_tiles(hlo)) == dynamic, hlo
 
 
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="the SM margin is a CUDA kernel option")

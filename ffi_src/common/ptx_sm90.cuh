@@ -88,6 +88,36 @@ __device__ __forceinline__ void MbarrierArriveCluster(uint64_t* bar, uint32_t ra
       : "memory");
 }
 
+// As MbarrierArriveCluster, with release semantics at cluster scope: this thread's earlier
+// accesses (a read of a value the other block will overwrite) happen before the arrival.
+// For once-per-tile arrivals only (the fence it costs; see above).
+__device__ __forceinline__ void MbarrierArriveClusterRelease(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(SharedAddress(bar)),
+      "r"(rank)
+      : "memory");
+}
+
+// Writes `value` to the 32-bit word at `word`'s offset in cluster block `rank` and completes
+// the phase of the mbarrier at `bar`'s offset there: one arrival that expects the 4 bytes,
+// which st.async's complete_tx delivers, so a thread that sees the phase complete reads it.
+__device__ __forceinline__ void PublishCluster32(uint32_t* word, uint64_t* bar, uint32_t rank, uint32_t value) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote_bar, remote_word;\n"
+      "mapa.shared::cluster.u32 remote_bar, %0, %2;\n"
+      "mapa.shared::cluster.u32 remote_word, %1, %2;\n"
+      "mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [remote_bar], 4;\n"
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [remote_word], %3, [remote_bar];\n"
+      "}\n" ::"r"(SharedAddress(bar)),
+      "r"(SharedAddress(word)), "r"(rank), "r"(value)
+      : "memory");
+}
+
 // Every non-exited thread of every block in the cluster arrives, then waits (also orders
 // shared memory across the cluster: release / acquire). Threads of a warp may arrive apart.
 __device__ __forceinline__ void ClusterSync() {

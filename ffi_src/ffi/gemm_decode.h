@@ -44,7 +44,8 @@ auto BindGemmCall(Binding binding) {
       .template Attr<int64_t>("tile_m")
       .template Attr<int64_t>("tile_n")
       .template Attr<int64_t>("kernel")  // KernelFamily id (gemm/dispatch.h); 0: heuristic
-      .template Attr<int64_t>("sm_margin");  // KernelRequest::sm_margin
+      .template Attr<int64_t>("sm_margin")  // KernelRequest::sm_margin
+      .template Attr<bool>("dynamic_tiles");  // KernelRequest::dynamic_tiles
 }
 
 inline std::string ShapeString(ffi::AnyBuffer::Dimensions dims) {

@@ -14,7 +14,8 @@ ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
                         ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> d,
                         ffi::Result<ffi::AnyBuffer> aux, ffi::Result<ffi::AnyBuffer> workspace, bool transpose_a,
                         bool transpose_b, bool tf32, float alpha, float beta, int64_t activation, int64_t split_k,
-                        int64_t tile_m, int64_t tile_n, int64_t kernel, int64_t sm_margin) {
+                        int64_t tile_m, int64_t tile_n, int64_t kernel, int64_t sm_margin,
+                        bool dynamic_tiles) {
   const GemmAttrs attrs{transpose_a, transpose_b, tf32, alpha, beta, activation, split_k};
   auto problem = DecodeGemm(a, b, c, bias, residual, *d, *aux, attrs);
   if (!problem.has_value()) return problem.error();
@@ -26,9 +27,10 @@ ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
     return ffi::Error::InvalidArgument("jaxgemm_gemm: unknown kernel family id " + std::to_string(kernel));
   }
   std::string unsupported;
-  const KernelRequest request{static_cast<KernelFamily>(kernel), int(tile_m), int(tile_n), int(sm_margin)};
-  const cudaError_t status =
-      RunGemm(*problem, stream, request, &unsupported, Sm90Workspace{workspace->untyped_data(), workspace->size_bytes()});
+  const KernelRequest request{static_cast<KernelFamily>(kernel), int(tile_m), int(tile_n), int(sm_margin),
+                              dynamic_tiles};
+  const Sm90Workspace scratch{workspace->untyped_data(), workspace->size_bytes(), dynamic_tiles};
+  const cudaError_t status = RunGemm(*problem, stream, request, &unsupported, scratch);
   if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_gemm: " + unsupported);
   if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_gemm kernel launch");
   return ffi::Error::Success();

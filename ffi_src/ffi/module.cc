@@ -236,14 +236,16 @@ NB_MODULE(_jaxgemm, m) {
     p.split_k = split_k;
     return jaxgemm::Sm90GridSms(p, sm_count);
   });
-  // The workspace a GEMM call may use (stream-K), for the lowering to allocate: the call's
-  // shape, split, requested kernel family id and tile (0: the heuristic's), as stored.
+  // The workspace a GEMM call may use (stream-K, or the dynamic walk's counter), for the
+  // lowering to allocate: the call's shape, split, requested kernel family id and tile (0:
+  // the heuristic's), as stored.
   m.def("gemm_workspace_bytes", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, int64_t split_k,
                                    int kernel, int tile_m, int tile_n, bool tf32, bool trans_a, bool trans_b,
-                                   bool out_f32) {
+                                   bool out_f32, bool dynamic_tiles) {
     jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b, out_f32);
     p.split_k = split_k;
-    const jaxgemm::KernelRequest request{static_cast<jaxgemm::KernelFamily>(kernel), tile_m, tile_n};
+    jaxgemm::KernelRequest request{static_cast<jaxgemm::KernelFamily>(kernel), tile_m, tile_n};
+    request.dynamic_tiles = dynamic_tiles;
     return jaxgemm::GemmWorkspaceBytes(p, sm_count, request);
   });
   m.def("cuda_compute_capability", &jaxgemm::CurrentDeviceComputeCapability);

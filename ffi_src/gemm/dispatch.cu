@@ -196,6 +196,7 @@ cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, 
 
 size_t GemmWorkspaceBytes(const GemmProblem& p, int sm_count, KernelRequest request) {
   if (request.family != KernelFamily::kAuto && request.family != KernelFamily::kSm90) return 0;
+  if (request.dynamic_tiles) return kSm90TileCounterBytes;  // (no stream-K then)
   if (!Sm90StreamKEnabled()) return 0;
   const GemmProblem oriented = Sm90Transposed(p);  // the problem as RunGemm launches it
   if (request.family == KernelFamily::kSm90 && request.tile_n != 0) {

@@ -22,6 +22,10 @@ struct KernelRequest {
   // the previous one's all-reduce, whose kernel cannot start while a persistent grid holds
   // every SM (docs/primitives.md).
   int sm_margin = 0;
+  // The sm90 GEMM's blocks take their tiles from a counter in the workspace instead of a
+  // static share (Sm90Schedule::Take; no stream-K then): for a GEMM that a collective
+  // launched just before it may keep off some SMs for a while (docs/primitives.md).
+  bool dynamic_tiles = false;
 };
 
 // The SIMT threadblock tile for a problem (with its split_k) on a GPU with `sm_count`

@@ -148,7 +148,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 
 // Whether a GEMM schedule gets an instance of the kernel per epilogue set (Sm90Epilogues),
 // of which the launcher takes the smallest that holds the problem's. Code a launch never
-// runs still costs: with all the epilogues the 16-bit 128 x 256 instances spill 130-140
+// runs still costs: with all the epilogues the 16-bit 128 x 256 instances spill 150-158
 // bytes and are ~130 KB; the plain ones are ~50 KB, the fused ones ~85 KB, neither spills,
 // and they run plain products 1-2% and fused ones 2-3% faster (NOTES.md, session 38).
 // (tf32's float outputs have no fused set.) Convolutions and the swapped tiles keep one
@@ -166,8 +166,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
   float* scratch = reinterpret_cast<float*>(tiles_b + P::kStages * P::kTileBBytes);
-  uint64_t* full =
-      reinterpret_cast<uint64_t*>(reinterpret_cast<unsigned char*>(scratch) + P::kEpilogueBytes + P::kBiasStageBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(tiles_a + P::kBarrierOffset);  // (behind the bias stage)
   uint64_t* empty = full + P::kStages;
   uint64_t* order = empty + P::kStages;
   const int warpgroup = threadIdx.x / 128;
@@ -184,6 +183,17 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     }
     MbarrierInit(&order[0], 1);
     MbarrierInit(&order[1], 1);
+    // The dynamic walk's queue (Sm90Schedule::Take): its readers are the producer thread, the
+    // consumers' warps and, when they store, the store warps, in every block of the cluster.
+    int readers = 1 + 4 * P::kConsumers;
+    if constexpr (Sm90HandedStores<P, TOut>::kUsed) {
+      if (store.enabled) readers += P::kConsumers;
+    }
+    const Sm90TileQueue<P> queue = Sm90TileQueue<P>::At(tiles_a);
+    for (int s = 0; s < P::kQueueDepth; ++s) {
+      MbarrierInit(&queue.full[s], 1);
+      MbarrierInit(&queue.empty[s], readers * P::kClusterM);
+    }
     FenceMbarrierInit();
   }
   // The peers' barriers must be initialized before anything is multicast to them.

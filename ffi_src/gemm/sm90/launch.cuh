@@ -23,7 +23,8 @@
 namespace jaxgemm {
 
 // Launches Sm90GemmKernel persistently: one block per SM (one cluster per kClusterM SMs),
-// at most one per work item; stream-K (PlanSm90StreamK) when `workspace` holds its slots.
+// at most one per work item; stream-K (PlanSm90StreamK) when `workspace` holds its slots, or
+// the dynamic walk (Sm90Schedule::Take) when it holds the tile counter.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads>
 cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_count, cudaStream_t stream,
                              Sm90Workspace workspace = {}) {
@@ -85,11 +86,14 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   // Stream-K needs loads that start an item at any k-tile (the matrix loads; the conv fprop
   // loads walk their filter taps from the first), and the grid the plan was made for (with
   // a single shared wave, more workers than items).
+  // The dynamic walk (matrix loads too) takes the workspace for its counter instead.
+  const bool dynamic = std::is_same_v<Loads, Sm90MatrixLoads> && workspace.tile_counter && workspace.data &&
+                       workspace.bytes >= kSm90TileCounterBytes;
   Sm90StreamK stream_k{};
   const Sm90StreamKPlan plan = PlanSm90StreamK(p, {P::kBM, P::kBN, P::kClusterM, P::kSwapped}, sm_count);
   const int64_t k_tiles = (p.k + P::kBK - 1) / P::kBK;
-  if (std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && plan.workers == workers && workspace.data &&
-      workspace.bytes >= plan.bytes && plan.items * k_tiles < (int64_t{1} << 31)) {
+  if (!dynamic && std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && plan.workers == workers &&
+      workspace.data && workspace.bytes >= plan.bytes && plan.items * k_tiles < (int64_t{1} << 31)) {
     stream_k.partials = static_cast<float*>(workspace.data);
     stream_k.flags = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(workspace.data) + plan.flags_offset);
     stream_k.items = plan.items;
@@ -98,8 +102,12 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   }
   if (stream_k.items == 0) workers = std::min(workers, items);
   // (Keeping row blocks in step was measured on GEMMs only: the convolutions' loads skip.)
-  const Sm90Schedule<P> schedule =
-      Sm90Schedule<P>::For(p, stream_k.items, std::is_same_v<Loads, Sm90MatrixLoads>);
+  Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items, std::is_same_v<Loads, Sm90MatrixLoads>);
+  if (dynamic) {
+    schedule.next_item = static_cast<uint32_t*>(workspace.data);
+    status = cudaMemsetAsync(schedule.next_item, 0, sizeof(uint32_t), stream);
+    if (status != cudaSuccess) return status;
+  }
   const int64_t blocks = workers * P::kClusterM;
   const Sm90Timeline timeline = BeginSm90Timeline(blocks, stream);
   if constexpr (P::kClusterM == 1) {

@@ -73,10 +73,12 @@ inline bool Sm90Supports(const GemmProblem& p) {
          stride_a % align == 0 && stride_b % align == 0;
 }
 
-// Device memory the caller lends a launch (stream-K's partial tiles and flags).
+// Device memory the caller lends a launch: stream-K's partial tiles and flags, or with
+// `tile_counter` the dynamic walk's counter (KernelRequest::dynamic_tiles).
 struct Sm90Workspace {
   void* data = nullptr;
   size_t bytes = 0;
+  bool tile_counter = false;
 };
 
 // Stream-K's single-wave plan (fewer items than workers) gives every worker a range of at
@@ -155,6 +157,9 @@ inline bool Sm90StreamKEnabled() {
   const char* v = std::getenv("JAXGEMM_STREAM_K");
   return !(v && v[0] == '0' && v[1] == '\0');
 }
+
+// The dynamic walk's tile counter in the workspace (KernelRequest::dynamic_tiles).
+inline constexpr size_t kSm90TileCounterBytes = 16;
 
 // How full a last wave may be for stream-K to pay (Sm90StreamKItems): with s the slowdown
 // of a shared item against a whole one, sharing 1 + f items costs (1 + f) s against two

@@ -68,8 +68,11 @@ struct Sm90Policy {
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
   // 4 for 128x256, 6 for 128x128, 8 for 128x64, 8 for 64x128, 12 for 64x64, 4 for 192x128.
   static constexpr int kStages = (192 * 1024) / kStageBytes;
-  // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop).
-  static constexpr int kBarrierBytes = (2 * kStages + 2) * 8;
+  // full[kStages], empty[kStages], order[2] (pingpong: whose turn to run its mainloop), then
+  // the dynamic schedule's tile queue (Sm90TileQueue): full[kQueueDepth], empty[kQueueDepth]
+  // and kQueueDepth 32-bit work items.
+  static constexpr int kQueueDepth = 4;
+  static constexpr int kBarrierBytes = (2 * kStages + 2 + 2 * kQueueDepth) * 8 + kQueueDepth * 4;
   // Epilogue scratch per consumer, used one of two ways:
   // - the general epilogue: 64 rows x kEpilogueCols fp32, rows padded to 40 floats so the
   //   fragment writes (8 rows x 4 column pairs per warp) hit distinct banks;
@@ -81,8 +84,10 @@ struct Sm90Policy {
   static constexpr int kEpilogueBytes = kConsumers * kEpilogueRegionBytes;
   // Per consumer, the tile's bias for the fused TMA-store epilogue: kBN 16-bit values.
   static constexpr int kBiasStageBytes = kConsumers * kBN * 2;
+  // Where the barriers start, from the 1 KB-aligned start of the stages.
+  static constexpr int kBarrierOffset = kStages * kStageBytes + kEpilogueBytes + kBiasStageBytes;
   // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
-  static constexpr int kSmemBytes = kStages * kStageBytes + kEpilogueBytes + kBiasStageBytes + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
   // 2 x 232 + 40 (3 x 152 + 40) registers x 128 threads fill the 64 K register file. ptxas
   // compiles the consumers' code for the raised budget (the SASS uses up to R229), but each

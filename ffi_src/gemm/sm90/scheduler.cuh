@@ -1,5 +1,6 @@
 // Which work items each block of the persistent grid takes, in the order every role walks
-// them (Sm90Schedule: whole tiles, then stream-K pieces, stream_k.h), and stream-K's
+// them (Sm90Schedule: whole tiles, then stream-K pieces, stream_k.h; or, in the dynamic
+// walk, the tiles its cluster takes from a counter, through Sm90TileQueue), and stream-K's
 // fixup: a piece's partial sums through the workspace (Sm90StorePartial) and their sum
 // at the item's head (Sm90AddPartial).
 #pragma once
@@ -43,6 +44,30 @@ struct Sm90Cursor {
   int32_t item;  // the next whole item, while < the first stream-K item
   // Then the stream-K range's first, next and end k-tile, counted over those items.
   int32_t begin, iter, end;
+  int32_t taken;  // the dynamic walk: items this walker has read from the tile queue
+};
+
+// The dynamic walk's queue in shared memory, behind Sm90GemmKernel's full, empty and order
+// barriers (Sm90Policy::kBarrierBytes): a ring of kQueueDepth work items, each slot with a
+// full barrier (one arrival, by the cluster's first block's producer thread, which
+// publishes the item to every block of the cluster) and an empty barrier in the cluster's
+// first block (one arrival per reading warp of every block of the cluster).
+template <class P>
+struct Sm90TileQueue {
+  uint64_t* full;
+  uint64_t* empty;
+  uint32_t* items;
+
+  // `stages`: the 1 KB-aligned start of the kernel's shared memory.
+  __device__ __forceinline__ static Sm90TileQueue At(unsigned char* stages) {
+    uint64_t* first = reinterpret_cast<uint64_t*>(stages + P::kBarrierOffset) + 2 * P::kStages + 2;
+    return {first, first + P::kQueueDepth, reinterpret_cast<uint32_t*>(first + 2 * P::kQueueDepth)};
+  }
+  __device__ __forceinline__ static Sm90TileQueue Here() {
+    extern __shared__ unsigned char sm90_dynamic_smem[];
+    return At(reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(sm90_dynamic_smem) + 1023) &
+                                               ~uintptr_t(1023)));
+  }
 };
 
 // Work items are cluster tiles: kClusterM vertically adjacent output tiles, one per block
@@ -68,6 +93,8 @@ struct Sm90Schedule {
   FastDivmod split_k;    // slab -> (batch, split)
   FastDivmod item_k;     // stream-K: k-tile -> (item, k-tile in it)
   FastGroupedRaster raster;
+  // The dynamic walk: the launch's tile counter (zeroed before it). Null: the static walk.
+  uint32_t* next_item;
 
   // Work-item rows per raster group: GroupedRaster's 8 for square items, more for wide
   // ones, so that the items resident at once cover about as many rows of A as columns of B
@@ -106,6 +133,7 @@ struct Sm90Schedule {
     s.split_k = FastDivmod(static_cast<int32_t>(p.split_k));
     s.item_k = FastDivmod(s.item_k_tiles);
     s.raster = FastGroupedRaster(static_cast<int32_t>(groups_m), static_cast<int32_t>(tiles_n), kRasterRows);
+    s.next_item = nullptr;
     return s;
   }
 
@@ -114,7 +142,7 @@ struct Sm90Schedule {
 
   // Worker First()'s walk: its stream-K range is worked out once, here.
   __device__ __forceinline__ Sm90Cursor Start() const {
-    Sm90Cursor c{First(), 0, 0, 0};
+    Sm90Cursor c{First(), 0, 0, 0, 0};
     if (sk_first < total) {
       c.begin = c.iter = Sm90StreamKBegin(sk_k_tiles, First(), Step());
       c.end = Sm90StreamKBegin(sk_k_tiles, First() + 1, Step());
@@ -124,6 +152,7 @@ struct Sm90Schedule {
 
   // The next work item of this block into *w; false when the walk is over.
   __device__ __forceinline__ bool Next(const GemmProblem& p, Sm90Cursor& c, Sm90Work* w) const {
+    if (next_item != nullptr) return Take(p, c, w);
     if (c.item < sk_first) {
       *w = Get(p, c.item);
       c.item += Step();
@@ -139,6 +168,50 @@ struct Sm90Schedule {
     w->partners = piece.partners;
     c.iter += piece.k_tiles;
     return true;
+  }
+
+  // The dynamic walk's next item (no stream-K): the cluster's first block's producer thread
+  // (thread 0) takes the next item from the counter once its queue slot is free and
+  // publishes it; every walker (the producer, consumer and store warps of each block) reads
+  // it from the slot and frees it, one arrival per warp. A block that starts late, its SM
+  // held by another kernel, takes fewer items instead of delaying its static share. Items
+  // past the last (the counter runs on) end every walk.
+  __device__ __forceinline__ bool Take(const GemmProblem& p, Sm90Cursor& c, Sm90Work* w) const {
+#if defined(JG_SM90_ENABLED)
+    const Sm90TileQueue<P> queue = Sm90TileQueue<P>::Here();
+    const int slot = c.taken % P::kQueueDepth;
+    const uint32_t phase = (c.taken / P::kQueueDepth) & 1;
+    ++c.taken;
+    const uint32_t rank = P::kClusterM > 1 ? ClusterRank() : 0;
+    if (threadIdx.x == 0 && rank == 0) {
+      MbarrierWait(&queue.empty[slot], phase ^ 1);
+      const uint32_t taken = atomicAdd(next_item, 1u);
+      if constexpr (P::kClusterM == 1) {
+        StoreShared32(SharedAddress(&queue.items[slot]), taken);
+        MbarrierArrive(&queue.full[slot]);
+      } else {
+        for (uint32_t r = 0; r < P::kClusterM; ++r) PublishCluster32(&queue.items[slot], &queue.full[slot], r, taken);
+      }
+    }
+    // The producer thread (thread 0) reads alone; consumer and store warps read with all
+    // their lanes, then lane 0 frees the slot for the warp (the empty barrier's count).
+    const bool alone = threadIdx.x == 0;
+    MbarrierWait(&queue.full[slot], phase);
+    const int32_t item = static_cast<int32_t>(LoadShared32(SharedAddress(&queue.items[slot])));
+    if (!alone) __syncwarp();
+    if (alone || threadIdx.x % 32 == 0) {
+      if (rank == 0) {
+        MbarrierArrive(&queue.empty[slot]);
+      } else {
+        MbarrierArriveClusterRelease(&queue.empty[slot], 0);
+      }
+    }
+    if (item >= total) return false;
+    *w = Get(p, item);
+    return true;
+#else
+    return false;
+#endif
   }
 
   // Item t: slab z = batch * split_k + split, then the cluster tile in grouped raster
