@@ -9,6 +9,7 @@ from jaxgemm.matmul import matmul
 from jaxgemm.nn import dense
 from jaxgemm.ragged import ragged_dot
 from jaxgemm.ragged_glu import ragged_glu
+from jaxgemm.scaled import scaled_matmul
 
 __all__ = [
     "ACTIVATIONS",
@@ -23,5 +24,6 @@ __all__ = [
     "matmul_reduce_scatter",
     "ragged_dot",
     "ragged_glu",
+    "scaled_matmul",
 ]
 __version__ = "0.1.0"

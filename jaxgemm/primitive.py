@@ -3,8 +3,9 @@
 An op is declared once, with `define`, by named slots:
 
     abstract   shapes and dtypes of the results (`Result`s) from the operands' avals
-    rule       how the dims of operands and results relate (a `Rule`: one factor name
-               per dim, einsum-like); it gives the results' shardings in Explicit mode,
+    rule       how the dims of operands and results relate (a `Rule`: a factor name per
+               dim, einsum-like, or a compound dim of several); it gives the results'
+               shardings in Explicit mode,
                Shardy's propagation rule in Auto mode, and the per-shard partitioning
     local      the computation on one device's shards (jnp + FFI calls); it receives the
                mesh axes of every sharded factor and sums contracted factors itself
@@ -45,23 +46,49 @@ class Result(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """Factor names per dim of each operand and result. A factor that no result has is
-    contracted; factors in `replicated` (a convolution's window dims) are never sharded."""
+    contracted; factors in `replicated` (a convolution's window dims) are never sharded.
+    A dim may be a tuple of factors, major first (Shardy's compound dim: a block-scaled
+    operand's K is (blocks, values in a block), whose scales have the blocks alone); its
+    minor factors are replicated and their sizes given in `factor_sizes` ((name, size)
+    pairs), so it shards on its major factor only, over whole blocks."""
 
-    operands: tuple[tuple[str, ...], ...]
-    results: tuple[tuple[str, ...], ...]
+    operands: tuple[tuple, ...]
+    results: tuple[tuple, ...]
     replicated: frozenset = frozenset()
+    factor_sizes: tuple[tuple[str, int], ...] = ()
 
     @property
     def contracted(self) -> frozenset:
-        kept = {f for dims in self.results for f in dims}
-        return frozenset(f for dims in self.operands for f in dims if f not in kept)
+        kept = {f for dims in self.results for f in _factors(dims)}
+        return frozenset(f for dims in self.operands for f in _factors(dims) if f not in kept)
+
+    @property
+    def never_sharded(self) -> frozenset:
+        return self.replicated | {f for f, _ in self.factor_sizes}
+
+    def major_size(self, dim, size: int) -> int:
+        """The size of `dim`'s major factor, for a dim of `size` elements."""
+        return size if isinstance(dim, str) else size // int(np.prod([dict(self.factor_sizes)[f] for f in dim[1:]]))
 
     def shardy(self) -> tuple[str, dict]:
         """The rule in Shardy's einsum-like notation for custom_partitioning."""
-        text = ", ".join(" ".join(d) for d in self.operands) + " -> " + ", ".join(" ".join(d) for d in self.results)
-        order = list(dict.fromkeys(f for dims in self.operands + self.results for f in dims))
-        replicated = tuple(f for f in order if f in self.replicated)  # Shardy wants them in factor order
-        return text, ({"need_replication_factors": replicated} if replicated else {})
+        def text(dims):
+            return " ".join(d if isinstance(d, str) else "(" + " ".join(d) + ")" for d in dims)
+
+        rule = ", ".join(map(text, self.operands)) + " -> " + ", ".join(map(text, self.results))
+        order = list(dict.fromkeys(f for dims in self.operands + self.results for f in _factors(dims)))
+        replicated = tuple(f for f in order if f in self.never_sharded)  # Shardy wants them in factor order
+        return rule, {**({"need_replication_factors": replicated} if replicated else {}), **dict(self.factor_sizes)}
+
+
+def _major(dim) -> str:
+    """The factor that shards a dim: its only one, or a compound dim's first."""
+    return dim if isinstance(dim, str) else dim[0]
+
+
+def _factors(dims) -> tuple[str, ...]:
+    """Every factor of some dims, compound ones included."""
+    return tuple(f for d in dims for f in ((d,) if isinstance(d, str) else d))
 
 
 def _axes_of(entry) -> tuple[str, ...]:
@@ -84,9 +111,9 @@ def factor_axes(rule: Rule, shapes: Sequence[tuple[int, ...]], specs: Sequence[A
     used: set[str] = set()
     for dims, shape, spec in zip(rule.operands, shapes, specs):
         spec = tuple(spec) + (None,) * (len(dims) - len(tuple(spec)))
-        for factor, size, entry in zip(dims, shape, spec):
-            want = _axes_of(entry)
-            if factor in axes or not want or factor in rule.replicated:
+        for dim, size, entry in zip(dims, shape, spec):
+            factor, size, want = _major(dim), rule.major_size(dim, size), _axes_of(entry)
+            if factor in axes or not want or factor in rule.never_sharded:
                 continue
             ways = int(np.prod([mesh_shape[a] for a in want]))
             if size % ways or used & set(want):
@@ -97,7 +124,7 @@ def factor_axes(rule: Rule, shapes: Sequence[tuple[int, ...]], specs: Sequence[A
 
 
 def _spec(dims, axes: dict) -> P:
-    return P(*(_entry(axes.get(f, ())) for f in dims))
+    return P(*(_entry(axes.get(_major(d), ())) for d in dims))
 
 
 # ---------------------------------------------------------------------------------------
@@ -115,7 +142,7 @@ def _result_shardings(name, rule: Rule, avals, out_sharding) -> list:
     axes: dict[str, tuple[str, ...]] = {}
     contracted_by: dict[str, int] = {}
     for i, (dims, aval) in enumerate(zip(rule.operands, avals)):
-        for factor, entry in zip(dims, aval.sharding.spec):
+        for factor, entry in zip(map(_major, dims), aval.sharding.spec):
             got = _compat.explicit_axes(mesh, _axes_of(entry))
             if not got:
                 continue
@@ -133,7 +160,7 @@ def _result_shardings(name, rule: Rule, avals, out_sharding) -> list:
             f"{name}: the contracting dimension is sharded in both operands ({[str(a.sharding.spec) for a in avals]}) "
             "and it is ambiguous how the output should be sharded. Please specify the output sharding via "
             "the `out_sharding` parameter.")
-    shardings = [NamedSharding(mesh, _spec(dims, {f: a for f, a in axes.items() if f not in rule.replicated}))
+    shardings = [NamedSharding(mesh, _spec(dims, {f: a for f, a in axes.items() if f not in rule.never_sharded}))
                  for dims in rule.results]
     if out_sharding is not None:
         shardings[0] = NamedSharding(mesh, P(*out_sharding.spec))
@@ -170,9 +197,9 @@ def _scatter_targets(rule: Rule, axes: dict, result_shape, mesh_shape: dict) -> 
     targets = {}
     for dims, result in zip(rule.results, result_shape):
         spec = tuple(getattr(result.sharding, "spec", P()))
-        for factor, size, entry in zip(dims, result.shape, spec + (None,) * (len(dims) - len(spec))):
+        for factor, size, entry in zip(map(_major, dims), result.shape, spec + (None,) * (len(dims) - len(spec))):
             want = _axes_of(entry)
-            free = factor not in axes and factor not in rule.replicated and not targets
+            free = factor not in axes and factor not in rule.never_sharded and not targets
             if want and free and set(want) <= summed and size % int(np.prod([mesh_shape[a] for a in want])) == 0:
                 targets[SCATTER + factor] = want
     return targets
@@ -189,7 +216,7 @@ def _partition(static: _Static, mesh, arg_shapes, result_shape):
     # Operands of the contraction stay whole along a scattered dim; those added after it
     # (an epilogue's residual) come split like the result.
     after_sum = {**axes, **{f[len(SCATTER):]: a for f, a in scattered.items()}}
-    arg_shardings = tuple(NamedSharding(mesh, _spec(dims, axes if rule.contracted & set(dims) else after_sum))
+    arg_shardings = tuple(NamedSharding(mesh, _spec(dims, axes if rule.contracted & set(_factors(dims)) else after_sum))
                           for dims in rule.operands)  # fmt: skip
     result_shardings = tuple(NamedSharding(mesh, _spec(dims, after_sum)) for dims in rule.results)
     local_axes = {**axes, **scattered}

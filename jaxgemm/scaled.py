@@ -1,0 +1,139 @@
+"""jaxgemm.scaled_matmul: block-scaled products of low-precision operands (fp8 training's
+GEMM), with `jax.nn.scaled_matmul`'s semantics and argument names:
+
+    out[b, m, n] = sum_k lhs[b, m, k] * lhs_scales[b, m, k // bs] * rhs[b, n, k] * rhs_scales[b, n, k // bs]
+
+lhs (B, M, K) and rhs (B, N, K) both K-major (as Hopper's fp8 wgmma takes them), their
+scales (B, M, KB) and (B, N, KB), one per row and block of bs = K // KB values along K.
+Per-tensor scaling is KB = 1 with every row's scale equal; 1 x 128 activations and
+128 x 128 weights (DeepSeek-V3's recipe) are KB = K / 128 with each weight block's scale
+repeated over its 128 rows.
+
+One primitive in primitive.py's pattern. Its rule makes K a compound dim: its blocks
+("kb", the scales' last dim) and the values inside a block ("ks", bs of them, never
+split), so K shards only on whole blocks and every scale travels with its block: B, M and
+N split with no collective, K into partial products and one all-reduce (a reduce-scatter
+where the result is wanted split), as for jaxgemm.matmul.
+
+Its `local` dequantizes into float32 and runs XLA's dot, which is what XLA itself does
+for `jax.nn.scaled_matmul` on Hopper; the fp8 kernel (k32 wgmma, the scales applied in
+the mainloop every block) is to become its CUDA `local`. Not differentiable: fp8 training
+quantizes around it, in the forward and the backward of a layer (NOTES.md).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxgemm._compat import explicit_sharding
+from jaxgemm.primitive import Op, Result, Rule, all_to_front, canonical_out_sharding, constrain_output, define
+from jaxgemm.primitive import psum_over
+
+_FLOATS = ("float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32")
+_SCALE_FLOATS = ("float32", "bfloat16", "float16", "float8_e8m0fnu")
+
+
+def _abstract(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, out_sharding=None):
+    return [Result((lhs.shape[0], lhs.shape[1], rhs.shape[1]), out_dtype)]
+
+
+def _rule(lhs, rhs, lhs_scales, rhs_scales, **params):
+    k = ("kb", "ks")  # K = its blocks x the values in one
+    return Rule((("b", "m", k), ("b", "n", k), ("b", "m", "kb"), ("b", "n", "kb")), (("b", "m", "n"),),
+                factor_sizes=(("ks", lhs.shape[2] // lhs_scales.shape[2]),))  # fmt: skip
+
+
+def _dequantized(x, scales):
+    """x (B, R, K) times its scales (B, R, KB), as float32."""
+    b, r, k = x.shape
+    x = x.astype(jnp.float32).reshape(b, r, scales.shape[2], -1) * scales.astype(jnp.float32)[..., None]
+    return x.reshape(b, r, k)
+
+
+def _typed(a, b, out_sharding) -> dict:
+    """For XLA's dot traced on Explicit-typed operands (custom_partitioning traces `local`
+    whole, on the global types), which cannot type its result where K is split in both:
+    {"out_sharding": the primitive's, or B and M as in a, N as in b}; else {}."""
+    specs = [explicit_sharding(jax.typeof(x)) for x in (a, b)]
+    mesh = next((s.mesh for s in specs if s is not None), None)
+    if mesh is None:
+        return {}
+    if out_sharding is not None:
+        return {"out_sharding": out_sharding}
+    sa, sb = (tuple(s.spec) + (None,) * 3 if s is not None else (None,) * 3 for s in specs)
+    return {"out_sharding": NamedSharding(mesh, P(sa[0], sa[1], sb[1]))}
+
+
+def _local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
+    a, b = _dequantized(lhs, lhs_scales), _dequantized(rhs, rhs_scales)
+    typed = _typed(a, b, out_sharding)
+    out = jnp.einsum("bmk,bnk->bmn", a, b, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32,
+                     **typed).astype(out_dtype)  # fmt: skip
+    # K's blocks sharded: partial products in the output dtype, summed as XLA sums its dots'.
+    return [psum_over(out, axes or {}, ("kb",), ("b", "m", "n"))]
+
+
+def _batch(args, dims, *, out_dtype, out_sharding=None):
+    """vmap: the vmapped axis folded into B (every operand has it, broadcast if unbatched)."""
+    args = all_to_front(args, dims)
+    v = args[0].shape[0]
+    (out,) = scaled_matmul_op.bind(*(x.reshape((-1,) + x.shape[2:]) for x in args), out_dtype=out_dtype)
+    return [out.reshape((v, -1) + out.shape[1:])], [0]
+
+
+scaled_matmul_op = define(Op(
+    "jaxgemm_scaled_matmul", abstract=_abstract, rule=_rule, local=_local, batch=_batch, rule_on_cpu=True,
+))  # fmt: skip
+
+
+def _check(lhs, rhs, lhs_scales, rhs_scales, out_dtype):
+    """TypeError / ValueError naming the shapes and dtypes for anything the op cannot take."""
+    shapes = f"lhs {lhs.shape}, rhs {rhs.shape}, lhs_scales {lhs_scales.shape}, rhs_scales {rhs_scales.shape}"
+    for name, x, allowed in (("lhs", lhs, _FLOATS), ("rhs", rhs, _FLOATS), ("lhs_scales", lhs_scales, _SCALE_FLOATS),
+                             ("rhs_scales", rhs_scales, _SCALE_FLOATS)):  # fmt: skip
+        if jnp.dtype(x.dtype).name not in allowed:
+            raise TypeError(f"scaled_matmul: {name} has dtype {x.dtype}; it takes {', '.join(allowed)}")
+    if not jnp.issubdtype(out_dtype, jnp.floating) or jnp.dtype(out_dtype).itemsize < 2:
+        raise TypeError(f"scaled_matmul: preferred_element_type must be float32, bfloat16 or float16, got {out_dtype}")
+    if any(x.ndim != 3 for x in (lhs, rhs, lhs_scales, rhs_scales)):
+        raise ValueError(f"scaled_matmul: every operand must be 3-D (B, rows, K or KB); got {shapes}")
+    (b, m, k), (b2, n, k2), (kb, kb2) = lhs.shape, rhs.shape, (lhs_scales.shape[2], rhs_scales.shape[2])
+    if b2 != b or k2 != k:
+        raise ValueError(f"scaled_matmul: lhs (B, M, K) and rhs (B, N, K) must agree on B and K; got {shapes}")
+    if lhs_scales.shape[:2] != (b, m) or rhs_scales.shape[:2] != (b, n):
+        raise ValueError(f"scaled_matmul: lhs_scales must be (B, M, KB) and rhs_scales (B, N, KB); got {shapes}")
+    if kb != kb2 or kb < 1 or k % kb:
+        raise ValueError(f"scaled_matmul: both scales need the same number KB >= 1 of blocks along K, and KB must "
+                         f"divide K; got {shapes}")  # fmt: skip
+
+
+def scaled_matmul(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type=jnp.float32, *, out_sharding=None):
+    """Block-scaled matrix product, as `jax.nn.scaled_matmul`:
+    out[b, m, n] = sum_k lhs[b, m, k] lhs_scales[b, m, k // bs] rhs[b, n, k] rhs_scales[b, n, k // bs].
+
+    Args:
+      lhs: (B, M, K), float8_e4m3fn, float8_e5m2 or a 16/32-bit float.
+      rhs: (B, N, K), the same kinds (K-major: the contraction is both last dims).
+      lhs_scales: (B, M, KB), KB dividing K: one scale per row and block of K // KB values
+        (float32, bfloat16, float16 or float8_e8m0fnu).
+      rhs_scales: (B, N, KB), the same KB.
+      preferred_element_type: the result's dtype (float32 by default, as jax.nn's).
+      out_sharding: the result's sharding, as `jnp.matmul`'s (Explicit mode; needed where K
+        is sharded in both operands).
+
+    Returns:
+      (B, M, N) in preferred_element_type. Sharded like a GEMM: B, M and N split with no
+      collective; K split on whole blocks, its scales with it, then one all-reduce.
+
+    Runs everywhere as XLA does on Hopper (dequantized into float32, then a dot) until the
+    fp8 kernel lands; not differentiable (fp8 training quantizes around the product)."""
+    lhs, rhs, lhs_scales, rhs_scales = (jnp.asarray(x) for x in (lhs, rhs, lhs_scales, rhs_scales))
+    out_dtype = jnp.dtype(preferred_element_type)
+    _check(lhs, rhs, lhs_scales, rhs_scales, out_dtype)
+    out_sharding = canonical_out_sharding(out_sharding, "scaled_matmul")
+    (out,) = scaled_matmul_op.bind(lhs, rhs, lhs_scales, rhs_scales, out_dtype=out_dtype, out_sharding=out_sharding)
+    return constrain_output(out, out_sharding)

@@ -1,0 +1,168 @@
+"""jaxgemm.scaled_matmul against a float64 reference and jax.nn.scaled_matmul: fp8 and
+16/32-bit operands, per-tensor, per-row and 1 x 128 block scales; bad input; jit and vmap;
+sharded jit in Auto mode (each layout's collectives counted in the compiled HLO, K split
+only with its scales) and Explicit mode (typed results, out_sharding)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jaxgemm
+from test_sharding import auto_mesh, collective_counts, compile_sharded, explicit_mesh
+
+F8 = (jnp.float8_e4m3fn, jnp.float8_e5m2)
+
+
+def _operands(seed, b, m, n, k, kb, dtype=jnp.float8_e4m3fn, scale_dtype=jnp.float32):
+    """Random operands (values spread over fp8's range, never zero) and positive scales."""
+    rng = np.random.default_rng(seed)
+    lhs = jnp.asarray(rng.uniform(-4, 4, (b, m, k)), dtype)
+    rhs = jnp.asarray(rng.uniform(-4, 4, (b, n, k)), dtype)
+    lhs_scales = jnp.asarray(rng.uniform(0.25, 2, (b, m, kb)), scale_dtype)
+    rhs_scales = jnp.asarray(rng.uniform(0.25, 2, (b, n, kb)), scale_dtype)
+    return lhs, rhs, lhs_scales, rhs_scales
+
+
+def _reference(lhs, rhs, lhs_scales, rhs_scales):
+    """The definition in float64, from the operands as stored."""
+    def dequantized(x, s):
+        x, s = np.asarray(x.astype(jnp.float32), np.float64), np.asarray(s.astype(jnp.float32), np.float64)
+        return x * np.repeat(s, x.shape[-1] // s.shape[-1], axis=-1)
+
+    return np.einsum("bmk,bnk->bmn", dequantized(lhs, lhs_scales), dequantized(rhs, rhs_scales))
+
+
+def _rel(out, ref):
+    out = np.asarray(jnp.asarray(out).astype(jnp.float32), np.float64)
+    return np.linalg.norm(out - ref) / np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("dtype", [*F8, jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("kb", [1, 2, 8])
+def test_values(dtype, kb):
+    """Per-row (kb 1), two blocks and 1 x 32 blocks: float32 results within float32 rounding
+    of the float64 definition (the operands are exact in float32), and jax.nn's value."""
+    args = _operands(kb, 2, 24, 40, 256, kb, dtype)
+    out = jaxgemm.scaled_matmul(*args)
+    assert out.shape == (2, 24, 40) and out.dtype == jnp.float32
+    assert _rel(out, _reference(*args)) <= 1e-6
+    try:  # (jax.nn's has no CPU lowering before JAX 0.11)
+        theirs = np.asarray(jax.nn.scaled_matmul(*args), np.float64)
+    except NotImplementedError:
+        return
+    assert _rel(out, theirs) <= 1e-5
+
+
+@pytest.mark.parametrize("out_dtype, bound", [(jnp.bfloat16, 1e-2), (jnp.float16, 2e-3)])
+def test_preferred_element_type(out_dtype, bound):
+    args = _operands(3, 1, 16, 32, 512, 4, jnp.float8_e5m2, jnp.bfloat16)
+    out = jaxgemm.scaled_matmul(*args, preferred_element_type=out_dtype)
+    assert out.dtype == out_dtype and _rel(out, _reference(*args)) <= bound
+
+
+def test_per_tensor_and_e8m0_scales():
+    """Per-tensor scaling (one value in every row's single block) and power-of-two
+    float8_e8m0fnu scales (MX formats' kind)."""
+    lhs, rhs, _, _ = _operands(4, 1, 8, 16, 128, 1)
+    lhs_scales, rhs_scales = jnp.full((1, 8, 1), 0.5), jnp.full((1, 16, 1), 3.0)
+    out = jaxgemm.scaled_matmul(lhs, rhs, lhs_scales, rhs_scales)
+    assert _rel(out, _reference(lhs, rhs, lhs_scales, rhs_scales)) <= 1e-6
+    e8 = jnp.asarray(2.0 ** np.random.default_rng(5).integers(-3, 3, (1, 8, 4)), jnp.float8_e8m0fnu)
+    args = (lhs, rhs, e8, jnp.ones((1, 16, 4), jnp.float8_e8m0fnu))
+    assert _rel(jaxgemm.scaled_matmul(*args), _reference(*args)) <= 1e-6
+
+
+@pytest.mark.parametrize("shapes, dtypes, error, words", [
+    (((8, 128), (1, 4, 128), (8, 1), (1, 4, 1)), None, ValueError, "3-D"),
+    (((1, 8, 128), (2, 4, 128), (1, 8, 1), (2, 4, 1)), None, ValueError, "agree on B and K"),
+    (((1, 8, 128), (1, 4, 64), (1, 8, 1), (1, 4, 1)), None, ValueError, "agree on B and K"),
+    (((1, 8, 128), (1, 4, 128), (1, 4, 1), (1, 4, 1)), None, ValueError, "(B, M, KB)"),
+    (((1, 8, 128), (1, 4, 128), (1, 8, 2), (1, 4, 1)), None, ValueError, "same number KB"),
+    (((1, 8, 128), (1, 4, 128), (1, 8, 3), (1, 4, 3)), None, ValueError, "divide K"),
+    (((1, 8, 128), (1, 4, 128), (1, 8, 1), (1, 4, 1)), (jnp.int8, jnp.float32), TypeError, "lhs has dtype int8"),
+    (((1, 8, 128), (1, 4, 128), (1, 8, 1), (1, 4, 1)), (jnp.float32, jnp.int32), TypeError, "lhs_scales"),
+])  # fmt: skip
+def test_bad_input(shapes, dtypes, error, words):
+    data, scales = dtypes or (jnp.float8_e4m3fn, jnp.float32)
+    args = [jnp.ones(s, data if i < 2 else scales) for i, s in enumerate(shapes)]
+    with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")) as info:
+        jaxgemm.scaled_matmul(*args)
+    assert str(shapes[0]) in str(info.value) or "dtype" in str(info.value)
+
+
+def test_bad_preferred_element_type():
+    args = _operands(0, 1, 8, 8, 128, 1)
+    for dtype in (jnp.int32, jnp.float8_e4m3fn):
+        with pytest.raises(TypeError, match="preferred_element_type"):
+            jaxgemm.scaled_matmul(*args, preferred_element_type=dtype)
+
+
+def test_jit_and_vmap():
+    """vmap over a leading axis of every operand, and with rhs and its scales shared."""
+    per = [_operands(10 + i, 2, 16, 24, 256, 2) for i in range(3)]
+    stacked = [jnp.stack(xs) for xs in zip(*per)]
+    out = jax.jit(jax.vmap(jaxgemm.scaled_matmul))(*stacked)
+    for i, args in enumerate(per):
+        assert _rel(out[i], _reference(*args)) <= 1e-6
+    shared = jax.vmap(jaxgemm.scaled_matmul, in_axes=(0, None, 0, None))(
+        stacked[0], per[0][1], stacked[2], per[0][3])
+    for i, args in enumerate(per):
+        assert _rel(shared[i], _reference(args[0], per[0][1], args[2], per[0][3])) <= 1e-6
+
+
+def test_not_differentiable_says_so():
+    args = _operands(1, 1, 8, 8, 128, 1, jnp.float32)
+    with pytest.raises(NotImplementedError, match="jaxgemm_scaled_matmul"):
+        jax.grad(lambda a: jaxgemm.scaled_matmul(a, *args[1:]).sum())(args[0])
+
+
+# Auto mode: (lhs, rhs, lhs_scales, rhs_scales) specs -> the result's spec and collectives.
+# K splits over whole 128-blocks; a scale array split alone is gathered back (never wrong).
+LAYOUTS = {
+    "batch": ((P("x"), P("x"), P("x"), P("x")), P("x", None, None), {}),
+    "rows (data parallel)": ((P(None, "x"), P(), P(None, "x"), P()), P(None, "x", None), {}),
+    "columns (tensor parallel)": ((P(), P(None, "x"), P(), P(None, "x")), P(None, None, "x"), {}),
+    "k blocks with their scales": ((P(None, None, "x"),) * 4, P(), {"all-reduce": 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_auto_mode(name):
+    specs, out_spec, collectives = LAYOUTS[name]
+    args = _operands(7, 8, 64, 48, 1024, 8)
+    out, hlo = compile_sharded(jaxgemm.scaled_matmul, auto_mesh((8,)), specs, args)
+    assert _rel(out, _reference(*args)) <= 1e-6
+    counts = {k: v for k, v in collective_counts(hlo).items() if v}
+    assert counts == collectives, hlo
+    assert NamedSharding(out.sharding.mesh, out_spec).is_equivalent_to(out.sharding, 3), out.sharding
+
+
+def test_auto_mode_k_not_on_block_boundaries():
+    """K split over 8 devices but only 4 blocks: the blocks stay whole (their operands
+    gathered), the values right."""
+    args = _operands(8, 1, 16, 16, 512, 4)
+    specs = (P(None, None, "x"), P(None, None, "x"), P(), P())
+    out, _ = compile_sharded(jaxgemm.scaled_matmul, auto_mesh((8,)), specs, args)
+    assert _rel(out, _reference(*args)) <= 1e-6
+
+
+def test_explicit_mode():
+    """Rows split: the result typed split the same way. K split in both operands: jnp's
+    error asking for out_sharding; with out_sharding, that sharding and the right values."""
+    mesh = explicit_mesh((8,))
+    args = _operands(9, 1, 64, 32, 1024, 8)
+    put = lambda x, s: jax.device_put(x, NamedSharding(mesh, s))  # noqa: E731
+    rows = [put(x, s) for x, s in zip(args, (P(None, "x"), P(), P(None, "x"), P()))]
+    with jax.set_mesh(mesh):
+        out = jax.jit(jaxgemm.scaled_matmul)(*rows)
+        assert jax.typeof(out).sharding.spec == P(None, "x", None)
+        assert _rel(out, _reference(*args)) <= 1e-6
+        ks = [put(x, P(None, None, "x")) for x in args]
+        with pytest.raises(Exception, match="out_sharding"):
+            jax.jit(jaxgemm.scaled_matmul)(*ks)
+        out = jax.jit(lambda *a: jaxgemm.scaled_matmul(*a, out_sharding=P(None, "x", None)))(*ks)
+        assert jax.typeof(out).sharding.spec == P(None, "x", None)
+        assert _rel(out, _reference(*args)) <= 1e-6
