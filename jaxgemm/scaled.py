@@ -50,7 +50,8 @@ def _rule(lhs, rhs, lhs_scales, rhs_scales, **params):
 def _dequantized(x, scales):
     """x (B, R, K) times its scales (B, R, KB), as float32."""
     b, r, k = x.shape
-    x = x.astype(jnp.float32).reshape(b, r, scales.shape[2], -1) * scales.astype(jnp.float32)[..., None]
+    kb = scales.shape[2]
+    x = x.astype(jnp.float32).reshape(b, r, kb, k // kb) * scales.astype(jnp.float32)[..., None]
     return x.reshape(b, r, k)
 
 

@@ -75,6 +75,19 @@ def test_per_tensor_and_e8m0_scales():
     assert _rel(jaxgemm.scaled_matmul(*args), _reference(*args)) <= 1e-6
 
 
+@pytest.mark.parametrize("b, m, n, k, kb", [(1, 0, 4, 128, 1), (0, 4, 4, 128, 1), (1, 4, 4, 0, 1),
+                                           (1, 4, 0, 64, 2), (2, 3, 5, 96, 3)])
+def test_empty_and_odd_sizes(b, m, n, k, kb):
+    """Empty dims (K = 0 sums nothing) and blocks of 32 values of an odd count."""
+    args = _operands(b + m + n + k, b, m, n, k, kb)
+    out = jax.jit(jaxgemm.scaled_matmul)(*args)
+    assert out.shape == (b, m, n)
+    if k == 0:
+        np.testing.assert_array_equal(out, 0)
+    elif out.size:
+        assert _rel(out, _reference(*args)) <= 1e-6
+
+
 @pytest.mark.parametrize("shapes, dtypes, error, words", [
     (((8, 128), (1, 4, 128), (8, 1), (1, 4, 1)), None, ValueError, "3-D"),
     (((1, 8, 128), (2, 4, 128), (1, 8, 1), (2, 4, 1)), None, ValueError, "agree on B and K"),
