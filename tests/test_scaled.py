@@ -1,7 +1,8 @@
 """jaxgemm.scaled_matmul against a float64 reference and jax.nn.scaled_matmul: fp8 and
 16/32-bit operands, per-tensor, per-row and 1 x 128 block scales; bad input; jit and vmap;
 sharded jit in Auto mode (each layout's collectives counted in the compiled HLO, K split
-only with its scales) and Explicit mode (typed results, out_sharding)."""
+only with its scales, a reduce-scatter where the result is wanted split) and Explicit mode
+(typed results, out_sharding); shard_map."""
 
 import jax
 import jax.numpy as jnp
@@ -179,3 +180,27 @@ def test_explicit_mode():
         out = jax.jit(lambda *a: jaxgemm.scaled_matmul(*a, out_sharding=P(None, "x", None)))(*ks)
         assert jax.typeof(out).sharding.spec == P(None, "x", None)
         assert _rel(out, _reference(*args)) <= 1e-6
+
+
+def test_k_split_wanted_split_on_rows_is_reduce_scattered():
+    """K blocks split and the result wanted split on M over the same axis (a row-parallel
+    layer feeding sequence parallelism): one reduce-scatter and nothing else."""
+    mesh = auto_mesh((8,))
+    args = _operands(11, 1, 64, 32, 1024, 8)
+    k_split = NamedSharding(mesh, P(None, None, "x"))
+    jitted = jax.jit(jaxgemm.scaled_matmul, in_shardings=(k_split,) * 4,
+                     out_shardings=NamedSharding(mesh, P(None, "x", None)))  # fmt: skip
+    out = jitted(*args)
+    counts = {k: v for k, v in collective_counts(jitted.lower(*args).compile().as_text()).items() if v}
+    assert counts == {"reduce-scatter": 1}, counts
+    assert _rel(out, _reference(*args)) <= 1e-6
+
+
+def test_shard_map_k_blocks():
+    """Inside shard_map (default checks) each device multiplies its K blocks with their
+    scales; the psum of the partial products is the whole product."""
+    mesh = auto_mesh((8,))
+    args = _operands(12, 1, 16, 24, 1024, 8)
+    local = lambda *a: jax.lax.psum(jaxgemm.scaled_matmul(*a), "x")  # noqa: E731
+    out = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(None, None, "x"),) * 4, out_specs=P()))(*args)
+    assert _rel(out, _reference(*args)) <= 1e-6
