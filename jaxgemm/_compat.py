@@ -4,6 +4,7 @@ Each has a fallback that keeps single-device behaviour when an internal moves.""
 
 from __future__ import annotations
 
+import jax
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -82,3 +83,17 @@ def requires_devices_during_lowering(prim) -> None:
     registry = getattr(_dispatch, "prim_requires_devices_during_lowering", None)
     if registry is not None:
         registry.add(prim)
+
+
+def xla_out_sharding(x, y, dims):
+    """For XLA's dots traced on Explicit-typed operands (custom_partitioning traces an
+    op's local whole, on the global types), which cannot always infer their result's
+    sharding: the entries of x's and y's dims named by `dims` ((operand, dim) pairs, None:
+    unsplit), as the keyword arguments {"out_sharding": ...}; else none."""
+    shardings = [explicit_sharding(jax.typeof(a)) for a in (x, y)]
+    mesh = next((s.mesh for s in shardings if s is not None), None)
+    if mesh is None:
+        return {}
+    specs = [() if s is None else tuple(s.spec) for s in shardings]
+    entry = lambda o, d: specs[o][d] if d < len(specs[o]) else None  # noqa: E731
+    return {"out_sharding": NamedSharding(mesh, P(*(None if pair is None else entry(*pair) for pair in dims)))}

@@ -35,11 +35,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.interpreters import ad
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
-from jaxgemm._compat import cotangent_sharding, explicit_sharding
+from jaxgemm._compat import cotangent_sharding, xla_out_sharding
 from jaxgemm.epilogue import _present, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import (BILINEAR, SCATTER, Op, Result, Rule, all_to_front, canonical_out_sharding,
@@ -96,20 +94,6 @@ def _result_sizes(group_sizes, rows, axes):
     return _local_sizes(group_sizes, rows, {"m": axes.get("m", ()) + axes.get(SCATTER + "m", ())})
 
 
-def _xla_out_sharding(x, y, dims):
-    """For XLA's ragged dot traced on Explicit-typed operands (custom_partitioning traces
-    local whole, on the global types), which cannot infer its result's sharding: the entries
-    of x's and y's dims named by `dims` ((operand, dim) pairs, None: unsplit), as the
-    keyword arguments {"out_sharding": ...}; else none."""
-    shardings = [explicit_sharding(jax.typeof(a)) for a in (x, y)]
-    mesh = next((s.mesh for s in shardings if s is not None), None)
-    if mesh is None:
-        return {}
-    specs = [() if s is None else tuple(s.spec) for s in shardings]
-    entry = lambda o, d: specs[o][d] if d < len(specs[o]) else None  # noqa: E731
-    return {"out_sharding": NamedSharding(mesh, P(*(None if pair is None else entry(*pair) for pair in dims)))}
-
-
 # ---------------------------------------------------------------------------------------
 # ragged_dot_p
 
@@ -133,7 +117,7 @@ def _dot_local(lhs, rhs, group_sizes, *, out_dtype, precision, platform, transpo
         out = _grouped_call(mode, lhs, rhs, group_sizes, out_shape, out_dtype)
     else:
         rhs = _swap_kn(rhs) if transpose_rhs else rhs
-        typed = _xla_out_sharding(lhs, rhs, [(0, 0), (1, 2)])
+        typed = xla_out_sharding(lhs, rhs, [(0, 0), (1, 2)])
         out = lax.ragged_dot(lhs, rhs, group_sizes, precision=precision, preferred_element_type=out_dtype, **typed)
     return [psum_over(out, axes, ("k",), ("m", "n"))]
 
@@ -209,7 +193,7 @@ def _wgrad_local(lhs, dy, group_sizes, *, out_dtype, groups, precision, platform
         out_shape = (groups, lhs.shape[1], dy.shape[1])
         dw = _grouped_call(_CONTRACTION, lhs, dy, group_sizes, out_shape, out_dtype)
     else:
-        typed = _xla_out_sharding(lhs, dy, [None, (0, 1), (1, 1)])
+        typed = xla_out_sharding(lhs, dy, [None, (0, 1), (1, 1)])
         dw = lax.ragged_dot_general(lhs, dy, group_sizes, _RAGGED_CONTRACTING, precision=precision,
                                     preferred_element_type=out_dtype, **typed)  # fmt: skip
     return [psum_over(dw, axes, ("m",), ("g", "k", "n"))]

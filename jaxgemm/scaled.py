@@ -23,13 +23,10 @@ quantizes around it, in the forward and the backward of a layer (NOTES.md).
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
-from jaxgemm._compat import explicit_sharding
+from jaxgemm._compat import xla_out_sharding
 from jaxgemm.primitive import Op, Result, Rule, all_to_front, canonical_out_sharding, constrain_output, define
 from jaxgemm.primitive import psum_over
 
@@ -55,23 +52,11 @@ def _dequantized(x, scales):
     return x.reshape(b, r, k)
 
 
-def _typed(a, b, out_sharding) -> dict:
-    """For XLA's dot traced on Explicit-typed operands (custom_partitioning traces `local`
-    whole, on the global types), which cannot type its result where K is split in both:
-    {"out_sharding": the primitive's, or B and M as in a, N as in b}; else {}."""
-    specs = [explicit_sharding(jax.typeof(x)) for x in (a, b)]
-    mesh = next((s.mesh for s in specs if s is not None), None)
-    if mesh is None:
-        return {}
-    if out_sharding is not None:
-        return {"out_sharding": out_sharding}
-    sa, sb = (tuple(s.spec) + (None,) * 3 if s is not None else (None,) * 3 for s in specs)
-    return {"out_sharding": NamedSharding(mesh, P(sa[0], sa[1], sb[1]))}
-
-
 def _local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
     a, b = _dequantized(lhs, lhs_scales), _dequantized(rhs, rhs_scales)
-    typed = _typed(a, b, out_sharding)
+    # (The whole-trace typing; the primitive's out_sharding where it has one.)
+    typed = xla_out_sharding(a, b, [(0, 0), (0, 1), (1, 1)])
+    typed = {"out_sharding": out_sharding} if typed and out_sharding is not None else typed
     out = jnp.einsum("bmk,bnk->bmn", a, b, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32,
                      **typed).astype(out_dtype)  # fmt: skip
     # K's blocks sharded: partial products in the output dtype, summed as XLA sums its dots'.

@@ -28,14 +28,16 @@ def test_workspace_holds_the_tile_counter():
     for stream-K's slots or nothing without it."""
     if not _ffi.WITH_CUDA:
         pytest.skip("the workspace query is part of the CUDA handlers")
+    def query(m, n, k, sms, dynamic):
+        return _ffi.gemm_workspace_bytes(m, n, k, 1, sms, 1, KERNEL_FAMILIES[None], 0, 0, False, False, False, False,
+                                         dynamic)  # fmt: skip
+
     # 8192^2 x 4096 on 132 SMs; (3 x 4096)^2 x 4096 on 100, whose last wave stream-K shares.
     shapes = [(8192, 8192, 4096, 132), (12288, 12288, 4096, 100)]
-    for m, n, k, sms in shapes:
-        query = lambda dynamic: _ffi.gemm_workspace_bytes(m, n, k, 1, sms, 1, KERNEL_FAMILIES[None], 0, 0,  # noqa: E731
-                                                          False, False, False, False, dynamic)
-        assert query(True) == 16, (m, n, k, sms)
-        assert query(False) != 16, (m, n, k, sms)
-    assert query(False) > 0, "the second shape's last wave is shared out stream-K"
+    for shape in shapes:
+        assert query(*shape, True) == 16, shape
+        assert query(*shape, False) != 16, shape
+    assert query(*shapes[1], False) > 0, "the second shape's last wave is shared out stream-K"
 
 
 def test_env_turns_the_walk_on_for_every_call(monkeypatch):
