@@ -54,7 +54,8 @@ def test_values(dtype, kb):
         theirs = np.asarray(jax.nn.scaled_matmul(*args), np.float64)
     except NotImplementedError:
         return
-    assert _rel(out, theirs) <= 1e-5
+    # (On a GPU jax.nn's float32 dot runs at the default precision, tf32: 2.7-3.1e-4 on an H200.)
+    assert _rel(out, theirs) <= (1e-5 if jax.default_backend() == "cpu" else 5e-4)
 
 
 @pytest.mark.parametrize("out_dtype, bound", [(jnp.bfloat16, 1e-2), (jnp.float16, 2e-3)])
