@@ -61,13 +61,14 @@ def decode_plan(m: int, n: int, k: int, batch: int, sm_count: int) -> tuple[int,
 
 def gemm_workspace_bytes(m: int, n: int, k: int, batch: int, sm_count: int, split_k: int, kernel: int,
                          tile_m: int, tile_n: int, tf32: bool = False, transpose_a: bool = False,
-                         transpose_b: bool = False, out_f32: bool = False, dynamic_tiles: bool = False) -> int:
+                         transpose_b: bool = False, out_f32: bool = False, dynamic_tiles: bool = False,
+                         fp8: bool = False) -> int:
     """Scratch bytes a jaxgemm_gemm call can use (stream-K on Hopper, or with `dynamic_tiles`
     the sm90 walk's tile counter; computed on the host): the problem's shape and split, a
     kernel family id and tile (0: the heuristic's), for the operands as stored (a plain tf32
-    NN product runs as D^T, over n x m tiles)."""
+    NN product runs as D^T, over n x m tiles); `fp8`: float8_e4m3fn operands."""
     return int(_jaxgemm.gemm_workspace_bytes(m, n, k, batch, sm_count, split_k, kernel, tile_m, tile_n, tf32,
-                                             transpose_a, transpose_b, out_f32, dynamic_tiles))
+                                             transpose_a, transpose_b, out_f32, dynamic_tiles, fp8))
 
 
 def sm90_stream_k_walk(sk_items: int, item_k_tiles: int, workers: int) -> list[tuple[int, int, int, int, int, int]]:

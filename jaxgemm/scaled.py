@@ -15,10 +15,13 @@ split), so K shards only on whole blocks and every scale travels with its block:
 N split with no collective, K into partial products and one all-reduce (a reduce-scatter
 where the result is wanted split), as for jaxgemm.matmul.
 
-Its `local` dequantizes into float32 and runs XLA's dot, which is what XLA itself does
-for `jax.nn.scaled_matmul` on Hopper; the fp8 kernel (k32 wgmma, the scales applied in
-the mainloop every block) is to become its CUDA `local`. Not differentiable: fp8 training
-quantizes around it, in the forward and the backward of a layer (NOTES.md).
+Its `local`, for float8_e4m3fn operands with one scale per row (KB = 1, per-tensor
+scaling included) on a Hopper GPU: the sm90 GEMM on fp8 (k32 wgmma, both operands K-major,
+the tensor cores' fp8 accumulation), then the row and column scales in one XLA fusion.
+Everything else (block scales, e5m2, other GPUs, the CPU) dequantizes into float32 and runs
+XLA's dot, which is what XLA itself does for `jax.nn.scaled_matmul` on Hopper; block scales
+applied in the kernel's mainloop are to come. Not differentiable: fp8 training quantizes
+around it, in the forward and the backward of a layer (NOTES.md).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from jaxgemm import _ffi, xla_cpu
 from jaxgemm._compat import xla_out_sharding
+from jaxgemm.gemm import GemmConfig, call_gemm_ffi, gemm_workspace_bytes
 from jaxgemm.primitive import Op, Result, Rule, all_to_front, canonical_out_sharding, constrain_output, define
 from jaxgemm.primitive import psum_over
 
@@ -52,7 +57,36 @@ def _dequantized(x, scales):
     return x.reshape(b, r, k)
 
 
+def runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform: str) -> bool:
+    """Whether the product runs on the fp8 GEMM: e4m3 operands with 16-byte rows and one
+    scale per row, on a Hopper GPU (or the CPU's FFI reference, JAXGEMM_CPU=ffi, which
+    the tests use)."""
+    e4m3 = jnp.dtype(jnp.float8_e4m3fn)
+    if lhs.dtype != e4m3 or rhs.dtype != e4m3 or lhs_scales.shape[2] != 1 or lhs.shape[2] % 16 or not lhs.shape[2]:
+        return False
+    if platform == "cuda":
+        return _ffi.WITH_CUDA and _ffi.cuda_compute_capability() == 90
+    return platform == "cpu" and not xla_cpu.enabled(platform)
+
+
+def _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform):
+    """sum_k lhs[b, m, k] rhs[b, n, k] on the fp8 kernel, times the row scale of lhs and of
+    rhs. The kernel writes bfloat16 for a bfloat16 result (the scaling then rounds once
+    more, well within bfloat16's error), else float32 (a float16 sum before scaling could
+    overflow)."""
+    kernel_dtype = jnp.dtype(jnp.bfloat16) if out_dtype == jnp.bfloat16 else jnp.dtype(jnp.float32)
+    config = GemmConfig(transpose_b=True, out_dtype=kernel_dtype, split_k=1)
+    out_shape = (lhs.shape[0], lhs.shape[1], rhs.shape[1])
+    workspace = gemm_workspace_bytes(lhs.shape, rhs.shape, lhs.dtype, config, 1, platform)
+    acc = call_gemm_ffi(lhs, rhs, config=config, out_shape=out_shape, workspace_bytes=workspace)[0]
+    scale = lhs_scales.astype(jnp.float32) * jnp.swapaxes(rhs_scales.astype(jnp.float32), 1, 2)  # (B, M, N)
+    return (acc.astype(jnp.float32) * scale).astype(out_dtype)
+
+
 def _local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
+    if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform):
+        out = _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform)
+        return [psum_over(out, axes or {}, ("kb",), ("b", "m", "n"))]
     a, b = _dequantized(lhs, lhs_scales), _dequantized(rhs, rhs_scales)
     # (The whole-trace typing; the primitive's out_sharding where it has one.)
     typed = xla_out_sharding(a, b, [(0, 0), (0, 1), (1, 1)])
@@ -115,8 +149,9 @@ def scaled_matmul(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type=jnp.f
       (B, M, N) in preferred_element_type. Sharded like a GEMM: B, M and N split with no
       collective; K split on whole blocks, its scales with it, then one all-reduce.
 
-    Runs everywhere as XLA does on Hopper (dequantized into float32, then a dot) until the
-    fp8 kernel lands; not differentiable (fp8 training quantizes around the product)."""
+    float8_e4m3fn operands with one scale per row (KB = 1) run on jaxgemm's fp8 kernel on a
+    Hopper GPU; everything else as XLA runs it on Hopper (dequantized into float32, then a
+    dot). Not differentiable (fp8 training quantizes around the product)."""
     lhs, rhs, lhs_scales, rhs_scales = (jnp.asarray(x) for x in (lhs, rhs, lhs_scales, rhs_scales))
     out_dtype = jnp.dtype(preferred_element_type)
     _check(lhs, rhs, lhs_scales, rhs_scales, out_dtype)

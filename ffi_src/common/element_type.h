@@ -5,7 +5,7 @@
 
 namespace jaxgemm {
 
-enum class ElementType : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+enum class ElementType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kF8E4M3 = 3 };
 
 // What the host side knows of each element type, one row per type in the enum's order:
 // adding a type (fp8) is a row here, its device type in common/element_dispatch.cuh and
@@ -22,6 +22,7 @@ inline constexpr ElementInfo kElementInfo[] = {
     {ElementType::kF32, "float32", 4, true},
     {ElementType::kF16, "float16", 2, false},
     {ElementType::kBF16, "bfloat16", 2, false},
+    {ElementType::kF8E4M3, "float8_e4m3fn", 1, true},  // GEMM inputs only, on sm90 (IsFloat8)
 };
 inline constexpr int kElementTypes = static_cast<int>(sizeof(kElementInfo) / sizeof(kElementInfo[0]));
 
@@ -41,6 +42,10 @@ inline const char* ElementTypeName(ElementType t) {
 inline int ElementBytes(ElementType t) { return kElementInfo[static_cast<int>(t)].bytes; }
 
 inline bool WgmmaKMajorOnly(ElementType t) { return kElementInfo[static_cast<int>(t)].wgmma_k_major_only; }
+
+// 8-bit floats: inputs of the sm90 GEMM only (both operands K-major, a 16-bit or float32
+// output, no epilogue operands); every other kernel and handler refuses them.
+inline bool IsFloat8(ElementType t) { return t == ElementType::kF8E4M3; }
 
 // Host-side half conversions (the CPU reference sees raw 16-bit words). Device code
 // uses cuda_fp16.h / cuda_bf16.h instead.
@@ -99,11 +104,29 @@ inline uint16_t FloatToF16Bits(float f) {
   return static_cast<uint16_t>(sign | bits);  // a mantissa carry rolls into the exponent correctly
 }
 
+// float8_e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinities, and
+// S.1111.111 is NaN.
+inline float E4m3BitsToFloat(uint8_t h) {
+  const uint32_t exp = (h >> 3) & 0xfu, man = h & 0x7u;
+  float magnitude;
+  if (exp == 0xf && man == 0x7) {
+    uint32_t nan = 0x7fc00000u;
+    std::memcpy(&magnitude, &nan, 4);
+  } else if (exp == 0) {
+    magnitude = static_cast<float>(man) * (1.f / 512.f);  // subnormal: man / 8 * 2^-6
+  } else {
+    uint32_t u = ((exp + 120u) << 23) | (man << 20);  // rebias 7 -> 127
+    std::memcpy(&magnitude, &u, 4);
+  }
+  return (h & 0x80u) ? -magnitude : magnitude;
+}
+
 inline float LoadAsFloat(const void* base, int64_t i, ElementType t) {
   switch (t) {
     case ElementType::kF32: return static_cast<const float*>(base)[i];
     case ElementType::kF16: return F16BitsToFloat(static_cast<const uint16_t*>(base)[i]);
     case ElementType::kBF16: return Bf16BitsToFloat(static_cast<const uint16_t*>(base)[i]);
+    case ElementType::kF8E4M3: return E4m3BitsToFloat(static_cast<const uint8_t*>(base)[i]);
   }
   return 0.f;
 }
@@ -113,6 +136,7 @@ inline void StoreFromFloat(void* base, int64_t i, float v, ElementType t) {
     case ElementType::kF32: static_cast<float*>(base)[i] = v; break;
     case ElementType::kF16: static_cast<uint16_t*>(base)[i] = FloatToF16Bits(v); break;
     case ElementType::kBF16: static_cast<uint16_t*>(base)[i] = FloatToBf16Bits(v); break;
+    case ElementType::kF8E4M3: break;  // (never an output: DecodeGemm)
   }
 }
 

@@ -144,6 +144,7 @@ cudaError_t LaunchBiasActGrad(const BiasActGradProblem& p, cudaStream_t stream) 
     case ElementType::kF32: return Launch<float>(p, stream);
     case ElementType::kF16: return Launch<__half>(p, stream);
     case ElementType::kBF16: return Launch<__nv_bfloat16>(p, stream);
+    case ElementType::kF8E4M3: break;  // (GEMM inputs only)
   }
   return cudaErrorInvalidValue;
 }

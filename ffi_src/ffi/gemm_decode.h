@@ -63,6 +63,16 @@ inline bool ToElementType(ffi::DataType t, ElementType* out) {
   }
 }
 
+// The GEMM's operands may also be 8-bit floats (IsFloat8); its output and epilogue
+// operands may not.
+inline bool ToGemmInputType(ffi::DataType t, ElementType* out) {
+  if (t == ffi::DataType::F8E4M3FN) {
+    *out = ElementType::kF8E4M3;
+    return true;
+  }
+  return ToElementType(t, out);
+}
+
 inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
                                             const ffi::AnyBuffer& c, const ffi::AnyBuffer& bias,
                                             const ffi::AnyBuffer& residual, const ffi::AnyBuffer& d,
@@ -79,10 +89,18 @@ inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::
     return fail("operands need equal ranks >= 2 (plus a split dim in the output when split_k > 1)");
   }
   GemmProblem p;
-  if (a.element_type() != b.element_type() || !ToElementType(a.element_type(), &p.in_type)) {
-    return fail("a and b need one dtype of float32, float16, bfloat16");
+  if (a.element_type() != b.element_type() || !ToGemmInputType(a.element_type(), &p.in_type)) {
+    return fail("a and b need one dtype of float32, float16, bfloat16, float8_e4m3fn");
   }
   if (!ToElementType(d.element_type(), &p.out_type)) return fail("unsupported output dtype");
+  if (IsFloat8(p.in_type)) {
+    const bool plain = c.element_count() == 0 && bias.element_count() == 0 && residual.element_count() == 0 &&
+                       aux.element_count() == 0 && attrs.activation == 0 && !split;
+    if (!plain || p.out_type == ElementType::kF16) {
+      return fail("float8 inputs take a bfloat16 or float32 output and no epilogue operands, activation or split-K");
+    }
+    if (attrs.transpose_a || !attrs.transpose_b) return fail("float8 operands must both be K-major (a (m, k), b (n, k))");
+  }
   if (!IsActivation(static_cast<int>(attrs.activation))) return fail("unknown activation id");
   if (split && p.out_type != ElementType::kF32) return fail("split-K partials must be float32");
 

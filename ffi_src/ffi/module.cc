@@ -71,11 +71,12 @@ nb::capsule EncapsulateFfiHandler(T* fn) {
 // A problem with only what the heuristics look at set: its shape, and for tensor cores
 // whether float32 inputs run as tf32 (otherwise 16-bit inputs), how A and B are stored
 // (tf32 with A stored (k, m) takes it from registers: no pingpong schedules) and whether
-// 16-bit inputs write a float32 product (twice the output bytes) or a 16-bit one.
+// 16-bit inputs write a float32 product (twice the output bytes) or a 16-bit one; `fp8`:
+// float8_e4m3fn inputs instead of 16-bit ones.
 jaxgemm::GemmProblem ShapeOnly(int64_t m, int64_t n, int64_t k, int64_t batch, bool tf32 = false,
-                               bool trans_a = false, bool trans_b = false, bool out_f32 = false) {
+                               bool trans_a = false, bool trans_b = false, bool out_f32 = false, bool fp8 = false) {
   jaxgemm::GemmProblem p;
-  p.in_type = tf32 ? jaxgemm::ElementType::kF32 : jaxgemm::ElementType::kBF16;
+  p.in_type = tf32 ? jaxgemm::ElementType::kF32 : fp8 ? jaxgemm::ElementType::kF8E4M3 : jaxgemm::ElementType::kBF16;
   p.out_type = tf32 || out_f32 ? jaxgemm::ElementType::kF32 : jaxgemm::ElementType::kBF16;
   p.tf32 = tf32;
   p.trans_a = trans_a;
@@ -162,6 +163,7 @@ NB_MODULE(_jaxgemm, m) {
       row["pingpong"] = s.pingpong;
       row["swapped"] = s.swapped;
       row["tf32"] = s.tf32;
+      row["fp8"] = s.fp8;
       rows.append(row);
     }
     return rows;
@@ -241,8 +243,8 @@ NB_MODULE(_jaxgemm, m) {
   // the heuristic's), as stored.
   m.def("gemm_workspace_bytes", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, int64_t split_k,
                                    int kernel, int tile_m, int tile_n, bool tf32, bool trans_a, bool trans_b,
-                                   bool out_f32, bool dynamic_tiles) {
-    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b, out_f32);
+                                   bool out_f32, bool dynamic_tiles, bool fp8) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b, out_f32, fp8);
     p.split_k = split_k;
     jaxgemm::KernelRequest request{static_cast<jaxgemm::KernelFamily>(kernel), tile_m, tile_n};
     request.dynamic_tiles = dynamic_tiles;

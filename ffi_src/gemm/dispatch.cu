@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <atomic>
@@ -192,6 +193,36 @@ cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, 
   return LaunchSm90Gemm<TIn, TOut>(p, tile.m, tile.n, sm_count, stream, workspace);
 }
 
+// float8 inputs (IsFloat8): the sm90 kernel only, on the schedules built for them; both
+// operands K-major and a bfloat16 or float32 output (DecodeGemm checks those).
+cudaError_t RunFloat8Gemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, bool hopper,
+                          int sm_count, Sm90Workspace workspace, std::string* unsupported) {
+  using F = KernelFamily;
+  if (!hopper || !Sm90Supports(p) || (request.family != F::kAuto && request.family != F::kSm90)) {
+    *unsupported = "float8 inputs run on the sm90 kernel only: a Hopper GPU, K-major operands with 16-byte rows";
+    return cudaErrorInvalidValue;
+  }
+  Sm90Tile tile{request.tile_m, request.tile_n};
+  if (tile.n != 0) {
+    const Sm90ScheduleRow* row = FindSm90Schedule(tile.m, tile.n);
+    if (row == nullptr || !row->fp8) {
+      *unsupported = "no float8 instance of the " + std::to_string(tile.m) + "x" + std::to_string(tile.n) + " tile";
+      return cudaErrorInvalidValue;
+    }
+  } else {
+    tile = ChooseSm90Tile(p, sm_count);
+    sm_count = Sm90GridSms(p, sm_count);
+  }
+  if (p.out_type == ElementType::kBF16) {
+    return LaunchSm90Gemm<__nv_fp8_e4m3, __nv_bfloat16>(p, tile.m, tile.n, sm_count, stream, workspace);
+  }
+  if (p.out_type == ElementType::kF32) {
+    return LaunchSm90Gemm<__nv_fp8_e4m3, float>(p, tile.m, tile.n, sm_count, stream, workspace);
+  }
+  *unsupported = "float8 inputs write bfloat16 or float32";
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
 
 size_t GemmWorkspaceBytes(const GemmProblem& p, int sm_count, KernelRequest request) {
@@ -219,6 +250,7 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   const int sm_count = KernelSmCount(request.sm_margin);
   // sm_90a code runs on compute capability 9.0 only.
   const bool hopper = CurrentDeviceComputeCapability() == 90;
+  if (IsFloat8(p.in_type)) return RunFloat8Gemm(p, stream, request, hopper, sm_count, workspace, unsupported);
 
   // 16-bit inputs with 16-byte row starts run on tensor cores: sm90 (TMA + wgmma) on Hopper
   // when TMA can address them, sm80 (mma.sync) otherwise. float32 allowed to be tf32 runs

@@ -193,7 +193,7 @@ bool TallTileFits(const GemmProblem& p) {
 // 128 x 256's consumers write four boxes through two slots.)
 constexpr int64_t kShallowMaxK = 128;
 bool ShallowTallFits(const GemmProblem& p, int sm_count) {
-  if (p.k > kShallowMaxK || p.in_type == ElementType::kF32 || p.m <= 128) return false;
+  if (p.k > kShallowMaxK || WgmmaKMajorOnly(p.in_type) || p.m <= 128) return false;  // (16-bit only)
   if (FloatOutput(p) && p.m > kTallTileMaxRows) return false;
   const double items = double(TallRowBlocks(p)) * double((p.n + 127) / 128) * double(p.batch.count);  // 128 columns each
   return TallRowsPadLittle(p) && items >= sm_count;
@@ -220,7 +220,7 @@ bool ShallowTallFits(const GemmProblem& p, int sm_count) {
 constexpr int64_t kSwappedMinRows = 257, kSwappedMaxRows = 320, kSwappedMinK = 2048;
 bool SwappedTileFits(const GemmProblem& p) {
   return p.m >= kSwappedMinRows && p.m <= kSwappedMaxRows && p.k >= kSwappedMinK && !p.trans_a &&
-         p.in_type != ElementType::kF32;
+         !WgmmaKMajorOnly(p.in_type);  // (16-bit only)
 }
 
 // Products of at most this many rows (one m64 block) stream B: see FewRowsSm90.
@@ -232,9 +232,10 @@ constexpr int64_t kFewRows = kSm90FewRows;
 // take FewRowsSm90 instead. Shallow GEMMs that ShallowTallFits consider the 192-row tile
 // only: their time is writing the output, which the wave model does not count.
 bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, int sm_count, bool with_narrow) {
+  if (IsFloat8(p.in_type) && !FindSm90Schedule(c.tile.m, c.tile.n)->fp8) return false;
   if (with_narrow && ShallowTallFits(p, sm_count)) return IsTall(c.tile);
   if (IsNarrow(c.tile) && !with_narrow) return false;
-  if (IsTall(c.tile) && (!with_narrow || p.in_type == ElementType::kF32 || !TallTileFits(p))) return false;
+  if (IsTall(c.tile) && (!with_narrow || WgmmaKMajorOnly(p.in_type) || !TallTileFits(p))) return false;
   if (Sm90SwappedTile(c.tile.m, c.tile.n) && (!with_narrow || !SwappedTileFits(p))) return false;
   if (Sm90RegisterA(p) && Sm90PingpongTile(c.tile.m, c.tile.n)) return false;
   if (p.m <= kFewRows) return c.tile.m == 128 && c.tile.n == 256;

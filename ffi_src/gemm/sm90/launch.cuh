@@ -150,8 +150,10 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& given, int tile_m, int tile_n, int
 
   constexpr int kBytes = sizeof(TIn);
   constexpr bool kTf32 = kBytes == 4;
+  constexpr bool kFp8 = kBytes == 1;  // (both operands K-major: no register A for 8-bit types)
   a.tf32 = b.tf32 = kTf32;
   if (kTf32 && !p.trans_b) return cudaErrorInvalidValue;  // B not K-major
+  if (kFp8 && (p.trans_a || !p.trans_b)) return cudaErrorInvalidValue;
 
   cudaError_t status = cudaSuccess;
   auto launch = [&](auto policy, auto trans_a, auto trans_b) {
@@ -175,6 +177,8 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& given, int tile_m, int tile_n, int
     using F = std::false_type;
     if constexpr (decltype(policy)::kSwapped) {  // (B is K-major: LaunchSm90Gemm's check)
       p.trans_a ? launch(policy, T{}, T{}) : launch(policy, F{}, T{});
+    } else if constexpr (kFp8) {
+      launch(policy, F{}, T{});
     } else if constexpr (kTf32) {
       // An MN-major tf32 A comes from registers: one m64 block per consumer only.
       if (!p.trans_a) {
@@ -195,10 +199,10 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& given, int tile_m, int tile_n, int
     constexpr int kRow = decltype(row)::value;
     if (!kSm90Schedules[kRow].Is(tile_m, tile_n)) return;
     named = true;
-    if constexpr (!kTf32 || kSm90Schedules[kRow].tf32) {
+    if constexpr ((!kTf32 || kSm90Schedules[kRow].tf32) && (!kFp8 || kSm90Schedules[kRow].fp8)) {
       with_layout(Sm90RowPolicy<kRow, kBytes>{});
     } else {
-      status = cudaErrorInvalidValue;  // a 16-bit-only schedule: no tf32 instance
+      status = cudaErrorInvalidValue;  // a schedule not built for this input type
     }
   });
   return named ? status : cudaErrorInvalidValue;

@@ -7,6 +7,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -163,13 +164,18 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
     if constexpr (kN == 256) WgmmaM64N256K8Tf32(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K8Tf32(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 64) WgmmaM64N64K8Tf32(d, desc_a, desc_b, scale_d);
+  } else if constexpr (std::is_same_v<TIn, __nv_fp8_e4m3>) {
+    static_assert(!kTransA && !kTransB, "fp8 wgmma takes K-major operands only");
+    if constexpr (kN == 256) WgmmaM64N256K32E4m3E4m3(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 128) WgmmaM64N128K32E4m3E4m3(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 64) WgmmaM64N64K32E4m3E4m3(d, desc_a, desc_b, scale_d);
   } else if constexpr (std::is_same_v<TIn, __nv_bfloat16>) {
     if constexpr (kN == 256) WgmmaM64N256K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 160) WgmmaM64N160K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 64) WgmmaM64N64K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   } else {
-    static_assert(std::is_same_v<TIn, __half>, "wgmma inputs: bf16, f16 or tf32");
+    static_assert(std::is_same_v<TIn, __half>, "wgmma inputs: bf16, f16, tf32 or e4m3");
     if constexpr (kN == 256) WgmmaM64N256K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 160) WgmmaM64N160K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);

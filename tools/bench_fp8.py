@@ -1,0 +1,99 @@
+"""jaxgemm.scaled_matmul's fp8 kernel against XLA on the same e4m3 operands, one scale per row.
+
+For each shape (M, N, K), kernel time (CUPTI medians, alternating rounds, one process):
+  ours      jaxgemm.scaled_matmul(lhs (1, M, K), rhs (1, N, K), row scales), bfloat16 result;
+  xla_fp8   XLA's dot of the e4m3 operands into float32, times the scales (XLA's own fp8
+            GEMM, cuBLASLt's where it rewrites the dot), bfloat16 result;
+  jax_nn    jax.nn.scaled_matmul on the same arguments (what XLA runs for it on this GPU);
+  xla_bf16  XLA's bfloat16 GEMM of the same shape (the dense rate fp8 should double).
+Also the relative Frobenius error of ours and xla_fp8 with float32 results (the sums'
+error, not bfloat16's rounding) from XLA's float32 dot of the dequantized operands at
+HIGHEST precision, and the custom call XLA's fp8 dot became.
+    python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 20]
+"""
+
+import argparse
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxgemm
+from jaxgemm.bench import time_alternating_ms
+
+SHAPES = "8192x8192x8192,4096x4096x4096,8192x8192x2048,2048x8192x8192,5000x7000x3008,512x8192x8192"
+
+
+def operands(m, n, k, seed=0):
+    keys = jax.random.split(jax.random.key(seed), 4)
+    lhs = jax.random.uniform(keys[0], (1, m, k), jnp.float32, -4, 4).astype(jnp.float8_e4m3fn)
+    rhs = jax.random.uniform(keys[1], (1, n, k), jnp.float32, -4, 4).astype(jnp.float8_e4m3fn)
+    lhs_scales = jax.random.uniform(keys[2], (1, m, 1), jnp.float32, 0.25, 2)
+    rhs_scales = jax.random.uniform(keys[3], (1, n, 1), jnp.float32, 0.25, 2)
+    return lhs, rhs, lhs_scales, rhs_scales
+
+
+def ours(lhs, rhs, ls, rs, out_dtype=jnp.bfloat16):
+    return jaxgemm.scaled_matmul(lhs, rhs, ls, rs, out_dtype)
+
+
+def xla_fp8(lhs, rhs, ls, rs, out_dtype=jnp.bfloat16):
+    acc = jax.lax.dot_general(lhs, rhs, (((2,), (2,)), ((0,), (0,))), preferred_element_type=jnp.float32)
+    return (acc * ls * jnp.swapaxes(rs, 1, 2)).astype(out_dtype)
+
+
+def jax_nn(lhs, rhs, ls, rs):
+    return jax.nn.scaled_matmul(lhs, rhs, ls, rs, preferred_element_type=jnp.bfloat16)
+
+
+def xla_bf16(lhs, rhs, ls, rs):
+    return jnp.einsum("bmk,bnk->bmn", lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16))
+
+
+def reference(lhs, rhs, ls, rs):
+    a, b = lhs.astype(jnp.float32) * ls, rhs.astype(jnp.float32) * rs
+    return jnp.einsum("bmk,bnk->bmn", a, b, precision=jax.lax.Precision.HIGHEST)
+
+
+def rel_error(x, ref):
+    x, ref = np.asarray(x, np.float64), np.asarray(ref, np.float64)
+    return float(np.linalg.norm(x - ref) / np.linalg.norm(ref))
+
+
+def lowers(fn, inputs) -> bool:
+    """False where JAX has no lowering for it on this platform (jax.nn's on a CPU before 0.11)."""
+    try:
+        fn.lower(*inputs)
+        return True
+    except NotImplementedError:
+        return False
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", default=SHAPES, help="MxNxK, comma-separated")
+    parser.add_argument("--iterations", type=int, default=20, help="calls per round and function")
+    args = parser.parse_args()
+    fns = {"ours": ours, "xla_fp8": xla_fp8, "jax_nn": jax_nn, "xla_bf16": xla_bf16}
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
+    print(f"{'shape':>20} " + " ".join(f"{n + ' ms':>12}" for n in fns) + "  xla_fp8/ours  bf16/ours  ours TFLOPS"
+          "  err ours  err xla_fp8  xla_fp8 call")
+    for shape in args.shapes.split(","):
+        m, n, k = (int(x) for x in shape.split("x"))
+        inputs = operands(m, n, k)
+        jitted = {name: jax.jit(fn) for name, fn in fns.items() if lowers(jax.jit(fn), inputs)}
+        ms, method = time_alternating_ms(jitted, inputs, args.iterations)
+        ref = jax.jit(reference)(*inputs)
+        errors = [rel_error(jax.jit(fn, static_argnums=4)(*inputs, jnp.float32), ref) for fn in (ours, xla_fp8)]
+        hlo = jitted["xla_fp8"].lower(*inputs).compile().as_text()
+        calls = sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo))) or ["none (a fusion)"]
+        tflops = 2 * m * n * k / ms["ours"] / 1e9
+        ms = {name: ms.get(name, float("nan")) for name in fns}  # (nan: no lowering here)
+        print(f"{shape:>20} " + " ".join(f"{ms[name]:12.3f}" for name in fns)
+              + f"  {ms['xla_fp8'] / ms['ours']:12.3f}  {ms['xla_bf16'] / ms['ours']:9.3f}  {tflops:11.0f}"
+              + f"  {errors[0]:8.1e}  {errors[1]:11.1e}  {','.join(calls)}  ({method})")
+
+
+if __name__ == "__main__":
+    main()
