@@ -32,8 +32,16 @@ from jax import lax
 from jaxgemm import _ffi, xla_cpu
 from jaxgemm._compat import xla_out_sharding
 from jaxgemm.gemm import GemmConfig, call_gemm_ffi, gemm_workspace_bytes
-from jaxgemm.primitive import Op, Result, Rule, all_to_front, canonical_out_sharding, constrain_output, define
-from jaxgemm.primitive import psum_over
+from jaxgemm.primitive import (
+    Op,
+    Result,
+    Rule,
+    all_to_front,
+    canonical_out_sharding,
+    constrain_output,
+    define,
+    psum_over,
+)
 
 _FLOATS = ("float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32")
 _SCALE_FLOATS = ("float32", "bfloat16", "float16", "float8_e8m0fnu")

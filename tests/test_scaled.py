@@ -1,20 +1,16 @@
-"""jaxgemm.scaled_matmul against a float64 reference and jax.nn.scaled_matmul: fp8 and
-16/32-bit operands, per-tensor, per-row and 1 x 128 block scales; bad input; jit and vmap;
-sharded jit in Auto mode (each layout's collectives counted in the compiled HLO, K split
-only with its scales, a reduce-scatter where the result is wanted split) and Explicit mode
-(typed results, out_sharding); shard_map."""
+"""jaxgemm.scaled_matmul on one device, against a float64 reference and jax.nn.scaled_matmul:
+fp8 and 16/32-bit operands, per-tensor, per-row and 1 x 128 block scales; the fp8 kernel
+(where it runs, ragged sizes, every output dtype, the FFI's contract); bad input; jit and
+vmap. Sharded: test_scaled_sharding.py."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 import jaxgemm
 from jaxgemm import _ffi, xla_cpu
 from jaxgemm.scaled import runs_on_fp8_kernel
-from test_sharding import auto_mesh, collective_counts, compile_sharded, explicit_mesh
 
 F8 = (jnp.float8_e4m3fn, jnp.float8_e5m2)
 
@@ -39,8 +35,10 @@ def _reference(lhs, rhs, lhs_scales, rhs_scales):
 
 
 # jaxgemm's fp8 kernel (e4m3, one scale per row, on a Hopper GPU) sums with the tensor
-# cores' fp8 accumulation, ~14 bits kept: measured 3.4e-4 from float64 at K = 256 (H200).
-FP8_KERNEL_BOUND = 1e-3
+# cores' fp8 accumulation, ~14 bits kept, so its error grows with K: from float64, on an
+# H200, 3.4e-4 at K = 256, 1.2e-3 at 4096 and 1.8e-3 at 8192 (cuBLASLt's fp8 GEMM 1.2e-3 and
+# 1.9e-3 on the same operands; tools/bench_fp8.py). For K <= 8192:
+FP8_KERNEL_BOUND = 3e-3
 
 
 def _bound(args, exact=1e-6):
@@ -215,76 +213,3 @@ def test_not_differentiable_says_so():
     args = _operands(1, 1, 8, 8, 128, 1, jnp.float32)
     with pytest.raises(NotImplementedError, match="jaxgemm_scaled_matmul"):
         jax.grad(lambda a: jaxgemm.scaled_matmul(a, *args[1:]).sum())(args[0])
-
-
-# Auto mode: (lhs, rhs, lhs_scales, rhs_scales) specs -> the result's spec and collectives.
-# K splits over whole 128-blocks; a scale array split alone is gathered back (never wrong).
-LAYOUTS = {
-    "batch": ((P("x"), P("x"), P("x"), P("x")), P("x", None, None), {}),
-    "rows (data parallel)": ((P(None, "x"), P(), P(None, "x"), P()), P(None, "x", None), {}),
-    "columns (tensor parallel)": ((P(), P(None, "x"), P(), P(None, "x")), P(None, None, "x"), {}),
-    "k blocks with their scales": ((P(None, None, "x"),) * 4, P(), {"all-reduce": 1}),
-}
-
-
-@pytest.mark.parametrize("name", list(LAYOUTS))
-def test_auto_mode(name):
-    specs, out_spec, collectives = LAYOUTS[name]
-    args = _operands(7, 8, 64, 48, 1024, 8)
-    out, hlo = compile_sharded(jaxgemm.scaled_matmul, auto_mesh((8,)), specs, args)
-    assert _rel(out, _reference(*args)) <= _bound(args)
-    counts = {k: v for k, v in collective_counts(hlo).items() if v}
-    assert counts == collectives, hlo
-    assert NamedSharding(out.sharding.mesh, out_spec).is_equivalent_to(out.sharding, 3), out.sharding
-
-
-def test_auto_mode_k_not_on_block_boundaries():
-    """K split over 8 devices but only 4 blocks: the blocks stay whole (their operands
-    gathered), the values right."""
-    args = _operands(8, 1, 16, 16, 512, 4)
-    specs = (P(None, None, "x"), P(None, None, "x"), P(), P())
-    out, _ = compile_sharded(jaxgemm.scaled_matmul, auto_mesh((8,)), specs, args)
-    assert _rel(out, _reference(*args)) <= _bound(args)
-
-
-def test_explicit_mode():
-    """Rows split: the result typed split the same way. K split in both operands: jnp's
-    error asking for out_sharding; with out_sharding, that sharding and the right values."""
-    mesh = explicit_mesh((8,))
-    args = _operands(9, 1, 64, 32, 1024, 8)
-    put = lambda x, s: jax.device_put(x, NamedSharding(mesh, s))  # noqa: E731
-    rows = [put(x, s) for x, s in zip(args, (P(None, "x"), P(), P(None, "x"), P()))]
-    with jax.set_mesh(mesh):
-        out = jax.jit(jaxgemm.scaled_matmul)(*rows)
-        assert jax.typeof(out).sharding.spec == P(None, "x", None)
-        assert _rel(out, _reference(*args)) <= _bound(args)
-        ks = [put(x, P(None, None, "x")) for x in args]
-        with pytest.raises(Exception, match="out_sharding"):
-            jax.jit(jaxgemm.scaled_matmul)(*ks)
-        out = jax.jit(lambda *a: jaxgemm.scaled_matmul(*a, out_sharding=P(None, "x", None)))(*ks)
-        assert jax.typeof(out).sharding.spec == P(None, "x", None)
-        assert _rel(out, _reference(*args)) <= _bound(args)
-
-
-def test_k_split_wanted_split_on_rows_is_reduce_scattered():
-    """K blocks split and the result wanted split on M over the same axis (a row-parallel
-    layer feeding sequence parallelism): one reduce-scatter and nothing else."""
-    mesh = auto_mesh((8,))
-    args = _operands(11, 1, 64, 32, 1024, 8)
-    k_split = NamedSharding(mesh, P(None, None, "x"))
-    jitted = jax.jit(jaxgemm.scaled_matmul, in_shardings=(k_split,) * 4,
-                     out_shardings=NamedSharding(mesh, P(None, "x", None)))  # fmt: skip
-    out = jitted(*args)
-    counts = {k: v for k, v in collective_counts(jitted.lower(*args).compile().as_text()).items() if v}
-    assert counts == {"reduce-scatter": 1}, counts
-    assert _rel(out, _reference(*args)) <= _bound(args)
-
-
-def test_shard_map_k_blocks():
-    """Inside shard_map (default checks) each device multiplies its K blocks with their
-    scales; the psum of the partial products is the whole product."""
-    mesh = auto_mesh((8,))
-    args = _operands(12, 1, 16, 24, 1024, 8)
-    local = lambda *a: jax.lax.psum(jaxgemm.scaled_matmul(*a), "x")  # noqa: E731
-    out = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(None, None, "x"),) * 4, out_specs=P()))(*args)
-    assert _rel(out, _reference(*args)) <= _bound(args)
