@@ -25,10 +25,11 @@ class Sm90Schedule:
     pingpong: bool  # the consumers take alternate tiles (else both work on every tile)
     swapped: bool  # computes D^T = B^T A^T: 16-bit inputs with A stored (m, k) only
     tf32: bool  # also built for float32 inputs multiplied as tf32
+    fp8: bool  # also built for float8_e4m3fn inputs (both operands K-major)
 
 
 SM90_SCHEDULES: tuple[Sm90Schedule, ...] = tuple(
-    Sm90Schedule(tile=tuple(row["tile"]), **{k: row[k] for k in ("cluster_m", "consumers", "pingpong", "swapped", "tf32")})
+    Sm90Schedule(tile=tuple(row["tile"]), **{k: row[k] for k in ("cluster_m", "consumers", "pingpong", "swapped", "tf32", "fp8")})
     for row in _jaxgemm.sm90_schedules()
 )
 SM90_PINGPONG_TILES = frozenset(s.tile for s in SM90_SCHEDULES if s.pingpong)
@@ -38,5 +39,7 @@ def sm90_tiles(dtype) -> tuple[tuple[int, int], ...]:
     """The schedules built for inputs of `dtype` (float32: as tf32). Some take only some
     layouts (no pingpong for a tf32 A stored (k, m); the swapped one wants A stored (m, k)):
     a forced one that cannot run its problem is an error."""
-    tf32 = jnp.dtype(dtype) == jnp.float32
-    return tuple(s.tile for s in SM90_SCHEDULES if s.tf32 or not tf32)
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.float8_e4m3fn:
+        return tuple(s.tile for s in SM90_SCHEDULES if s.fp8)
+    return tuple(s.tile for s in SM90_SCHEDULES if s.tf32 or dtype != jnp.float32)

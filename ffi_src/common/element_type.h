@@ -8,8 +8,9 @@ namespace jaxgemm {
 enum class ElementType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kF8E4M3 = 3 };
 
 // What the host side knows of each element type, one row per type in the enum's order:
-// adding a type (fp8) is a row here, its device type in common/element_dispatch.cuh and
-// its TMA type in gemm/sm90/tensor_map.cu.
+// adding a type is a row here, its device type in common/element_dispatch.cuh (or, for a
+// GEMM-input-only type such as fp8, in gemm/dispatch.cu's own entry, RunFloat8Gemm) and its
+// TMA type in gemm/sm90/tensor_map.cu.
 struct ElementInfo {
   ElementType type;
   const char* name;
