@@ -1,5 +1,6 @@
 """jaxgemm: fused, differentiable CUDA GEMM kernels for JAX, through the XLA FFI."""
 
+from jaxgemm import fp8
 from jaxgemm._ffi import WITH_CUDA
 from jaxgemm.activations import NAMES as ACTIVATIONS
 from jaxgemm.collective import all_gather_matmul, matmul_reduce_scatter
@@ -19,6 +20,7 @@ __all__ = [
     "all_gather_matmul",
     "conv2d",
     "dense",
+    "fp8",
     "gemm_p",
     "matmul",
     "matmul_reduce_scatter",

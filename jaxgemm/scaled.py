@@ -52,9 +52,17 @@ def _abstract(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, out_sharding=None)
 
 
 def _rule(lhs, rhs, lhs_scales, rhs_scales, **params):
-    k = ("kb", "ks")  # K = its blocks x the values in one
+    """K = its blocks x the values in one, a compound dim where both exceed 1 (Shardy takes
+    no factor of size 1 in one): one block (per-row or per-tensor scales, K = 0 too) keeps K
+    whole; blocks of one value split K as freely as the scales."""
+    blocks, block = lhs_scales.shape[2], lhs.shape[2] // lhs_scales.shape[2]
+    k, sizes, whole = ("kb", "ks"), (("ks", block),), frozenset()
+    if blocks == 1:
+        k, sizes, whole = "ks", (), frozenset({"ks"})
+    elif block == 1:
+        k, sizes = "kb", ()
     return Rule((("b", "m", k), ("b", "n", k), ("b", "m", "kb"), ("b", "n", "kb")), (("b", "m", "n"),),
-                factor_sizes=(("ks", lhs.shape[2] // lhs_scales.shape[2]),))  # fmt: skip
+                replicated=whole, factor_sizes=sizes)  # fmt: skip
 
 
 def _dequantized(x, scales):
