@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from test_scaled import FP8_KERNEL_BOUND, _hopper
 
 import jaxgemm
 from jaxgemm.fp8 import E4M3_MAX, quantize_rows
-from test_scaled import FP8_KERNEL_BOUND, _hopper
 
 # e4m3 keeps 3 mantissa bits: a value rounds by up to 1/16 of itself. The layer against its
 # unquantized twin, measured on the CPU (64 x 256 x 128, gelu): forward 3.8e-2, dx 4.7e-2,
@@ -96,7 +96,7 @@ def test_dtypes_batch_dims_jit_and_vmap():
     """bf16 inputs: bf16 results and gradients; (..., K) inputs; jit(grad) and vmap."""
     x, w, b = _layer(4, dtype=jnp.bfloat16)
     x3 = x.reshape(4, 16, 256)
-    loss = lambda x, w, b: jnp.sum(jaxgemm.fp8.dense(x, w, b, "relu").astype(jnp.float32) ** 2)  # noqa: E731
+    loss = lambda x, w, b: jnp.sum(jaxgemm.fp8.dense(x, w, b, "relu").astype(jnp.float32) ** 2)
     grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(x3, w, b)
     assert [g.dtype for g in grads] == [jnp.bfloat16] * 3 and grads[0].shape == x3.shape
     flat = jax.grad(loss, argnums=(0, 1, 2))(x, w, b)
@@ -114,7 +114,7 @@ def test_data_parallel_jit():
     x, w, b = _layer(5)
     mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
     shardings = (NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P()), NamedSharding(mesh, P()))
-    loss = lambda x, w, b: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu") ** 2)  # noqa: E731
+    loss = lambda x, w, b: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu") ** 2)
     grad = jax.value_and_grad(loss, argnums=(0, 1, 2))
     value, grads = jax.jit(grad, in_shardings=shardings)(x, w, b)
     ref_value, ref_grads = grad(x, w, b)

@@ -82,3 +82,17 @@ def test_shard_map_k_blocks():
     local = lambda *a: jax.lax.psum(jaxgemm.scaled_matmul(*a), "x")  # noqa: E731
     out = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(None, None, "x"),) * 4, out_specs=P()))(*args)
     assert _rel(out, _reference(*args)) <= _bound(args)
+
+
+@pytest.mark.parametrize("specs, collectives", [
+    ((P(None, "x"), P(), P(None, "x"), P()), {}),  # rows: no collective
+    ((P(None, None, "x"), P(None, None, "x"), P(), P()), None),  # K asked split: one block stays whole
+])  # fmt: skip
+def test_auto_mode_one_block(specs, collectives):
+    """Per-row scales (KB = 1, the fp8 kernel's case): K is one block, never split (Shardy
+    takes no compound dim with a factor of size 1; this failed to lower before)."""
+    args = _operands(13, 2, 64, 48, 512, 1)
+    out, hlo = compile_sharded(jaxgemm.scaled_matmul, auto_mesh((8,)), specs, args)
+    assert _rel(out, _reference(*args)) <= _bound(args)
+    if collectives is not None:
+        assert {k: v for k, v in collective_counts(hlo).items() if v} == collectives, hlo
