@@ -11,7 +11,9 @@ Each operand is quantized from the high-precision tensor for the product it ente
 two copies of x and of dz differ in orientation and scales). The gradient is the
 straight-through one: quantization counts as the identity. On a Hopper GPU the products
 run on jaxgemm's fp8 kernel; elsewhere `scaled_matmul` dequantizes (same values, float32
-sums). Not forward-mode differentiable (a custom VJP).
+sums). Under sharded jit the scales are the whole batch's (XLA reduces the amax across
+devices); inside shard_map each device's cover its own rows. Not forward-mode
+differentiable (a custom VJP).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgemm import activations
+from jaxgemm._compat import match_varying
 from jaxgemm.scaled import scaled_matmul
 
 E4M3 = jnp.float8_e4m3fn
@@ -96,5 +99,8 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None):
                             f"got {jnp.dtype(value.dtype)}")  # fmt: skip
     activation = activations.canonical(activation)
     out_dtype = jnp.dtype(out_dtype or x.dtype)
-    y = _dense(x.reshape(-1, x.shape[-1]), w, None if bias is None else jnp.asarray(bias), activation, out_dtype)
+    # Inside shard_map, the weights vary over the batch's axes too, so that their cotangents
+    # (per-shard sums) are psummed by the cast's transpose, as for JAX's own dots.
+    operands = match_varying((x.reshape(-1, x.shape[-1]), w) + (() if bias is None else (jnp.asarray(bias),)))
+    y = _dense(*operands[:2], operands[2] if bias is not None else None, activation, out_dtype)
     return y.reshape(x.shape[:-1] + (w.shape[1],))

@@ -123,6 +123,22 @@ def test_data_parallel_jit():
         assert _rel(ours, theirs) <= 2e-3
 
 
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices")
+def test_grad_in_shard_map():
+    """Inside shard_map (default checks) each device quantizes its own shard (its x^T and
+    dz^T scales per feature over its rows). The gradient of the replicated w and b is the
+    sum of the per-shard gradients (psummed by the varying cast's transpose, as for jnp's
+    dots), not the one-device layer's."""
+    x, w, b = _layer(7)
+    mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
+    loss = lambda w, b, x: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu") ** 2)  # noqa: E731
+    local = jax.grad(loss, argnums=(0, 1))
+    grads = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P("data")), out_specs=(P(), P())))(w, b, x)
+    shards = [jax.grad(loss, argnums=(0, 1))(w, b, part) for part in jnp.split(x, 4)]
+    for ours, parts in zip(grads, zip(*shards)):
+        assert _rel(ours, sum(np.asarray(p, np.float64) for p in parts)) <= 1e-5
+
+
 @pytest.mark.parametrize("args, error, words", [
     (((8, 32), (16, 8)), ValueError, "x (..., K) and w (K, N)"),
     (((8, 32), (32, 8), (4,)), ValueError, "bias must have shape (8,)"),
