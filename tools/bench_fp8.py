@@ -1,18 +1,25 @@
-"""jaxgemm.scaled_matmul's fp8 kernel against XLA on the same e4m3 operands, one scale per row.
+"""jaxgemm's fp8 path against XLA on the same inputs: scaled_matmul's products, or with
+--dense the fp8 training layer's forward + backward.
 
-For each shape (M, N, K), kernel time (CUPTI medians, alternating rounds, one process):
+Products (default), e4m3 operands with one scale per row; for each shape (M, N, K), kernel
+time (CUPTI medians, alternating rounds, one process):
   ours        jaxgemm.scaled_matmul(lhs (1, M, K), rhs (1, N, K), row scales), bfloat16
               result (the kernel, then the scales in one XLA fusion);
+  kernel      jaxgemm's fp8 GEMM alone, unscaled, bfloat16 result;
   xla_fp8     XLA's dot of the e4m3 operands into float32 (cuBLASLt's fp8 GEMM), times the
               row scales, bfloat16 result: what a user writes in jnp for the same result;
   cublas_fp8  XLA's fp8 GEMM alone, unscaled, bfloat16 result (the converts into its dot
-              become cuBLASLt's fp8 GEMM): the kernel to match;
+              become cuBLASLt's fp8 GEMM): what `kernel` is to match;
   jax_nn      jax.nn.scaled_matmul on the same arguments (what XLA runs for it here);
   xla_bf16    XLA's bfloat16 GEMM of the same shape on bfloat16 copies (the rate fp8 doubles).
 Also the relative Frobenius error of ours and xla_fp8 with float32 results (the sums'
 error, not bfloat16's rounding) from XLA's float32 dot of the dequantized operands at
 HIGHEST precision, and the custom calls of XLA's fp8 dot.
-    python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 20]
+
+--dense: a layer of M tokens, K -> N features, bf16, bias + gelu, forward and backward (the
+vjp of all three inputs): jaxgemm.fp8.dense against jaxgemm.dense and jnp's bf16 layer,
+and the fp8 layer's output and gradients against jnp's (the e4m3 rounding, ~4e-2).
+    python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 10] [--dense]
 """
 
 import argparse
@@ -24,6 +31,7 @@ import numpy as np
 
 import jaxgemm
 from jaxgemm.bench import time_alternating_ms
+from jaxgemm.gemm import GemmConfig, call_gemm_ffi, gemm_workspace_bytes
 
 SHAPES = "8192x8192x8192,4096x4096x4096,8192x8192x2048,5000x7000x3008,512x8192x8192"
 
@@ -37,9 +45,17 @@ def operands(m, n, k, seed=0):
     return lhs, rhs, lhs_scales, rhs_scales
 
 
-# Every function takes the same inputs: operands(), then bfloat16 copies of lhs and rhs.
+# Every product takes the same inputs: operands(), then bfloat16 copies of lhs and rhs.
 def ours(lhs, rhs, ls, rs, *_, out_dtype=jnp.bfloat16):
     return jaxgemm.scaled_matmul(lhs, rhs, ls, rs, out_dtype)
+
+
+def kernel(lhs, rhs, *_):
+    config = GemmConfig(transpose_b=True, out_dtype=jnp.dtype(jnp.bfloat16), split_k=1)
+    platform = jax.default_backend().replace("gpu", "cuda")
+    workspace = gemm_workspace_bytes(lhs.shape, rhs.shape, lhs.dtype, config, 1, platform)
+    out_shape = (lhs.shape[0], lhs.shape[1], rhs.shape[1])
+    return call_gemm_ffi(lhs, rhs, config=config, out_shape=out_shape, workspace_bytes=workspace)[0]
 
 
 def xla_fp8(lhs, rhs, ls, rs, *_, out_dtype=jnp.bfloat16):
@@ -78,34 +94,75 @@ def lowers(fn, inputs) -> bool:
         return False
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--shapes", default=SHAPES, help="MxNxK, comma-separated")
-    parser.add_argument("--iterations", type=int, default=10, help="calls per round and function")
-    args = parser.parse_args()
-    fns = {"ours": ours, "xla_fp8": xla_fp8, "cublas_fp8": cublas_fp8, "jax_nn": jax_nn, "xla_bf16": xla_bf16}
-    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
-    print(f"{'shape':>20} " + " ".join(f"{n + ' ms':>12}" for n in fns) + "  xla_fp8/ours  cublas_fp8/ours  bf16/ours  ours TFLOPS"
-          "  err ours  err xla_fp8  xla_fp8 call")
-    for shape in args.shapes.split(","):
-        m, n, k = (int(x) for x in shape.split("x"))
+def bench_products(shapes, iterations):
+    fns = {"ours": ours, "kernel": kernel, "xla_fp8": xla_fp8, "cublas_fp8": cublas_fp8, "jax_nn": jax_nn,
+           "xla_bf16": xla_bf16}  # fmt: skip
+    print(f"{'shape':>20} " + " ".join(f"{n + ' ms':>13}" for n in fns)
+          + "  xla_fp8/ours  cublas/kernel  bf16/ours  ours TFLOPS  err ours  err xla_fp8  xla_fp8 call")
+    for m, n, k in shapes:
         inputs = operands(m, n, k)
         inputs += (inputs[0].astype(jnp.bfloat16), inputs[1].astype(jnp.bfloat16))
         jitted = {name: jax.jit(fn) for name, fn in fns.items() if lowers(jax.jit(fn), inputs)}
         # (Two rounds, the order reversed in the second: with four a shape took ~100 s on an
         # H200, not yet profiled; compiles inside each CUPTI measure are the suspect.)
-        ms, method = time_alternating_ms(jitted, inputs, args.iterations, rounds=2)
+        ms, method = time_alternating_ms(jitted, inputs, iterations, rounds=2)
         ref = jax.jit(reference)(*inputs)
         errors = [rel_error(jax.jit(fn, static_argnames="out_dtype")(*inputs, out_dtype=jnp.float32), ref)
                   for fn in (ours, xla_fp8)]  # fmt: skip
         hlo = jitted["xla_fp8"].lower(*inputs).compile().as_text()
         calls = sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo))) or ["none (a fusion)"]
-        tflops = 2 * m * n * k / ms["ours"] / 1e9
         ms = {name: ms.get(name, float("nan")) for name in fns}  # (nan: no lowering here)
-        print(f"{shape:>20} " + " ".join(f"{ms[name]:12.3f}" for name in fns)
-              + f"  {ms['xla_fp8'] / ms['ours']:12.3f}  {ms['cublas_fp8'] / ms['ours']:15.3f}  {ms['xla_bf16'] / ms['ours']:9.3f}"
-              + f"  {tflops:11.0f}"
+        print(f"{m}x{n}x{k}".rjust(20) + " " + " ".join(f"{ms[name]:13.3f}" for name in fns)
+              + f"  {ms['xla_fp8'] / ms['ours']:12.3f}  {ms['cublas_fp8'] / ms['kernel']:13.3f}"
+              + f"  {ms['xla_bf16'] / ms['ours']:9.3f}  {2 * m * n * k / ms['ours'] / 1e9:11.0f}"
               + f"  {errors[0]:8.1e}  {errors[1]:11.1e}  {','.join(calls)}  ({method})")
+
+
+def layer_inputs(m, n, k, seed=0):
+    keys = jax.random.split(jax.random.key(seed), 4)
+    x = jax.random.normal(keys[0], (m, k), jnp.bfloat16)
+    w = (jax.random.normal(keys[1], (k, n), jnp.float32) * k**-0.5).astype(jnp.bfloat16)
+    bias = (0.1 * jax.random.normal(keys[2], (n,), jnp.float32)).astype(jnp.bfloat16)
+    ct = jax.random.normal(keys[3], (m, n), jnp.bfloat16)
+    return x, w, bias, ct
+
+
+def fwd_bwd(layer):
+    def run(x, w, bias, ct):
+        y, vjp = jax.vjp(layer, x, w, bias)
+        return y, vjp(ct)
+
+    return run
+
+
+def bench_dense(shapes, iterations):
+    layers = {
+        "fp8": lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu"),
+        "jaxgemm": lambda x, w, b: jaxgemm.dense(x, w, b, "gelu"),
+        "xla": lambda x, w, b: jax.nn.gelu(x @ w + b),
+    }
+    print(f"{'tokens x out x in':>20} " + " ".join(f"{n + ' ms':>12}" for n in layers)
+          + "  xla/fp8  jaxgemm/fp8  fp8 err: y      dx      dw      db")
+    for m, n, k in shapes:
+        inputs = layer_inputs(m, n, k)
+        jitted = {name: jax.jit(fwd_bwd(layer)) for name, layer in layers.items()}
+        ms, method = time_alternating_ms(jitted, inputs, iterations, rounds=2)
+        ours, theirs = jitted["fp8"](*inputs), jitted["xla"](*inputs)
+        ours, theirs = [ours[0], *ours[1]], [theirs[0], *theirs[1]]
+        errors = " ".join(f"{rel_error(a.astype(jnp.float32), b.astype(jnp.float32)):7.1e}" for a, b in zip(ours, theirs))
+        print(f"{m}x{n}x{k}".rjust(20) + " " + " ".join(f"{ms[name]:12.3f}" for name in layers)
+              + f"  {ms['xla'] / ms['fp8']:7.3f}  {ms['jaxgemm'] / ms['fp8']:11.3f}  {errors}  ({method})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", default=SHAPES, help="MxNxK, comma-separated (--dense: tokens x out x in)")
+    parser.add_argument("--iterations", type=int, default=10, help="calls per round and function")
+    parser.add_argument("--dense", action="store_true", help="the fp8 layer's forward + backward instead")
+    args = parser.parse_args()
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
+    (bench_dense if args.dense else bench_products)(shapes, args.iterations)
 
 
 if __name__ == "__main__":
