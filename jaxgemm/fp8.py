@@ -22,9 +22,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from jaxgemm import activations
-from jaxgemm._compat import match_varying
+from jaxgemm._compat import explicit_sharding, match_varying
 from jaxgemm.scaled import scaled_matmul
 
 E4M3 = jnp.float8_e4m3fn
@@ -42,10 +43,15 @@ def quantize_rows(x):
     return q, scales
 
 
-def _product(a, b, out_dtype):
-    """a (M, K) @ b (N, K)^T on rowwise-quantized copies of both, into out_dtype."""
+def _product(a, b, out_dtype, like=None):
+    """a (M, K) @ b (N, K)^T on rowwise-quantized copies of both, into out_dtype; in
+    Explicit mode typed like `like` (a gradient like its primal, as JAX's transposes type
+    it: a product that contracts the split batch needs it)."""
     (qa, sa), (qb, sb) = quantize_rows(a), quantize_rows(b)
-    return scaled_matmul(qa[None], qb[None], sa[None], sb[None], preferred_element_type=out_dtype)[0]
+    sharding = None if like is None else explicit_sharding(jax.typeof(like))
+    out_sharding = None if sharding is None else P(None, *sharding.spec)
+    return scaled_matmul(qa[None], qb[None], sa[None], sb[None], preferred_element_type=out_dtype,
+                         out_sharding=out_sharding)[0]  # fmt: skip
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
@@ -64,8 +70,8 @@ def _dense_fwd(x, w, bias, activation, out_dtype):
 def _dense_bwd(activation, out_dtype, saved, dy):
     x, w, bias, z = saved
     dz = dy.astype(jnp.float32) * activations.derivative(activation, z)
-    dx = _product(dz, w, jnp.float32).astype(x.dtype)
-    dw = _product(x.T, dz.T, jnp.float32).astype(w.dtype)
+    dx = _product(dz, w, jnp.float32, like=x).astype(x.dtype)
+    dw = _product(x.T, dz.T, jnp.float32, like=w).astype(w.dtype)
     dbias = None if bias is None else jnp.sum(dz, axis=0).astype(bias.dtype)
     return dx, dw, dbias
 

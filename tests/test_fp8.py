@@ -124,6 +124,25 @@ def test_data_parallel_jit():
 
 
 @pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices")
+def test_data_parallel_explicit_mode():
+    """The same on an Explicit mesh: the output typed split like x, the gradients typed
+    like their primals (dw contracts the split batch: typed replicated, like w)."""
+    x, w, b = _layer(8)
+    mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,), devices=jax.devices()[:4])
+    loss = lambda w, b, x: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu") ** 2)
+    ref_grads = jax.grad(loss, argnums=(0, 1))(w, b, x)
+    with jax.set_mesh(mesh):
+        put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
+        xs, ws, bs = put(x, P("data", None)), put(w, P()), put(b, P())
+        y = jax.jit(lambda w, b, x: jaxgemm.fp8.dense(x, w, b))(ws, bs, xs)
+        assert jax.typeof(y).sharding.spec == P("data", None)
+        grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(ws, bs, xs)
+        for ours, theirs in zip(grads, ref_grads):
+            assert jax.typeof(ours).sharding.spec in (P(), P(None), P(None, None))
+            assert _rel(ours, theirs) <= 2e-3  # (as test_data_parallel_jit)
+
+
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices")
 def test_grad_in_shard_map():
     """Inside shard_map (default checks) each device quantizes its own shard (its x^T and
     dz^T scales per feature over its rows). The gradient of the replicated w and b is the
@@ -131,7 +150,7 @@ def test_grad_in_shard_map():
     dots), not the one-device layer's."""
     x, w, b = _layer(7)
     mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
-    loss = lambda w, b, x: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu") ** 2)  # noqa: E731
+    loss = lambda w, b, x: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu") ** 2)
     local = jax.grad(loss, argnums=(0, 1))
     grads = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P("data")), out_specs=(P(), P())))(w, b, x)
     shards = [jax.grad(loss, argnums=(0, 1))(w, b, part) for part in jnp.split(x, 4)]
