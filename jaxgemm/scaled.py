@@ -11,8 +11,9 @@ repeated over its 128 rows.
 
 One primitive in primitive.py's pattern. Its rule makes K a compound dim: its blocks
 ("kb", the scales' last dim) and the values inside a block ("ks", bs of them, never
-split), so K shards only on whole blocks and every scale travels with its block: B, M and
-N split with no collective, K into partial products and one all-reduce (a reduce-scatter
+split), so K shards only on whole blocks and every scale travels with its block (with a
+single block, per-row scales, K splits anywhere and the scales stay whole): B, M and N
+split with no collective, K into partial products and one all-reduce (a reduce-scatter
 where the result is wanted split), as for jaxgemm.matmul.
 
 Its `local`, for float8_e4m3fn operands with one scale per row (KB = 1, per-tensor
@@ -53,16 +54,17 @@ def _abstract(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, out_sharding=None)
 
 def _rule(lhs, rhs, lhs_scales, rhs_scales, **params):
     """K = its blocks x the values in one, a compound dim where both exceed 1 (Shardy takes
-    no factor of size 1 in one): one block (per-row or per-tensor scales, K = 0 too) keeps K
-    whole; blocks of one value split K as freely as the scales."""
+    no factor of size 1 in one). With one block (per-row or per-tensor scales) K splits
+    anywhere: each device scales its partial sums by the whole rows' scales, which every
+    device holds. Blocks of one value split K as freely as the scales."""
     blocks, block = lhs_scales.shape[2], lhs.shape[2] // lhs_scales.shape[2]
-    k, sizes, whole = ("kb", "ks"), (("ks", block),), frozenset()
+    k, sizes = ("kb", "ks"), (("ks", block),)
     if blocks == 1:
-        k, sizes, whole = "ks", (), frozenset({"ks"})
+        k, sizes = "ks", ()
     elif block == 1:
         k, sizes = "kb", ()
     return Rule((("b", "m", k), ("b", "n", k), ("b", "m", "kb"), ("b", "n", "kb")), (("b", "m", "n"),),
-                replicated=whole, factor_sizes=sizes)  # fmt: skip
+                factor_sizes=sizes)  # fmt: skip
 
 
 def _dequantized(x, scales):
@@ -102,15 +104,15 @@ def _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform):
 def _local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
     if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform):
         out = _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform)
-        return [psum_over(out, axes or {}, ("kb",), ("b", "m", "n"))]
+        return [psum_over(out, axes or {}, ("kb", "ks"), ("b", "m", "n"))]
     a, b = _dequantized(lhs, lhs_scales), _dequantized(rhs, rhs_scales)
     # (The whole-trace typing; the primitive's out_sharding where it has one.)
     typed = xla_out_sharding(a, b, [(0, 0), (0, 1), (1, 1)])
     typed = {"out_sharding": out_sharding} if typed and out_sharding is not None else typed
     out = jnp.einsum("bmk,bnk->bmn", a, b, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32,
                      **typed).astype(out_dtype)  # fmt: skip
-    # K's blocks sharded: partial products in the output dtype, summed as XLA sums its dots'.
-    return [psum_over(out, axes or {}, ("kb",), ("b", "m", "n"))]
+    # K sharded: partial products in the output dtype, summed as XLA sums its dots'.
+    return [psum_over(out, axes or {}, ("kb", "ks"), ("b", "m", "n"))]
 
 
 def _batch(args, dims, *, out_dtype, out_sharding=None):

@@ -86,13 +86,14 @@ def test_shard_map_k_blocks():
 
 @pytest.mark.parametrize("specs, collectives", [
     ((P(None, "x"), P(), P(None, "x"), P()), {}),  # rows: no collective
-    ((P(None, None, "x"), P(None, None, "x"), P(), P()), None),  # K asked split: one block stays whole
+    ((P(None, None, "x"), P(None, None, "x"), P(), P()), {"all-reduce": 1}),  # K split, the scales whole
 ])  # fmt: skip
 def test_auto_mode_one_block(specs, collectives):
-    """Per-row scales (KB = 1, the fp8 kernel's case): K is one block, never split (Shardy
-    takes no compound dim with a factor of size 1; this failed to lower before)."""
+    """Per-row scales (KB = 1, the fp8 kernel's case; this failed to lower when K was a
+    compound dim with a factor of size 1): K splits anywhere, each device scaling its
+    partial sums by the rows' scales, then one all-reduce (a data-parallel weight
+    gradient's layout; no gather of the operands)."""
     args = _operands(13, 2, 64, 48, 512, 1)
     out, hlo = compile_sharded(jaxgemm.scaled_matmul, auto_mesh((8,)), specs, args)
     assert _rel(out, _reference(*args)) <= _bound(args)
-    if collectives is not None:
-        assert {k: v for k, v in collective_counts(hlo).items() if v} == collectives, hlo
+    assert {k: v for k, v in collective_counts(hlo).items() if v} == collectives, hlo
