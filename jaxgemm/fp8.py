@@ -12,7 +12,7 @@ two copies of x and of dz differ in orientation and scales). The gradient is the
 straight-through one: quantization counts as the identity. On a Hopper GPU the products
 run on jaxgemm's fp8 kernel; elsewhere `scaled_matmul` dequantizes (same values, float32
 sums). Under sharded jit the scales are the whole batch's (XLA reduces the amax across
-devices); inside shard_map each device's cover its own rows. Not forward-mode
+devices); inside shard_map each device's scales cover its own rows. Not forward-mode
 differentiable (a custom VJP).
 """
 
