@@ -84,6 +84,11 @@ def cuda_compute_capability() -> int:
     return int(_jaxgemm.cuda_compute_capability()) if WITH_CUDA else 0
 
 
+def hopper() -> bool:
+    """Whether the current CUDA device runs the sm_90a kernels (compute capability 9.0)."""
+    return cuda_compute_capability() == 90
+
+
 def _register() -> None:
     for name, capsule in _jaxgemm.cpu_registrations().items():
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")

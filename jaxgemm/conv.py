@@ -339,8 +339,7 @@ def _sm90_wgrad_likely(dtype, channels, groups, kernel) -> bool:
     (Sm90ConvSupports in ffi_src/conv/sm90_conv.cu has the full rule; this is its shape part)."""
     return (
         kernel != "sm80"
-        and _ffi.WITH_CUDA
-        and _ffi.cuda_compute_capability() == 90
+        and _ffi.hopper()
         and jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
         and groups == 1
         and channels % 64 == 0

@@ -95,10 +95,11 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None):
       dtypes of x, w and bias. Products on a Hopper GPU need K and N to be multiples of 16
       (else, and elsewhere, `scaled_matmul` dequantizes and multiplies in float32)."""
     x, w = jnp.asarray(x), jnp.asarray(w)
+    bias = None if bias is None else jnp.asarray(bias)
     if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[0]:
         raise ValueError(f"jaxgemm.fp8.dense: needs x (..., K) and w (K, N), got x{x.shape} and w{w.shape}")
-    if bias is not None and jnp.shape(bias) != (w.shape[1],):
-        raise ValueError(f"jaxgemm.fp8.dense: bias must have shape ({w.shape[1]},), got {jnp.shape(bias)}")
+    if bias is not None and bias.shape != (w.shape[1],):
+        raise ValueError(f"jaxgemm.fp8.dense: bias must have shape ({w.shape[1]},), got {bias.shape}")
     for name, value in (("x", x), ("w", w), ("bias", bias)):
         if value is not None and (not jnp.issubdtype(value.dtype, jnp.floating) or jnp.dtype(value.dtype).itemsize < 2):
             raise TypeError(f"jaxgemm.fp8.dense: {name} must be a 16- or 32-bit float (the high-precision copy), "
@@ -107,6 +108,6 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None):
     out_dtype = jnp.dtype(out_dtype or x.dtype)
     # Inside shard_map, the weights vary over the batch's axes too, so that their cotangents
     # (per-shard sums) are psummed by the cast's transpose, as for JAX's own dots.
-    operands = match_varying((x.reshape(-1, x.shape[-1]), w) + (() if bias is None else (jnp.asarray(bias),)))
-    y = _dense(*operands[:2], operands[2] if bias is not None else None, activation, out_dtype)
+    rows, w, *bias = match_varying((x.reshape(-1, x.shape[-1]), w) + (() if bias is None else (bias,)))
+    y = _dense(rows, w, bias[0] if bias else None, activation, out_dtype)
     return y.reshape(x.shape[:-1] + (w.shape[1],))

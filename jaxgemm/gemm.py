@@ -119,7 +119,7 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     without stream-K, never wrong."""
     # (JAXGEMM_STREAM_K=0, read by the host query, turns stream-K off: whole tiles only.)
     tensor_cores = jnp.dtype(dtype) != jnp.float32 or runs_as_tf32(dtype, config, platform)
-    if platform != "cuda" or not _ffi.WITH_CUDA or not tensor_cores or _ffi.cuda_compute_capability() != 90:
+    if platform != "cuda" or not tensor_cores or not _ffi.hopper():
         return 0
     m, k, n, _ = _gemm_dims(a_shape, b_shape, config)
     batch = math.prod(_broadcast_batch(a_shape[:-2], b_shape[:-2]))
@@ -175,8 +175,7 @@ def runs_as_tf32(dtype, config: GemmConfig, platform: str) -> bool:
         and config.tf32
         and config.kernel in (None, "sm90")
         and platform == "cuda"
-        and _ffi.WITH_CUDA
-        and _ffi.cuda_compute_capability() == 90
+        and _ffi.hopper()
     )
 
 

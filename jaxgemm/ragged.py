@@ -66,7 +66,7 @@ def _grouped_kernel_runs(dtype, out_dtype, platform, groups, *dims) -> bool:
     if platform == "cpu":
         return not xla_cpu.enabled(platform)
     dtype, out_dtype = jnp.dtype(dtype), jnp.dtype(out_dtype)
-    return (platform == "cuda" and _ffi.WITH_CUDA and _ffi.cuda_compute_capability() == 90
+    return (platform == "cuda" and _ffi.hopper()
             and dtype in (jnp.float16, jnp.bfloat16) and out_dtype in (dtype, jnp.float32)
             and 1 <= groups <= _MAX_GROUPS and all(d % 8 == 0 for d in dims))  # fmt: skip
 

@@ -83,7 +83,7 @@ def runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform: str) -> bool:
     if lhs.dtype != e4m3 or rhs.dtype != e4m3 or lhs_scales.shape[2] != 1 or lhs.shape[2] % 16 or not lhs.shape[2]:
         return False
     if platform == "cuda":
-        return _ffi.WITH_CUDA and _ffi.cuda_compute_capability() == 90
+        return _ffi.hopper()
     return platform == "cpu" and not xla_cpu.enabled(platform)
 
 
@@ -101,16 +101,21 @@ def _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform):
     return (acc.astype(jnp.float32) * scale).astype(out_dtype)
 
 
-def _local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
-    if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform):
-        out = _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform)
-        return [psum_over(out, axes or {}, ("kb", "ks"), ("b", "m", "n"))]
+def _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_sharding):
+    """The definition in XLA: both operands dequantized into float32, then an exact dot."""
     a, b = _dequantized(lhs, lhs_scales), _dequantized(rhs, rhs_scales)
     # (The whole-trace typing; the primitive's out_sharding where it has one.)
     typed = xla_out_sharding(a, b, [(0, 0), (0, 1), (1, 1)])
     typed = {"out_sharding": out_sharding} if typed and out_sharding is not None else typed
-    out = jnp.einsum("bmk,bnk->bmn", a, b, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32,
-                     **typed).astype(out_dtype)  # fmt: skip
+    return jnp.einsum("bmk,bnk->bmn", a, b, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32,
+                      **typed).astype(out_dtype)  # fmt: skip
+
+
+def _local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
+    if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform):
+        out = _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform)
+    else:
+        out = _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_sharding)
     # K sharded: partial products in the output dtype, summed as XLA sums its dots'.
     return [psum_over(out, axes or {}, ("kb", "ks"), ("b", "m", "n"))]
 
@@ -165,7 +170,8 @@ def scaled_matmul(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type=jnp.f
 
     Returns:
       (B, M, N) in preferred_element_type. Sharded like a GEMM: B, M and N split with no
-      collective; K split on whole blocks, its scales with it, then one all-reduce.
+      collective; K split on whole blocks, its scales with it (anywhere with KB = 1), then
+      one all-reduce.
 
     float8_e4m3fn operands with one scale per row (KB = 1) run on jaxgemm's fp8 kernel on a
     Hopper GPU; everything else as XLA runs it on Hopper (dequantized into float32, then a

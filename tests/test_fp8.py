@@ -105,38 +105,26 @@ def test_dtypes_batch_dims_jit_and_vmap():
     np.testing.assert_array_equal(np.asarray(mapped), np.asarray(jaxgemm.fp8.dense(x3, w, b)))
 
 
-@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices")
-def test_data_parallel_jit():
-    """x split on its rows over 4 devices, w and b replicated: the same loss and gradients
-    as one device (the per-feature scales of x^T and dz^T reduce over the split batch).
-    A last-bit difference in dz (XLA's sharded gelu') may move a value across an e4m3
-    rounding boundary, a step of 1/16 of it: 3e-4 in the gradients measured."""
-    x, w, b = _layer(5)
-    mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
-    shardings = (NamedSharding(mesh, P("data", None)), NamedSharding(mesh, P()), NamedSharding(mesh, P()))
-    loss = lambda x, w, b: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu") ** 2)
-    grad = jax.value_and_grad(loss, argnums=(0, 1, 2))
-    jitted = jax.jit(grad, in_shardings=shardings)
-    value, grads = jitted(x, w, b)
-    ref_value, ref_grads = grad(x, w, b)
-    # (dw: partial products all-reduced, as jnp's; the scales' amax reductions are all-reduces too.)
-    assert "all-gather" not in jitted.lower(x, w, b).compile().as_text()
-    assert _rel(value, ref_value) <= 1e-5
-    for ours, theirs in zip(grads, ref_grads):
-        assert _rel(ours, theirs) <= 2e-3
+# (x, w, b) specs on a 4-device mesh "x" and the seed of each layer.
+LAYOUTS = {
+    "data parallel": ((P("x", None), P(), P()), 5),  # the scales of x^T and dz^T reduce over the split batch
+    "column parallel": ((P(), P(None, "x"), P("x")), 9),  # dx: partial products over the split features
+}
 
 
 @pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices")
-def test_column_parallel_jit():
-    """w and b split on their output features over 4 devices, x replicated (a column-
-    parallel layer): the same loss and gradients as one device, and no gather (dx is
-    partial products over the split features, all-reduced; the scales' amax too)."""
-    x, w, b = _layer(9)
-    mesh = jax.make_mesh((4,), ("model",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
-    shardings = (NamedSharding(mesh, P()), NamedSharding(mesh, P(None, "model")), NamedSharding(mesh, P("model")))
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_sharded_jit(name):
+    """Under sharded jit: the same loss and gradients as one device, and no gather (the
+    partial products and the scales' amax are all-reduced). A last-bit difference in dz
+    (XLA's sharded gelu') may move a value across an e4m3 rounding boundary, a step of 1/16
+    of it: 3e-4 in the data-parallel gradients measured."""
+    specs, seed = LAYOUTS[name]
+    x, w, b = _layer(seed)
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
     loss = lambda x, w, b: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu") ** 2)
     grad = jax.value_and_grad(loss, argnums=(0, 1, 2))
-    jitted = jax.jit(grad, in_shardings=shardings)
+    jitted = jax.jit(grad, in_shardings=tuple(NamedSharding(mesh, spec) for spec in specs))
     (value, grads), (ref_value, ref_grads) = jitted(x, w, b), grad(x, w, b)
     assert "all-gather" not in jitted.lower(x, w, b).compile().as_text()
     assert _rel(value, ref_value) <= 1e-5
