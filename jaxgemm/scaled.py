@@ -16,17 +16,22 @@ single block, per-row scales, K splits anywhere and the scales stay whole): B, M
 split with no collective, K into partial products and one all-reduce (a reduce-scatter
 where the result is wanted split), as for jaxgemm.matmul.
 
-Its `local`, for float8_e4m3fn operands with one scale per row (KB = 1, per-tensor
-scaling included) on a Hopper GPU: the sm90 GEMM on fp8 (k32 wgmma, both operands K-major,
-the tensor cores' fp8 accumulation), then the row and column scales in one XLA fusion.
-Everything else (block scales, e5m2, other GPUs, the CPU) dequantizes into float32 and runs
-XLA's dot, which is what XLA itself does for `jax.nn.scaled_matmul` on Hopper; block scales
-applied in the kernel's mainloop are to come. Not differentiable: fp8 training quantizes
-around it, in the forward and the backward of a layer (NOTES.md).
+Its `local`, for float8_e4m3fn operands on a Hopper GPU:
+- one scale per row (KB = 1, per-tensor scaling included): the sm90 GEMM on fp8 (k32 wgmma,
+  both operands K-major, the tensor cores' fp8 accumulation), then the row and column
+  scales in one XLA fusion;
+- blocks of a multiple of 128 values (KB > 1): the block-scaled sm90 kernel, which adds
+  each 128-deep k-tile's products into fp32 accumulators times the block's row and column
+  scales (jaxgemm_block_scaled_gemm; the scales travel transposed, (B, KB, rows)).
+Everything else (smaller blocks, e5m2, other GPUs, the CPU) dequantizes into float32 and
+runs XLA's dot, which is what XLA itself does for `jax.nn.scaled_matmul` on Hopper. Not
+differentiable: fp8 training quantizes around it, in the forward and the backward of a
+layer (NOTES.md).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -75,16 +80,37 @@ def _dequantized(x, scales):
     return x.reshape(b, r, k)
 
 
-def runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform: str) -> bool:
-    """Whether the product runs on the fp8 GEMM: e4m3 operands with 16-byte rows and one
-    scale per row, on a Hopper GPU (or the CPU's FFI reference, JAXGEMM_CPU=ffi, which
-    the tests use)."""
-    e4m3 = jnp.dtype(jnp.float8_e4m3fn)
-    if lhs.dtype != e4m3 or rhs.dtype != e4m3 or lhs_scales.shape[2] != 1 or lhs.shape[2] % 16 or not lhs.shape[2]:
-        return False
+# K values per k-tile of the block-scaled kernel: its blocks are whole k-tiles.
+BLOCK_SCALE_GRANULE = 128
+
+
+def _on_fp8_platform(platform: str) -> bool:
+    """A Hopper GPU, or the CPU's FFI reference (JAXGEMM_CPU=ffi, which the tests use)."""
     if platform == "cuda":
         return _ffi.hopper()
     return platform == "cpu" and not xla_cpu.enabled(platform)
+
+
+def _e4m3(lhs, rhs) -> bool:
+    e4m3 = jnp.dtype(jnp.float8_e4m3fn)
+    return lhs.dtype == e4m3 and rhs.dtype == e4m3
+
+
+def runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform: str) -> bool:
+    """Whether the product runs on the fp8 GEMM: e4m3 operands with 16-byte rows and one
+    scale per row, on a Hopper GPU (or the CPU's FFI reference)."""
+    k = lhs.shape[2]
+    return _e4m3(lhs, rhs) and lhs_scales.shape[2] == 1 and k > 0 and k % 16 == 0 and _on_fp8_platform(platform)
+
+
+def runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform: str) -> bool:
+    """Whether the product runs on the block-scaled fp8 GEMM: e4m3 operands, more than one
+    block along K, each a multiple of 128 values, on a Hopper GPU (or the CPU's FFI
+    reference)."""
+    blocks, k = lhs_scales.shape[2], lhs.shape[2]
+    block = k // blocks if blocks else 0
+    return (_e4m3(lhs, rhs) and blocks > 1 and block > 0 and block % BLOCK_SCALE_GRANULE == 0
+            and _on_fp8_platform(platform))  # fmt: skip
 
 
 def _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform):
@@ -101,6 +127,24 @@ def _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform):
     return (acc.astype(jnp.float32) * scale).astype(out_dtype)
 
 
+def _scales_by_block(scales):
+    """(B, R, KB) -> (B, KB, R') float32 with R' >= R a multiple of 4: the kernel loads one
+    block's scales of a tile's rows as one 16-byte-aligned run."""
+    s = jnp.swapaxes(scales.astype(jnp.float32), 1, 2)
+    pad = -s.shape[2] % 4
+    return jnp.pad(s, ((0, 0), (0, 0), (0, pad))) if pad else s
+
+
+def _block_scaled_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype):
+    """The product on the block-scaled fp8 kernel, which writes bfloat16 or float32 (a
+    float16 result is rounded from float32)."""
+    kernel_dtype = jnp.dtype(jnp.bfloat16) if out_dtype == jnp.bfloat16 else jnp.dtype(jnp.float32)
+    result = jax.ShapeDtypeStruct((lhs.shape[0], lhs.shape[1], rhs.shape[1]), kernel_dtype)
+    out = jax.ffi.ffi_call("jaxgemm_block_scaled_gemm", result)(
+        lhs, rhs, _scales_by_block(lhs_scales), _scales_by_block(rhs_scales))
+    return out.astype(out_dtype)
+
+
 def _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_sharding):
     """The definition in XLA: both operands dequantized into float32, then an exact dot."""
     a, b = _dequantized(lhs, lhs_scales), _dequantized(rhs, rhs_scales)
@@ -114,6 +158,8 @@ def _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_shardi
 def _local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
     if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform):
         out = _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform)
+    elif runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform):
+        out = _block_scaled_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype)
     else:
         out = _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_sharding)
     # K sharded: partial products in the output dtype, summed as XLA sums its dots'.
@@ -173,9 +219,11 @@ def scaled_matmul(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type=jnp.f
       collective; K split on whole blocks, its scales with it (anywhere with KB = 1), then
       one all-reduce.
 
-    float8_e4m3fn operands with one scale per row (KB = 1) run on jaxgemm's fp8 kernel on a
-    Hopper GPU; everything else as XLA runs it on Hopper (dequantized into float32, then a
-    dot). Not differentiable (fp8 training quantizes around the product)."""
+    float8_e4m3fn operands run on jaxgemm's fp8 kernels on a Hopper GPU: with one scale per
+    row (KB = 1), or with blocks of a multiple of 128 values along K (the scales applied
+    in the kernel's mainloop, per 128-deep k-tile). Everything else runs as XLA runs it on
+    Hopper (dequantized into float32, then a dot). Not differentiable (fp8 training
+    quantizes around the product)."""
     lhs, rhs, lhs_scales, rhs_scales = (jnp.asarray(x) for x in (lhs, rhs, lhs_scales, rhs_scales))
     out_dtype = jnp.dtype(preferred_element_type)
     _check(lhs, rhs, lhs_scales, rhs_scales, out_dtype)

@@ -92,7 +92,7 @@ def _fp8_kernel_platform():
 
 @pytest.mark.parametrize("dtypes, kb, k, on_kernel", [
     ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 1, 256, True),
-    ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 2, 256, False),  # block scales: not yet
+    ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 2, 256, False),  # block scales: test_block_scaled.py
     ((jnp.float8_e5m2, jnp.float8_e4m3fn), 1, 256, False),
     ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 1, 40, False),  # rows of 40 bytes: no TMA
     ((jnp.bfloat16, jnp.bfloat16), 1, 256, False),

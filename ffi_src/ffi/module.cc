@@ -101,6 +101,7 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_ragged_dot"] = EncapsulateFfiHandler(JaxgemmRaggedDotCpu);
     d["jaxgemm_ragged_epilogue"] = EncapsulateFfiHandler(JaxgemmRaggedEpilogueCpu);
     d["jaxgemm_ragged_glu"] = EncapsulateFfiHandler(JaxgemmRaggedGluCpu);
+    d["jaxgemm_block_scaled_gemm"] = EncapsulateFfiHandler(JaxgemmBlockScaledGemmCpu);
     return d;
   });
   // The FFI contract's ids and limits, so that Python copies none of them by hand.
@@ -200,6 +201,7 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_ragged_dot"] = EncapsulateFfiHandler(JaxgemmRaggedDotCuda);
     d["jaxgemm_ragged_epilogue"] = EncapsulateFfiHandler(JaxgemmRaggedEpilogueCuda);
     d["jaxgemm_ragged_glu"] = EncapsulateFfiHandler(JaxgemmRaggedGluCuda);
+    d["jaxgemm_block_scaled_gemm"] = EncapsulateFfiHandler(JaxgemmBlockScaledGemmCuda);
 #endif
     return d;
   });

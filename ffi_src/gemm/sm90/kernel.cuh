@@ -154,7 +154,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 // (tf32's float outputs have no fused set.) Convolutions and the swapped tiles keep one
 // instance with all of them.
 template <class P, class Loads>
-inline constexpr bool kSm90EpilogueInstances = !P::kSwapped && std::is_same_v<Loads, Sm90MatrixLoads>;
+inline constexpr bool kSm90EpilogueInstances = !P::kSwapped && kSm90GemmLoads<Loads>;
 
 // The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores.
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads, Sm90Epilogues kEpilogues>
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     if constexpr (P::kMovesRegisters) SetMaxRegistersDecrease<P::kProducerRegisters>();
     if (threadIdx.x == 0) {
       timeline.Record(kTimelineProducerRegisters);
-      if constexpr (std::is_same_v<Loads, Sm90MatrixLoads>) {
+      if constexpr (kSm90GemmLoads<Loads>) {
         loads.template Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty, timeline);
       } else {
         loads.template Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty);

@@ -1,6 +1,7 @@
 // Host launchers of the sm90 kernel: LaunchSm90Kernel (one policy, any loads type: the
-// persistent grid, stream-K's workspace, the epilogue instance) and LaunchSm90Gemm (a
-// GEMM by schedule name: its tensor maps and layouts, one row of kSm90Schedules).
+// persistent grid, stream-K's workspace, the epilogue instance), LaunchSm90Gemm (a GEMM by
+// schedule name: its tensor maps and layouts, one row of kSm90Schedules) and
+// LaunchSm90BlockScaledGemm (fp8 with block scales: Sm90BlockScaledPolicy).
 // Included by the instance files that compile the kernels (gemm/ and conv/instances/).
 #pragma once
 #include <cuda.h>
@@ -37,8 +38,9 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     if (store.enabled && !store.fused) {  // (with tf32's D written transposed, too)
       kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kPlain>;
     } else if (store.enabled) {
-      // (MakeSm90Store fuses 16-bit outputs only: no such instance for float ones)
-      if constexpr (sizeof(TOut) == 2) {
+      // (MakeSm90Store fuses 16-bit outputs only: no such instance for float ones, nor for
+      // fp8 inputs, which take no epilogue operands)
+      if constexpr (sizeof(TOut) == 2 && sizeof(TIn) != 1) {
         kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kTmaStores>;
       }
     }
@@ -87,12 +89,12 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   // loads walk their filter taps from the first), and the grid the plan was made for (with
   // a single shared wave, more workers than items).
   // The dynamic walk (matrix loads too) takes the workspace for its counter instead.
-  const bool dynamic = std::is_same_v<Loads, Sm90MatrixLoads> && workspace.tile_counter && workspace.data &&
+  const bool dynamic = kSm90GemmLoads<Loads> && workspace.tile_counter && workspace.data &&
                        workspace.bytes >= kSm90TileCounterBytes;
   Sm90StreamK stream_k{};
   const Sm90StreamKPlan plan = PlanSm90StreamK(p, {P::kBM, P::kBN, P::kClusterM, P::kSwapped}, sm_count);
   const int64_t k_tiles = (p.k + P::kBK - 1) / P::kBK;
-  if (!dynamic && std::is_same_v<Loads, Sm90MatrixLoads> && plan.items > 0 && plan.workers == workers &&
+  if (!dynamic && kSm90GemmLoads<Loads> && plan.items > 0 && plan.workers == workers &&
       workspace.data && workspace.bytes >= plan.bytes && plan.items * k_tiles < (int64_t{1} << 31)) {
     stream_k.partials = static_cast<float*>(workspace.data);
     stream_k.flags = reinterpret_cast<uint32_t*>(static_cast<unsigned char*>(workspace.data) + plan.flags_offset);
@@ -102,7 +104,7 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
   }
   if (stream_k.items == 0) workers = std::min(workers, items);
   // (Keeping row blocks in step was measured on GEMMs only: the convolutions' loads skip.)
-  Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items, std::is_same_v<Loads, Sm90MatrixLoads>);
+  Sm90Schedule<P> schedule = Sm90Schedule<P>::For(p, stream_k.items, kSm90GemmLoads<Loads>);
   if (dynamic) {
     schedule.next_item = static_cast<uint32_t*>(workspace.data);
     status = cudaMemsetAsync(schedule.next_item, 0, sizeof(uint32_t), stream);
@@ -206,6 +208,40 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& given, int tile_m, int tile_n, int
     }
   });
   return named ? status : cudaErrorInvalidValue;
+}
+
+template <class TOut>
+cudaError_t LaunchSm90BlockScaledGemm(const GemmProblem& p, const BlockScales& scales, int sm_count,
+                                      cudaStream_t stream) {
+  using P = Sm90BlockScaledPolicy;
+  if (!IsFloat8(p.in_type) || p.trans_a || !p.trans_b || p.split_k != 1 || p.batch.rank > 1 ||
+      scales.block_k <= 0 || scales.block_k % P::kBK != 0 || scales.pitch_a % 4 || scales.pitch_b % 4 ||
+      reinterpret_cast<uintptr_t>(scales.a) % 16 || reinterpret_cast<uintptr_t>(scales.b) % 16) {
+    return cudaErrorInvalidValue;
+  }
+  // Every operand has the batch dim (stride 0 only where there is one batch index).
+  const int64_t batch = p.batch.count;
+  Sm90BlockScaledLoads loads;
+  loads.matrix.batched = {batch > 1, batch > 1};
+  loads.matrix.a_rows = static_cast<int>(std::min<int64_t>(P::kBM, (p.m + 7) / 8 * 8));
+  TmaMatrix a{p.a, p.in_type, p.k, p.m, p.lda}, b{p.b, p.in_type, p.k, p.n, p.ldb};
+  TmaMatrix sa{scales.a, ElementType::kF32, p.m, scales.blocks, scales.pitch_a};
+  TmaMatrix sb{scales.b, ElementType::kF32, p.n, scales.blocks, scales.pitch_b};
+  if (batch > 1) {
+    a.batch = b.batch = sa.batch = sb.batch = batch;
+    a.batch_stride = p.m * p.lda;
+    b.batch_stride = p.n * p.ldb;
+    sa.batch_stride = scales.blocks * scales.pitch_a;
+    sb.batch_stride = scales.blocks * scales.pitch_b;
+  }
+  loads.scales.batched = batch > 1;
+  loads.scales.block_k = static_cast<int>(scales.block_k);
+  cudaError_t status = EncodeTmaMap(&loads.matrix.a, a, P::kBK, loads.matrix.a_rows);
+  if (status == cudaSuccess) status = EncodeTmaMap(&loads.matrix.b, b, P::kBK, P::kBN);
+  if (status == cudaSuccess) status = EncodeTmaMap(&loads.scales.a, sa, P::kBM, 1, /*swizzled=*/false);
+  if (status == cudaSuccess) status = EncodeTmaMap(&loads.scales.b, sb, P::kBN, 1, /*swizzled=*/false);
+  if (status != cudaSuccess) return status;
+  return LaunchSm90Kernel<P, __nv_fp8_e4m3, TOut, false, true>(loads, p, sm_count, stream);
 }
 
 }  // namespace jaxgemm

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "gemm/block_scales.h"
 #include "gemm/problem.h"
 #include "gemm/sm90/schedules.h"
 
@@ -233,5 +234,13 @@ inline size_t Sm90StreamKBytes(const GemmProblem& p, int tile_m, int tile_n, int
 template <class TIn, class TOut>
 cudaError_t LaunchSm90Gemm(const GemmProblem& p, int tile_m, int tile_n, int sm_count, cudaStream_t stream,
                            Sm90Workspace workspace = {});
+
+// fp8 (float8_e4m3fn) A (m, k) and B (n, k) with block scales (gemm/block_scales.h), D in
+// bfloat16 or float32 (TOut), on the block-scaled kernel's 128 x 192 tiles: each k-tile's
+// products promoted into fp32 times its scales. One batch dim at most, on every operand.
+// Returns cudaErrorInvalidValue for problems it does not take (Sm90Supports' and these).
+template <class TOut>
+cudaError_t LaunchSm90BlockScaledGemm(const GemmProblem& p, const BlockScales& scales, int sm_count,
+                                      cudaStream_t stream);
 
 }  // namespace jaxgemm

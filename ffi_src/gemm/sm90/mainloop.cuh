@@ -1,6 +1,6 @@
 // The mainloop's pieces: the producer's ring of shared-memory stages (Sm90ProducerRing),
-// the GEMM's TMA loads of A and B into it (Sm90MatrixLoads; convolutions bring their own
-// loads type), the wgmma calls the consumers issue on a stage, tf32's A read from registers
+// the GEMM's TMA loads of A and B into it (Sm90MatrixLoads, and with fp8 block scales
+// Sm90BlockScaledLoads; convolutions bring their own loads type), the wgmma calls the consumers issue on a stage, tf32's A read from registers
 // (Sm90RegisterAFragments), and the consumers' side: their walk around the ring
 // (Sm90ConsumerRing) and their k-loop (Sm90ConsumerMma).
 #pragma once
@@ -15,6 +15,7 @@
 
 #include "common/ptx_sm90.cuh"
 #include "gemm/problem.h"
+#include "gemm/sm90/block_scales.cuh"
 #include "gemm/sm90/scheduler.cuh"
 #include "gemm/sm90/tensor_map.h"
 #include "gemm/sm90/timeline.cuh"
@@ -81,11 +82,13 @@ struct Sm90MatrixLoads {
   }
 
   // Called by one thread: fills stage after stage, in the consumers' tile order. `timeline`
-  // notes the first item's arrival and its first loads (Sm90Timeline).
-  template <class P, bool kTransA, bool kTransB>
+  // notes the first item's arrival and its first loads (Sm90Timeline); `extra` loads more
+  // into each stage (Sm90ScaleLoads).
+  template <class P, bool kTransA, bool kTransB, class Extra = Sm90NoExtraLoads>
   __device__ __forceinline__ void Produce(const GemmProblem& p, const Sm90Schedule<P>& schedule,
                                           unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
-                                          uint64_t* empty, const Sm90Timeline& timeline = {}) const {
+                                          uint64_t* empty, const Sm90Timeline& timeline = {},
+                                          const Extra& extra = {}) const {
 #if defined(JG_SM90_ENABLED)
     Sm90ProducerRing<P> ring(full, empty);
     Sm90Work w;
@@ -99,7 +102,7 @@ struct Sm90MatrixLoads {
           static_cast<int>(std::clamp<int64_t>((p.m - w.m0 + kBlockM - 1) / kBlockM, 0, P::kBM / kBlockM));
       const uint32_t a_bytes = kTransA ? a_blocks * P::kMnBlockTileBytes : a_rows * P::kRowBytes;
       for (int kt = 0; kt < w.k_tiles; ++kt) {
-        uint64_t* const bar = ring.Acquire(a_bytes + P::kTileBBytes);
+        uint64_t* const bar = ring.Acquire(a_bytes + P::kTileBBytes + Extra::template Bytes<P>());
         if (first) timeline.Record(kTimelineProducerAcquired);
         const int k0 = static_cast<int>(w.k_begin) + (kt < w.k_wrap ? kt : kt - schedule.item_k_tiles) * P::kBK;
         unsigned char* sa = tiles_a + ring.stage * P::kTileABytes;
@@ -144,6 +147,7 @@ struct Sm90MatrixLoads {
             load_shared(sb + j * P::kMnBlockBytes, &b, batched.b, static_cast<int>(w.n0) + 64 * j, k0);
           }
         }
+        extra.template Load<P>(tiles_a, ring.stage, bar, w, k0);
         ring.Advance();
         if (first) timeline.Record(kTimelineProducerLoads);
         first = false;
@@ -153,11 +157,39 @@ struct Sm90MatrixLoads {
   }
 };
 
+// The GEMM's loads with fp8 block scales (Sm90Policy::kBlockScaled): A and B as
+// Sm90MatrixLoads loads them (both K-major), and each k-tile's scales beside them.
+struct Sm90BlockScaledLoads {
+  Sm90MatrixLoads matrix;
+  Sm90ScaleLoads scales;
+  static constexpr bool kMapsRows = false;
+
+  __device__ __forceinline__ void Prefetch() const {
+    matrix.Prefetch();
+    scales.Prefetch();
+  }
+
+  template <class P, bool kTransA, bool kTransB>
+  __device__ __forceinline__ void Produce(const GemmProblem& p, const Sm90Schedule<P>& schedule,
+                                          unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
+                                          uint64_t* empty, const Sm90Timeline& timeline = {}) const {
+    static_assert(P::kBlockScaled && !kTransA && kTransB, "block scales: a block-scaled policy, K-major operands");
+    matrix.Produce<P, kTransA, kTransB>(p, schedule, tiles_a, tiles_b, full, empty, timeline, scales);
+  }
+};
+
+// Whether a loads type is the GEMM's (matrix operands that start anywhere in K): stream-K,
+// the dynamic walk, the timeline and the per-epilogue instances take only those.
+template <class Loads>
+inline constexpr bool kSm90GemmLoads =
+    std::is_same_v<Loads, Sm90MatrixLoads> || std::is_same_v<Loads, Sm90BlockScaledLoads>;
+
 #if defined(JG_SM90_ENABLED)
 
 template <class TIn, int kN, int kTransA, int kTransB>
 __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  static_assert(kN == 64 || kN == 128 || kN == 256 || (kN == 160 && sizeof(TIn) == 2),
+  static_assert(kN == 64 || kN == 128 || kN == 256 || (kN == 160 && sizeof(TIn) == 2) ||
+                    (kN == 192 && sizeof(TIn) == 1),
                 "no wgmma wrapper generated for this N");
   if constexpr (std::is_same_v<TIn, float>) {
     static_assert(!kTransA && !kTransB, "tf32 wgmma takes K-major operands only");
@@ -167,6 +199,7 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
   } else if constexpr (std::is_same_v<TIn, __nv_fp8_e4m3>) {
     static_assert(!kTransA && !kTransB, "fp8 wgmma takes K-major operands only");
     if constexpr (kN == 256) WgmmaM64N256K32E4m3E4m3(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 192) WgmmaM64N192K32E4m3E4m3(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K32E4m3E4m3(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 64) WgmmaM64N64K32E4m3E4m3(d, desc_a, desc_b, scale_d);
   } else if constexpr (std::is_same_v<TIn, __nv_bfloat16>) {
@@ -282,7 +315,7 @@ struct Sm90ConsumerRing {
 
 // A consumer warpgroup's k-loop: wgmma on the ring's stages into fp32 accumulators, rows
 // [first_row, first_row + 64 kMmaM) of the tile (tf32 with an MN-major A: A from registers,
-// Sm90RegisterAFragments).
+// Sm90RegisterAFragments; with block scales, each k-tile's products promoted into them).
 template <class P, class TIn, bool kTransA, bool kTransB>
 struct Sm90ConsumerMma {
   using Acc = float[P::kMmaM][P::kBN / 2];
@@ -303,21 +336,24 @@ struct Sm90ConsumerMma {
   uint32_t desc_a0_lo, desc_b0_lo;
   uint32_t tiles_a_address;
   Sm90RegisterAFragments<P> register_a;
+  int first_row;
 
   __device__ __forceinline__ Sm90ConsumerMma(unsigned char* tiles_a, unsigned char* tiles_b, int first_row)
       : desc_a0_lo(uint32_t(SmemDescriptorSw128(SharedAddress(tiles_a) + first_row * P::kRowBytes, kLeadA, 1024))),
         desc_b0_lo(uint32_t(SmemDescriptorSw128(SharedAddress(tiles_b), kLeadB, 1024))),
         tiles_a_address(SharedAddress(tiles_a)),
-        register_a(first_row) {}
+        register_a(first_row),
+        first_row(first_row) {}
 
   __device__ __forceinline__ static uint64_t Descriptor(uint32_t lo) { return (uint64_t(kDescHi) << 32) | lo; }
 
-  // Blocks kBlocks and up (not multiplied), or all of them for an item of no k-tiles, hold zeros.
+  // Blocks kBlocks and up (not multiplied), or all of them for an item of no k-tiles, hold
+  // zeros; with block scales all of them (the k-tiles' products are added in).
   template <int kBlocks>
   __device__ __forceinline__ static void ZeroUnmultiplied(Acc& acc, int k_tiles) {
 #pragma unroll
     for (int mi = 0; mi < P::kMmaM; ++mi) {
-      if (mi >= kBlocks || k_tiles == 0) {
+      if (mi >= kBlocks || k_tiles == 0 || P::kBlockScaled) {
 #pragma unroll
         for (int j = 0; j < P::kBN / 2; ++j) acc[mi][j] = 0.f;
       }
@@ -331,6 +367,10 @@ struct Sm90ConsumerMma {
   template <int kBlocks, class Queued>
   __device__ __forceinline__ int Multiply(Acc& acc, Sm90ConsumerRing<P>& ring, int k_tiles, int lane,
                                           Queued queued) const {
+    if constexpr (P::kBlockScaled) {
+      MultiplyBlockScaled<kBlocks>(acc, ring, k_tiles, lane, queued);
+      return -1;
+    }
     int previous = -1;
     // Register A: two fragment sets, so that a k-tile's loads do not overwrite the set the
     // previous k-tile's wgmmas (still in flight) read. Each set needs fixed registers, so
@@ -387,6 +427,44 @@ struct Sm90ConsumerMma {
       for (int kt = 0; kt < k_tiles; ++kt) k_tile(kt, First{});
     }
     return previous;
+  }
+
+  // The k-loop with block scales: each k-tile's wgmmas sum into `part`, which, once they are
+  // done, is scaled into acc (Sm90PromoteBlock); then the stage is free. The wait leaves
+  // this warpgroup's tensor work idle through its promotion, which the other consumer's
+  // wgmmas fill.
+  template <int kBlocks, class Queued>
+  __device__ __forceinline__ void MultiplyBlockScaled(Acc& acc, Sm90ConsumerRing<P>& ring, int k_tiles, int lane,
+                                                      Queued queued) const {
+    [[maybe_unused]] float part[P::kMmaM][P::kBN / 2];
+    const uint32_t scales = tiles_a_address + P::kScaleOffset;
+    const int row = first_row + 16 * ((threadIdx.x % 128) / 32) + lane / 4;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      ring.WaitFull();
+      if constexpr (kBlocks > 0) {
+        const uint32_t desc_a = desc_a0_lo + ring.stage * (P::kTileABytes / 16);
+        const uint32_t desc_b = desc_b0_lo + ring.stage * (P::kTileBBytes / 16);
+        WgmmaFence();
+#pragma unroll
+        for (int kk = 0; kk < P::kKSteps; ++kk) {
+#pragma unroll
+          for (int mi = 0; mi < kBlocks; ++mi) {
+            const uint32_t a_offset = (mi * P::kMnBlockBytes + kk * kStepA) / 16;
+            Wgmma<TIn, P::kBN, kTransA, !kTransB>(part[mi], Descriptor(desc_a + a_offset),
+                                                  Descriptor(desc_b + kk * kStepB / 16), kk != 0);
+          }
+        }
+        WgmmaCommitGroup();
+        if (kt == 0) queued();
+        WgmmaWaitGroup<0>();
+        const uint32_t slot = scales + ring.stage * P::kScaleStageBytes;
+#pragma unroll
+        for (int mi = 0; mi < kBlocks; ++mi) Sm90PromoteBlock<P>(acc[mi], part[mi], slot, row + 64 * mi, lane);
+        __syncwarp();  // every lane has read the stage's scales
+      }
+      if (lane == 0) ring.Release(ring.stage);
+      ring.Advance();
+    }
   }
 
   // Waits for the last k-tile's wgmmas and frees their stage.

@@ -37,6 +37,10 @@ namespace jaxgemm {
 // epilogue writes each tile of D^T transposed into D (every epilogue; no TMA stores).
 // For 257-320 rows: two column blocks of 160 instead of three 128-row blocks, one at most
 // half full (NOTES.md, session 34).
+// kBlockScaled (fp8, cooperative, one block): each 128-deep k-tile's products are summed in
+// temporary accumulators and added into the fp32 ones times the k-tile's block scales of
+// their row and column (Sm90PromoteBlock), which the producer loads into a small stage of
+// their own beside each operand stage (Sm90ScaleLoads; gemm/block_scales.h).
 // The epilogues an instance of the kernel holds: kPlain, D = alpha * acc through TMA stores
 // (Sm90StoreTile, or the handed boxes); kTmaStores, those and the fused bias / activation /
 // Aux TMA-store epilogue (Sm90StoreTileFused); kAll, also the general epilogue through
@@ -45,12 +49,15 @@ namespace jaxgemm {
 enum class Sm90Epilogues { kPlain, kTmaStores, kAll };
 
 template <int kTileN, bool kPingpongTiles = false, int kClusterBlocksM = 1, int kElementBytes = 2,
-          int kConsumerWarpgroups = 2, bool kSwappedOperands = false>
+          int kConsumerWarpgroups = 2, bool kSwappedOperands = false, bool kBlockScaledInputs = false>
 struct Sm90Policy {
   static constexpr int kRowBytes = 128;  // one k-tile row: one 128 B swizzle row
   static constexpr int kConsumers = kConsumerWarpgroups;
   static constexpr bool kPingpong = kPingpongTiles;
   static constexpr bool kSwapped = kSwappedOperands;
+  static constexpr bool kBlockScaled = kBlockScaledInputs;
+  static_assert(!kBlockScaled || (kElementBytes == 1 && !kPingpong && kClusterBlocksM == 1 && !kSwapped),
+                "block scales: fp8 inputs, cooperative, one block");
   static_assert(!kSwapped || (kConsumers == 2 && !kPingpong && kClusterBlocksM == 1 && kElementBytes == 2),
                 "swapped tiles: cooperative, two consumers, one block, 16-bit inputs");
   static_assert(kSwapped || kTileN % 64 == 0, "tiles of D: whole 64-column output boxes");
@@ -86,8 +93,13 @@ struct Sm90Policy {
   static constexpr int kBiasStageBytes = kConsumers * kBN * 2;
   // Where the barriers start, from the 1 KB-aligned start of the stages.
   static constexpr int kBarrierOffset = kStages * kStageBytes + kEpilogueBytes + kBiasStageBytes;
+  // Block scales: per stage, the k-tile's scales of the tile's kBM rows then of its kBN
+  // columns (float32), behind the barriers on a 128 B boundary (TMA's box alignment).
+  static constexpr int kScaleStageBytes = kBlockScaled ? (kBM + kBN) * 4 : 0;
+  static constexpr int kScaleOffset = (kBarrierOffset + kBarrierBytes + 127) / 128 * 128;
+  static constexpr int kEndBytes = kBlockScaled ? kScaleOffset + kStages * kScaleStageBytes : kBarrierOffset + kBarrierBytes;
   // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
-  static constexpr int kSmemBytes = kBarrierOffset + kBarrierBytes + 1024;
+  static constexpr int kSmemBytes = kEndBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
   // 2 x 232 + 40 (3 x 152 + 40) registers x 128 threads fill the 64 K register file. ptxas
   // compiles the consumers' code for the raised budget (the SASS uses up to R229), but each
@@ -113,6 +125,11 @@ template <int kRow, int kElementBytes>
 using Sm90RowPolicy = Sm90Policy<kSm90Schedules[kRow].kernel_n, kSm90Schedules[kRow].pingpong,
                                  kSm90Schedules[kRow].cluster_m, kElementBytes, kSm90Schedules[kRow].consumers,
                                  kSm90Schedules[kRow].swapped>;
+// The block-scaled fp8 kernel's one schedule: cooperative 128 x 192 tiles. Promotion
+// doubles the accumulators (96 + 96 registers a thread at 192 columns; 128 x 256 would
+// need 256) and 128 x 192 ran the promoted wgmma fastest with loads (NOTES.md).
+using Sm90BlockScaledPolicy = Sm90Policy<192, false, 1, 1, 2, false, true>;
+
 // The policy of schedule kTileM x kTileN (a compile error where there is none).
 template <int kTileM, int kTileN, int kElementBytes>
 using Sm90TilePolicy = Sm90RowPolicy<Sm90ScheduleIndex(kTileM, kTileN), kElementBytes>;

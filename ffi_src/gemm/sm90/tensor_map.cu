@@ -45,7 +45,7 @@ CUtensorMapDataType TmaDataType(ElementType t, bool tf32) {
 
 }  // namespace
 
-cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int box_rows) {
+cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int box_rows, bool swizzled) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = TensorMapEncoder();
   if (!encode) return cudaErrorNotSupported;
   const CUtensorMapDataType type = TmaDataType(m.type, m.tf32);
@@ -64,8 +64,9 @@ cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int
   const CUtensorMapL2promotion promo =
       rows_on_lines ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   const CUresult r = encode(map, type, rank, const_cast<void*>(m.base), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            promo, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            swizzled ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE, promo,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 

@@ -24,9 +24,10 @@ struct TmaMatrix {
 };
 
 // A map whose box is box_cols x box_rows (x 1 batch), 128-byte swizzled in shared memory
-// (box_cols elements must span <= 128 bytes), zeros outside the matrix. Returns
-// cudaErrorInvalidValue when the driver rejects the geometry.
-cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int box_rows);
+// (box_cols elements must span <= 128 bytes), zeros outside the matrix. Unswizzled, a box
+// row may span up to 256 elements (a multiple of 16 bytes): e.g. a tile's block scales.
+// Returns cudaErrorInvalidValue when the driver rejects the geometry.
+cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int box_rows, bool swizzled = true);
 
 // An NHWC tensor of 16-bit elements read in TMA im2col mode. One load walks `pixels`
 // positions, w fastest, then h, then n, stepping by the traversal strides through the

@@ -1,0 +1,102 @@
+// Decodes the jaxgemm_block_scaled_gemm call into a GemmProblem and its BlockScales
+// (gemm/block_scales.h); shared by the CPU and CUDA handlers so both check one contract:
+//   a: (batch, m, k) and b: (batch, n, k) float8_e4m3fn (both K-major),
+//   scales_a: (batch, blocks, pitch_a) and scales_b: (batch, blocks, pitch_b) float32, the
+//     pitches multiples of 4 and at least m and n, blocks dividing k into blocks of a
+//     multiple of 128 values,
+//   out: (batch, m, n) bfloat16 or float32.
+#pragma once
+#include <string>
+#include <utility>
+
+#include "ffi/gemm_decode.h"
+#include "gemm/block_scales.h"
+#include "gemm/problem.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxgemm {
+
+// K values per k-tile of the block-scaled kernel: blocks are whole k-tiles.
+inline constexpr int64_t kBlockScaleGranule = 128;
+
+template <class Binding>
+auto BindBlockScaledCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // a
+      .template Arg<ffi::AnyBuffer>()            // b
+      .template Arg<ffi::AnyBuffer>()            // scales_a
+      .template Arg<ffi::AnyBuffer>()            // scales_b
+      .template Ret<ffi::AnyBuffer>();           // out
+}
+
+struct BlockScaledGemm {
+  GemmProblem problem;
+  BlockScales scales;
+};
+
+inline ffi::ErrorOr<BlockScaledGemm> DecodeBlockScaledGemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
+                                                           const ffi::AnyBuffer& scales_a,
+                                                           const ffi::AnyBuffer& scales_b, const ffi::AnyBuffer& out) {
+  auto da = a.dimensions(), db = b.dimensions(), dsa = scales_a.dimensions(), dsb = scales_b.dimensions();
+  auto dd = out.dimensions();
+  auto fail = [&](const std::string& why) {
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        "jaxgemm_block_scaled_gemm: " + why + " (a" + ShapeString(da) + ", b" + ShapeString(db) + ", scales_a" +
+        ShapeString(dsa) + ", scales_b" + ShapeString(dsb) + ", out" + ShapeString(dd) + ")"));
+  };
+  if (da.size() != 3 || db.size() != 3 || dsa.size() != 3 || dsb.size() != 3 || dd.size() != 3) {
+    return fail("every operand must be 3-D");
+  }
+  if (a.element_type() != ffi::DataType::F8E4M3FN || b.element_type() != ffi::DataType::F8E4M3FN) {
+    return fail("a and b must be float8_e4m3fn");
+  }
+  if (scales_a.element_type() != ffi::DataType::F32 || scales_b.element_type() != ffi::DataType::F32) {
+    return fail("the scales must be float32");
+  }
+  GemmProblem p;
+  p.in_type = ElementType::kF8E4M3;
+  if (out.element_type() == ffi::DataType::BF16) {
+    p.out_type = ElementType::kBF16;
+  } else if (out.element_type() == ffi::DataType::F32) {
+    p.out_type = ElementType::kF32;
+  } else {
+    return fail("out must be bfloat16 or float32");
+  }
+  const int64_t batch = da[0], m = da[1], k = da[2], n = db[1], blocks = dsa[1];
+  if (db[0] != batch || db[2] != k || dd[0] != batch || dd[1] != m || dd[2] != n) {
+    return fail("a (batch, m, k), b (batch, n, k) and out (batch, m, n) disagree");
+  }
+  if (dsa[0] != batch || dsb[0] != batch || dsb[1] != blocks || dsa[2] < m || dsb[2] < n || dsa[2] % 4 ||
+      dsb[2] % 4) {
+    return fail("scales_a must be (batch, blocks, pitch >= m) and scales_b (batch, blocks, pitch >= n), pitches "
+                "multiples of 4");
+  }
+  if (k <= 0 || blocks <= 0 || k % blocks || (k / blocks) % kBlockScaleGranule) {
+    return fail("K must split into blocks of a multiple of 128 values");
+  }
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.trans_b = true;
+  p.lda = p.ldb = k;
+  p.ldd = n;
+  p.batch.count = batch;
+  if (batch > 1) {
+    p.batch.rank = 1;
+    p.batch.dims[0] = batch;
+    p.batch.stride[kOperandA][0] = m * k;
+    p.batch.stride[kOperandB][0] = n * k;
+  }
+  p.a = a.untyped_data();
+  p.b = b.untyped_data();
+  p.d = out.untyped_data();
+  BlockScales s;
+  s.a = static_cast<const float*>(scales_a.untyped_data());
+  s.b = static_cast<const float*>(scales_b.untyped_data());
+  s.blocks = blocks;
+  s.block_k = k / blocks;
+  s.pitch_a = dsa[2];
+  s.pitch_b = dsb[2];
+  return BlockScaledGemm{p, s};
+}
+
+}  // namespace jaxgemm

@@ -1,0 +1,88 @@
+// The sm90 kernel's block scales (Sm90Policy::kBlockScaled, gemm/block_scales.h): the
+// producer's loads of each k-tile's scales (Sm90ScaleLoads, beside the operand tiles of
+// Sm90MatrixLoads) and the consumers' promotion of a k-tile's products into the fp32
+// accumulators (Sm90PromoteBlock).
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "common/ptx_sm90.cuh"
+#include "gemm/sm90/scheduler.cuh"
+
+namespace jaxgemm {
+
+// Extra loads of Sm90MatrixLoads::Produce: none.
+struct Sm90NoExtraLoads {
+  template <class P>
+  __device__ __forceinline__ static constexpr uint32_t Bytes() {
+    return 0;
+  }
+  template <class P>
+  __device__ __forceinline__ void Load(unsigned char*, int, uint64_t*, const Sm90Work&, int) const {}
+};
+
+// Per k-tile, one box of the row scales of A (kBM floats) and one of the column scales of B
+// (kBN floats) of the k-tile's block, into the stage's scale slot. Rows and columns past
+// M or N read as zeros (their products are never stored).
+struct Sm90ScaleLoads {
+  CUtensorMap a, b;  // over (batch,) blocks x rows floats; boxes of kBM (kBN) x 1
+  bool batched;      // 3-D maps: one set of scales per batch index
+  int block_k;       // K values per block (a multiple of the k-tile)
+
+  __device__ __forceinline__ void Prefetch() const {
+#if defined(JG_SM90_ENABLED)
+    PrefetchTensorMap(&a);
+    PrefetchTensorMap(&b);
+#endif
+  }
+
+  template <class P>
+  __device__ __forceinline__ static constexpr uint32_t Bytes() {
+    return P::kScaleStageBytes;
+  }
+
+  // `stages`: the 1 KB-aligned start of the kernel's shared memory; k0: the k-tile's first K.
+  template <class P>
+  __device__ __forceinline__ void Load(unsigned char* stages, int stage, uint64_t* bar, const Sm90Work& w,
+                                       int k0) const {
+#if defined(JG_SM90_ENABLED)
+    unsigned char* slot = stages + P::kScaleOffset + stage * P::kScaleStageBytes;
+    const int block = k0 / block_k, m0 = static_cast<int>(w.m0), n0 = static_cast<int>(w.n0);
+    if (batched) {
+      const int batch = static_cast<int>(w.batch);
+      TmaLoad3d(slot, &a, bar, m0, block, batch);
+      TmaLoad3d(slot + P::kBM * 4, &b, bar, n0, block, batch);
+    } else {
+      TmaLoad2d(slot, &a, bar, m0, block);
+      TmaLoad2d(slot + P::kBM * 4, &b, bar, n0, block);
+    }
+#endif
+  }
+};
+
+#if defined(JG_SM90_ENABLED)
+// acc += part * scale_a[row] * scale_b[column] for one m64 block of a consumer's tile: its
+// k-tile's products `part` (wgmma's fragment: registers 4j .. 4j + 3 hold rows r, r, r + 8,
+// r + 8 and columns 8j + 2 (lane % 4) + 0, 1, 0, 1, with r = 16 warp + lane / 4), `slot`
+// the stage's scales (shared address) and `row` the tile row of this thread's r.
+// Two float ops an accumulator: the scales of rows and columns both vary per k-tile.
+template <class P>
+__device__ __forceinline__ void Sm90PromoteBlock(float (&acc)[P::kBN / 2], const float (&part)[P::kBN / 2],
+                                                 uint32_t slot, int row, int lane) {
+  const float a0 = __uint_as_float(LoadShared32(slot + 4 * row));
+  const float a1 = __uint_as_float(LoadShared32(slot + 4 * (row + 8)));
+  const uint32_t columns = slot + 4 * P::kBM + 8 * (lane % 4);
+#pragma unroll
+  for (int j = 0; j < P::kBN / 8; ++j) {
+    const uint2 b = LoadShared64(columns + 32 * j);
+    const float b0 = __uint_as_float(b.x), b1 = __uint_as_float(b.y);
+    acc[4 * j + 0] = fmaf(part[4 * j + 0], a0 * b0, acc[4 * j + 0]);
+    acc[4 * j + 1] = fmaf(part[4 * j + 1], a0 * b1, acc[4 * j + 1]);
+    acc[4 * j + 2] = fmaf(part[4 * j + 2], a1 * b0, acc[4 * j + 2]);
+    acc[4 * j + 3] = fmaf(part[4 * j + 3], a1 * b1, acc[4 * j + 3]);
+  }
+}
+#endif
+
+}  // namespace jaxgemm

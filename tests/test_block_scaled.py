@@ -1,0 +1,145 @@
+"""jaxgemm.scaled_matmul on the block-scaled fp8 kernel (e4m3 operands, blocks of a
+multiple of 128 values along K, the scales applied per 128-deep k-tile in the mainloop):
+where it runs, ragged sizes, deep K, batches, every output dtype, a persistent grid that
+walks many tiles, scales that differ per block, the FFI's contract. On a CPU the same
+call runs the handler's reference (JAXGEMM_CPU=ffi)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxgemm
+from jaxgemm.scaled import _scales_by_block, runs_on_block_scaled_kernel
+from test_scaled import _bound as _scaled_bound
+from test_scaled import _fp8_kernel_platform, _hopper, _operands, _reference, _rel
+
+# From float64 on the quantized operands: each k-tile's sum in the tensor cores' fp8
+# accumulation, 128 products deep, then promoted in float32, so the error does not grow
+# with K as the unscaled fp8 kernel's does (test_scaled.FP8_KERNEL_BOUND).
+BLOCK_KERNEL_BOUND = 1e-3
+CPU_REFERENCE_BOUND = 1e-5  # float32 sums
+
+
+def _bound(out_dtype=jnp.float32):
+    if out_dtype == jnp.bfloat16:
+        return 1e-2
+    if out_dtype == jnp.float16:
+        return 2e-3
+    return BLOCK_KERNEL_BOUND if _hopper() else CPU_REFERENCE_BOUND
+
+
+def _calls(fn, *args, target="jaxgemm_block_scaled_gemm"):
+    hlo = jax.jit(fn).lower(*args).compile().as_text()
+    return [line for line in hlo.splitlines() if f'custom_call_target="{target}"' in line]
+
+
+@pytest.mark.parametrize("dtypes, kb, k, on_kernel", [
+    ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 2, 256, True),
+    ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 3, 768, True),   # blocks of 256
+    ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 4, 256, False),  # blocks of 64: dequantized
+    ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 1, 256, False),  # per-row: the fp8 GEMM
+    ((jnp.float8_e5m2, jnp.float8_e4m3fn), 2, 256, False),
+    ((jnp.bfloat16, jnp.bfloat16), 2, 256, False),
+])  # fmt: skip
+def test_runs_where_it_can(dtypes, kb, k, on_kernel):
+    """e4m3 operands with blocks of a multiple of 128 values are multiplied by the
+    block-scaled kernel (one custom call of fp8 operands and float32 scales by block)."""
+    platform = _fp8_kernel_platform()
+    lhs, rhs, ls, rs = _operands(30 + kb, 1, 16, 32, k, kb)
+    lhs, rhs = lhs.astype(jnp.float32).astype(dtypes[0]), rhs.astype(jnp.float32).astype(dtypes[1])
+    assert runs_on_block_scaled_kernel(lhs, rhs, ls, platform) == on_kernel
+    calls = _calls(jaxgemm.scaled_matmul, lhs, rhs, ls, rs)
+    assert len(calls) == (1 if on_kernel else 0), calls
+    if on_kernel:
+        assert calls[0].count("f8e4m3fn[1,") == 2 and f"f32[1,{kb},16]" in calls[0] and f"f32[1,{kb},32]" in calls[0]
+    bound = _bound() if on_kernel else _scaled_bound((lhs,))
+    assert _rel(jaxgemm.scaled_matmul(lhs, rhs, ls, rs), _reference(lhs, rhs, ls, rs)) <= bound
+
+
+@pytest.mark.parametrize("b, m, n, k, block", [
+    (1, 1, 8, 128, 128), (3, 17, 130, 384, 128), (1, 300, 200, 1024, 256), (2, 129, 385, 4096, 128),
+    (1, 200, 100, 640, 128), (1, 64, 192, 8192, 512),
+])  # fmt: skip
+@pytest.mark.parametrize("out_dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_sizes_and_outputs(b, m, n, k, block, out_dtype):
+    """Ragged tiles (M, N not multiples of 128 x 192; N = 100 and 130 leave the TMA store for
+    the general epilogue), one to 64 blocks, deep K, batches, into each output dtype:
+    within the kernel's bound or the output dtype's rounding of the float64 definition."""
+    _fp8_kernel_platform()
+    args = _operands(b * m + n + k, b, m, n, k, k // block)
+    out = jaxgemm.scaled_matmul(*args, preferred_element_type=out_dtype)
+    assert out.shape == (b, m, n) and out.dtype == out_dtype
+    assert _rel(out, _reference(*args)) <= _bound(out_dtype)
+
+
+def test_scales_differ_per_block():
+    """Each block's scales reach its own k-tiles: blocks with scales 2^j and 0 (the second
+    block's products must vanish) against the float64 definition."""
+    _fp8_kernel_platform()
+    lhs, rhs, _, _ = _operands(40, 1, 96, 200, 512, 4)
+    ls = jnp.broadcast_to(jnp.asarray([1.0, 0.0, 4.0, 0.5]), (1, 96, 4))
+    rs = jnp.broadcast_to(jnp.asarray([2.0, 8.0, 0.25, 1.0]), (1, 200, 4))
+    out = jaxgemm.scaled_matmul(lhs, rhs, ls, rs)
+    assert _rel(out, _reference(lhs, rhs, ls, rs)) <= _bound()
+
+
+def test_persistent_grid_walks_many_tiles(monkeypatch):
+    """Four blocks walk 20 tiles of 128 x 192 each (JAXGEMM_SM_COUNT): every tile's
+    accumulators start from zero and the stage ring carries across tiles."""
+    platform = _fp8_kernel_platform()
+    if platform == "cpu":
+        pytest.skip("the grid is the GPU kernel's")
+    monkeypatch.setenv("JAXGEMM_SM_COUNT", "4")
+    args = _operands(41, 1, 520, 700, 1024, 8)
+    assert _rel(jaxgemm.scaled_matmul(*args), _reference(*args)) <= _bound()
+
+
+def test_jit_and_vmap():
+    _fp8_kernel_platform()
+    per = [_operands(50 + i, 1, 24, 40, 384, 3) for i in range(2)]
+    stacked = [jnp.stack(xs) for xs in zip(*per)]
+    out = jax.jit(jax.vmap(jaxgemm.scaled_matmul))(*stacked)
+    for i, args in enumerate(per):
+        assert _rel(out[i], _reference(*args)) <= _bound()
+
+
+def test_scales_by_block_layout():
+    """(B, R, KB) scales travel as (B, KB, R') float32, R' the next multiple of 4."""
+    s = jnp.arange(2 * 5 * 3, dtype=jnp.bfloat16).reshape(2, 5, 3)
+    t = _scales_by_block(s)
+    assert t.shape == (2, 3, 8) and t.dtype == jnp.float32
+    np.testing.assert_array_equal(t[:, :, :5], np.swapaxes(np.asarray(s, np.float32), 1, 2))
+    np.testing.assert_array_equal(t[:, :, 5:], 0)
+
+
+def _ffi(lhs, rhs, sa, sb, out_dtype=jnp.float32):
+    out = jax.ShapeDtypeStruct((lhs.shape[0], lhs.shape[1], rhs.shape[1]), out_dtype)
+    return jax.block_until_ready(jax.ffi.ffi_call("jaxgemm_block_scaled_gemm", out)(lhs, rhs, sa, sb))
+
+
+@pytest.mark.parametrize("change, words", [
+    ("block of 64", "blocks of a multiple of 128"),
+    ("pitch of 6", "pitches multiples of 4"),
+    ("float16 out", "bfloat16 or float32"),
+    ("bfloat16 scales", "scales must be float32"),
+    ("fewer scale rows", "pitch >= m"),
+])  # fmt: skip
+def test_ffi_contract(change, words):
+    """The handler's contract (ffi_src/ffi/block_scaled_decode.h): a clear error, no kernel."""
+    _fp8_kernel_platform()
+    lhs, rhs, _, _ = _operands(60, 1, 6, 8, 256, 2)
+    sa, sb = jnp.ones((1, 2, 8)), jnp.ones((1, 2, 8))
+    out_dtype = jnp.float32
+    if change == "block of 64":
+        sa, sb = jnp.ones((1, 4, 8)), jnp.ones((1, 4, 8))
+    elif change == "pitch of 6":
+        sa = jnp.ones((1, 2, 6))
+    elif change == "float16 out":
+        out_dtype = jnp.float16
+    elif change == "bfloat16 scales":
+        sa = sa.astype(jnp.bfloat16)
+    else:
+        sb = jnp.ones((1, 2, 4))
+    with pytest.raises(Exception, match=words):
+        _ffi(lhs, rhs, sa, sb, out_dtype)
