@@ -16,10 +16,20 @@ Also the relative Frobenius error of ours and xla_fp8 with float32 results (the 
 error, not bfloat16's rounding) from XLA's float32 dot of the dequantized operands at
 HIGHEST precision, and the custom calls of XLA's fp8 dot.
 
+--blocks: e4m3 operands with 1 x 128 block scales on both (DeepSeek-V3's activations;
+128 x 128 weight blocks are the same call with each block's scale repeated over its rows):
+  ours        jaxgemm.scaled_matmul, bfloat16 result (the block-scaled kernel);
+  jax_nn      jax.nn.scaled_matmul on the same arguments (dequantized, then a dot: what XLA
+              runs on Hopper);
+  rowwise     jaxgemm.scaled_matmul with one scale per row (the fp8 GEMM with fast
+              accumulation, then the scales): the fp8 rate without promotion;
+  xla_bf16    XLA's bfloat16 GEMM of the same shape;
+and the error of ours with a float32 result from the float64 definition.
+
 --dense: a layer of M tokens, K -> N features, bf16, bias + gelu, forward and backward (the
 vjp of all three inputs): jaxgemm.fp8.dense against jaxgemm.dense and jnp's bf16 layer,
 and the fp8 layer's output and gradients against jnp's (the e4m3 rounding, ~4e-2).
-    python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 10] [--dense]
+    python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 10] [--blocks | --dense]
 """
 
 import argparse
@@ -36,12 +46,12 @@ from jaxgemm.gemm import GemmConfig, call_gemm_ffi, gemm_workspace_bytes
 SHAPES = "8192x8192x8192,4096x4096x4096,8192x8192x2048,5000x7000x3008,512x8192x8192"
 
 
-def operands(m, n, k, seed=0):
+def operands(m, n, k, seed=0, blocks=1):
     keys = jax.random.split(jax.random.key(seed), 4)
     lhs = jax.random.uniform(keys[0], (1, m, k), jnp.float32, -4, 4).astype(jnp.float8_e4m3fn)
     rhs = jax.random.uniform(keys[1], (1, n, k), jnp.float32, -4, 4).astype(jnp.float8_e4m3fn)
-    lhs_scales = jax.random.uniform(keys[2], (1, m, 1), jnp.float32, 0.25, 2)
-    rhs_scales = jax.random.uniform(keys[3], (1, n, 1), jnp.float32, 0.25, 2)
+    lhs_scales = jax.random.uniform(keys[2], (1, m, blocks), jnp.float32, 0.25, 2)
+    rhs_scales = jax.random.uniform(keys[3], (1, n, blocks), jnp.float32, 0.25, 2)
     return lhs, rhs, lhs_scales, rhs_scales
 
 
@@ -118,6 +128,37 @@ def bench_products(shapes, iterations):
               + f"  {errors[0]:8.1e}  {errors[1]:11.1e}  {','.join(calls)}  ({method})")
 
 
+def reference64(lhs, rhs, ls, rs):
+    """The block-scaled definition in float64 on the host."""
+    def dequantized(x, s):
+        x, s = np.asarray(x.astype(jnp.float32), np.float64), np.asarray(s, np.float64)
+        return x * np.repeat(s, x.shape[-1] // s.shape[-1], axis=-1)
+
+    return np.einsum("bmk,bnk->bmn", dequantized(lhs, ls), dequantized(rhs, rs))
+
+
+def bench_blocks(shapes, iterations):
+    fns = {"ours": ours, "jax_nn": jax_nn, "rowwise": lambda lhs, rhs, ls, rs, rl, rr, *_: ours(lhs, rhs, rl, rr),
+           "xla_bf16": lambda lhs, rhs, ls, rs, rl, rr, lhs16, rhs16: xla_bf16(lhs, rhs, ls, rs, lhs16, rhs16)}
+    print(f"{'shape':>20} " + " ".join(f"{n + ' ms':>12}" for n in fns)
+          + "  jax_nn/ours  rowwise/ours  bf16/ours  ours TFLOPS  err ours (f32)")
+    for m, n, k in shapes:
+        inputs = operands(m, n, k, blocks=k // 128)
+        rows = operands(m, n, k)[2:]
+        inputs += rows + (inputs[0].astype(jnp.bfloat16), inputs[1].astype(jnp.bfloat16))
+        jitted = {name: jax.jit(fn) for name, fn in fns.items() if lowers(jax.jit(fn), inputs)}
+        ms, method = time_alternating_ms(jitted, inputs, iterations, rounds=2)
+        ms = {name: ms.get(name, float("nan")) for name in fns}
+        error = float("nan")
+        if m * n * k <= 4096**3:  # (the float64 reference on the host)
+            out = jax.jit(ours, static_argnames="out_dtype")(*inputs, out_dtype=jnp.float32)
+            error = rel_error(out, reference64(*inputs[:4]))
+        print(f"{m}x{n}x{k}".rjust(20) + " " + " ".join(f"{ms[name]:12.3f}" for name in fns)
+              + f"  {ms['jax_nn'] / ms['ours']:11.3f}  {ms['rowwise'] / ms['ours']:12.3f}"
+              + f"  {ms['xla_bf16'] / ms['ours']:9.3f}  {2 * m * n * k / ms['ours'] / 1e9:11.0f}"
+              + f"  {error:14.1e}  ({method})")
+
+
 def layer_inputs(m, n, k, seed=0):
     keys = jax.random.split(jax.random.key(seed), 4)
     x = jax.random.normal(keys[0], (m, k), jnp.bfloat16)
@@ -159,10 +200,11 @@ def main():
     parser.add_argument("--shapes", default=SHAPES, help="MxNxK, comma-separated (--dense: tokens x out x in)")
     parser.add_argument("--iterations", type=int, default=10, help="calls per round and function")
     parser.add_argument("--dense", action="store_true", help="the fp8 layer's forward + backward instead")
+    parser.add_argument("--blocks", action="store_true", help="products with 1 x 128 block scales instead")
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
-    (bench_dense if args.dense else bench_products)(shapes, args.iterations)
+    (bench_dense if args.dense else bench_blocks if args.blocks else bench_products)(shapes, args.iterations)
 
 
 if __name__ == "__main__":
