@@ -1,11 +1,16 @@
 """fp8 training's dense layer: every product of the forward and backward pass in float8
-e4m3 with one scale per row of each operand along its contraction ("rowwise" scaling, as
-torchao's float8 rowwise recipe), on `scaled_matmul`.
+e4m3 on `scaled_matmul`, each operand scaled along its contraction in one of two ways:
 
+- scaling="rowwise" (torchao's float8 rowwise recipe): one scale per row.
     y = act(x @ w + bias):  x (M, K) scaled per row, w^T (N, K) per output feature;
     dx = dz @ w^T:          dz (M, N) per row, w (K, N) per input feature;
-    dw = x^T @ dz:          x^T (K, M) and dz^T (N, M) per feature, over the batch;
-    dbias = sum(dz), dz = dy * act'(z), all in float32 (z saved by the forward).
+    dw = x^T @ dz:          x^T (K, M) and dz^T (N, M) per feature, over the batch.
+- scaling="blockwise" (DeepSeek-V3's recipe, TransformerEngine's Float8BlockScaling): x, dz
+  and their transposes in 1 x 128 blocks along the contraction, w in 128 x 128 tiles (one
+  quantized tile set serves w^T and w). On a Hopper GPU these run on the block-scaled
+  kernel. A product whose contraction is not a multiple of 128 scales that product's
+  operands rowwise instead.
+dbias = sum(dz), dz = dy * act'(z), all in float32 (z saved by the forward).
 
 Each operand is quantized from the high-precision tensor for the product it enters (the
 two copies of x and of dz differ in orientation and scales). The gradient is the
@@ -30,6 +35,13 @@ from jaxgemm.scaled import scaled_matmul
 
 E4M3 = jnp.float8_e4m3fn
 E4M3_MAX = float(jnp.finfo(E4M3).max)  # 448
+BLOCK = 128  # blockwise scaling's block: the block-scaled kernel's k-tile
+SCALINGS = ("rowwise", "blockwise")
+
+
+def _scales_of(amax):
+    """amax / 448, or 1 where everything is zero."""
+    return jnp.where(amax > 0, amax / E4M3_MAX, 1.0)
 
 
 def quantize_rows(x):
@@ -37,41 +49,72 @@ def quantize_rows(x):
     divided by amax / 448, so its largest magnitude maps onto e4m3's largest value (an
     all-zero row gets scale 1). `scaled_matmul(q, ..., scales, ...)` multiplies them back."""
     x = jnp.asarray(x, jnp.float32)
-    amax = jnp.max(jnp.abs(x), axis=-1, keepdims=True)
-    scales = jnp.where(amax > 0, amax / E4M3_MAX, 1.0)
+    scales = _scales_of(jnp.max(jnp.abs(x), axis=-1, keepdims=True))
     q = jnp.clip(x / scales, -E4M3_MAX, E4M3_MAX).astype(E4M3)
     return q, scales
 
 
-def _product(a, b, out_dtype, like=None):
-    """a (M, K) @ b (N, K)^T on rowwise-quantized copies of both, into out_dtype; in
-    Explicit mode typed like `like` (a gradient like its primal, as JAX's transposes type
-    it: a product that contracts the split batch needs it)."""
-    (qa, sa), (qb, sb) = quantize_rows(a), quantize_rows(b)
+def quantize_blocks(x, block=BLOCK):
+    """x (..., R, K), K a multiple of `block`: e4m3 values and float32 scales
+    (..., R, K // block), one per row and block of `block` values (1 x 128 blocks)."""
+    x = jnp.asarray(x, jnp.float32)
+    blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))
+    scales = _scales_of(jnp.max(jnp.abs(blocks), axis=-1, keepdims=True))
+    q = jnp.clip(blocks / scales, -E4M3_MAX, E4M3_MAX).astype(E4M3)
+    return q.reshape(x.shape), scales[..., 0]
+
+
+def quantize_tiles(w, block=BLOCK):
+    """w (R, K), K a multiple of `block`: e4m3 values and one float32 scale per tile of
+    block x block (the last row tile may be shorter), as `scaled_matmul` takes them:
+    (R, K // block), each tile's scale repeated over its rows."""
+    w = jnp.asarray(w, jnp.float32)
+    r, k = w.shape
+    padded = jnp.pad(w, ((0, -r % block), (0, 0)))
+    tiles = padded.reshape(padded.shape[0] // block, block, k // block, block)
+    scales = _scales_of(jnp.max(jnp.abs(tiles), axis=(1, 3), keepdims=True))
+    q = jnp.clip(tiles / scales, -E4M3_MAX, E4M3_MAX).astype(E4M3).reshape(padded.shape)[:r]
+    return q, jnp.repeat(scales[:, 0, :, 0], block, axis=0)[:r]
+
+
+def _quantized(a, scaling, tiles=False):
+    """a (R, K) quantized for a product contracting K."""
+    if scaling == "rowwise":
+        return quantize_rows(a)
+    return quantize_tiles(a) if tiles else quantize_blocks(a)
+
+
+def _product(a, b, out_dtype, scaling, like=None, b_is_weight=False):
+    """a (M, K) @ b (N, K)^T on quantized copies of both, into out_dtype; the weights in
+    tiles when blockwise; in Explicit mode typed like `like` (a gradient like its primal,
+    as JAX's transposes type it: a product that contracts the split batch needs it)."""
+    if a.shape[-1] % BLOCK:
+        scaling = "rowwise"  # (both operands: scaled_matmul's blocks must agree)
+    (qa, sa), (qb, sb) = _quantized(a, scaling), _quantized(b, scaling, tiles=b_is_weight)
     sharding = None if like is None else explicit_sharding(jax.typeof(like))
     out_sharding = None if sharding is None else P(None, *sharding.spec)
     return scaled_matmul(qa[None], qb[None], sa[None], sb[None], preferred_element_type=out_dtype,
                          out_sharding=out_sharding)[0]  # fmt: skip
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _dense(x, w, bias, activation, out_dtype):
-    return _dense_fwd(x, w, bias, activation, out_dtype)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _dense(x, w, bias, activation, out_dtype, scaling):
+    return _dense_fwd(x, w, bias, activation, out_dtype, scaling)[0]
 
 
-def _dense_fwd(x, w, bias, activation, out_dtype):
-    z = _product(x, w.T, jnp.float32)
+def _dense_fwd(x, w, bias, activation, out_dtype, scaling):
+    z = _product(x, w.T, jnp.float32, scaling, b_is_weight=True)
     if bias is not None:
         z = z + bias.astype(jnp.float32)
     y = activations.apply(activation, z).astype(out_dtype)
     return y, (x, w, bias, z)
 
 
-def _dense_bwd(activation, out_dtype, saved, dy):
+def _dense_bwd(activation, out_dtype, scaling, saved, dy):
     x, w, bias, z = saved
     dz = dy.astype(jnp.float32) * activations.derivative(activation, z)
-    dx = _product(dz, w, jnp.float32, like=x).astype(x.dtype)
-    dw = _product(x.T, dz.T, jnp.float32, like=w).astype(w.dtype)
+    dx = _product(dz, w, jnp.float32, scaling, like=x, b_is_weight=True).astype(x.dtype)
+    dw = _product(x.T, dz.T, jnp.float32, scaling, like=w).astype(w.dtype)
     dbias = None if bias is None else jnp.sum(dz, axis=0).astype(bias.dtype)
     return dx, dw, dbias
 
@@ -79,9 +122,9 @@ def _dense_bwd(activation, out_dtype, saved, dy):
 _dense.defvjp(_dense_fwd, _dense_bwd)
 
 
-def dense(x, w, bias=None, activation=None, *, out_dtype=None):
-    """`activation(x @ w + bias)` with its forward and backward products in float8 e4m3,
-    rowwise scaled (this module's docstring says how each operand is scaled).
+def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise"):
+    """`activation(x @ w + bias)` with its forward and backward products in float8 e4m3
+    (this module's docstring says how each operand is scaled).
 
     Args:
       x: (..., K) inputs, a 16- or 32-bit float; leading dims are batch dims.
@@ -89,11 +132,14 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None):
       bias: optional (N,) bias.
       activation: None, a name accepted by `jaxgemm.matmul`, or the jax.nn function of one.
       out_dtype: the result's dtype (default: x's).
+      scaling: "rowwise" (one scale per row of each operand) or "blockwise" (1 x 128
+        blocks of x and dz, 128 x 128 tiles of w).
 
     Returns:
       (..., N). Differentiable in reverse mode (`grad`, `vjp`): dx, dw and dbias in the
-      dtypes of x, w and bias. Products on a Hopper GPU need K and N to be multiples of 16
-      (else, and elsewhere, `scaled_matmul` dequantizes and multiplies in float32)."""
+      dtypes of x, w and bias. On a Hopper GPU rowwise products need their contraction
+      (K, N or the batch) to be a multiple of 16, blockwise ones of 128 (else, and
+      elsewhere, `scaled_matmul` dequantizes and multiplies in float32)."""
     x, w = jnp.asarray(x), jnp.asarray(w)
     bias = None if bias is None else jnp.asarray(bias)
     if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[0]:
@@ -104,10 +150,12 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None):
         if value is not None and (not jnp.issubdtype(value.dtype, jnp.floating) or jnp.dtype(value.dtype).itemsize < 2):
             raise TypeError(f"jaxgemm.fp8.dense: {name} must be a 16- or 32-bit float (the high-precision copy), "
                             f"got {jnp.dtype(value.dtype)}")  # fmt: skip
+    if scaling not in SCALINGS:
+        raise ValueError(f"jaxgemm.fp8.dense: scaling must be one of {SCALINGS}, got {scaling!r}")
     activation = activations.canonical(activation)
     out_dtype = jnp.dtype(out_dtype or x.dtype)
     # Inside shard_map, the weights vary over the batch's axes too, so that their cotangents
     # (per-shard sums) are psummed by the cast's transpose, as for JAX's own dots.
     rows, w, *bias = match_varying((x.reshape(-1, x.shape[-1]), w) + (() if bias is None else (bias,)))
-    y = _dense(rows, w, bias[0] if bias else None, activation, out_dtype)
+    y = _dense(rows, w, bias[0] if bias else None, activation, out_dtype, scaling)
     return y.reshape(x.shape[:-1] + (w.shape[1],))
