@@ -31,11 +31,11 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgemm import activations
 from jaxgemm._compat import explicit_sharding, match_varying
-from jaxgemm.scaled import scaled_matmul
+from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
 
 E4M3 = jnp.float8_e4m3fn
 E4M3_MAX = float(jnp.finfo(E4M3).max)  # 448
-BLOCK = 128  # blockwise scaling's block: the block-scaled kernel's k-tile
+BLOCK = BLOCK_SCALE_GRANULE  # blockwise scaling's block (128): the block-scaled kernel's k-tile
 SCALINGS = ("rowwise", "blockwise")
 
 
