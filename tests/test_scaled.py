@@ -202,11 +202,11 @@ def test_jit_and_vmap():
     stacked = [jnp.stack(xs) for xs in zip(*per)]
     out = jax.jit(jax.vmap(jaxgemm.scaled_matmul))(*stacked)
     for i, args in enumerate(per):
-        assert _rel(out[i], _reference(*args)) <= 1e-6
+        assert _rel(out[i], _reference(*args)) <= _bound(args)  # (blocks of 128: the block-scaled kernel)
     shared = jax.vmap(jaxgemm.scaled_matmul, in_axes=(0, None, 0, None))(
         stacked[0], per[0][1], stacked[2], per[0][3])
     for i, args in enumerate(per):
-        assert _rel(shared[i], _reference(args[0], per[0][1], args[2], per[0][3])) <= 1e-6
+        assert _rel(shared[i], _reference(args[0], per[0][1], args[2], per[0][3])) <= _bound(args)
 
 
 def test_not_differentiable_says_so():
