@@ -97,7 +97,8 @@ struct Sm90Policy {
   // columns (float32), behind the barriers on a 128 B boundary (TMA's box alignment).
   static constexpr int kScaleStageBytes = kBlockScaled ? (kBM + kBN) * 4 : 0;
   static constexpr int kScaleOffset = (kBarrierOffset + kBarrierBytes + 127) / 128 * 128;
-  static constexpr int kEndBytes = kBlockScaled ? kScaleOffset + kStages * kScaleStageBytes : kBarrierOffset + kBarrierBytes;
+  static constexpr int kEndBytes =
+      kBlockScaled ? kScaleOffset + kStages * kScaleStageBytes : kBarrierOffset + kBarrierBytes;
   // + 1 KB so the stages can start on a 1 KB boundary (the 128 B swizzle's period).
   static constexpr int kSmemBytes = kEndBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "over the shared memory of one block");
