@@ -16,8 +16,11 @@ Each operand is quantized from the high-precision tensor for the product it ente
 two copies of x and of dz differ in orientation and scales). The gradient is the
 straight-through one: quantization counts as the identity. On a Hopper GPU the products
 run on jaxgemm's fp8 kernel; elsewhere `scaled_matmul` dequantizes (same values, float32
-sums). Under sharded jit the scales are the whole batch's (XLA reduces the amax across
-devices); inside shard_map each device's scales cover its own rows. Not forward-mode
+sums). Under sharded jit rowwise scales are the whole batch's (XLA all-reduces the amax
+of rows a sharding splits); a blockwise block's amax stays on its device where each
+shard holds whole blocks and tiles (batch and features per shard multiples of 128: then
+the layer has jnp's collectives), while shards that cut w's tiles make XLA gather w to
+quantize it. Inside shard_map each device's scales cover its own rows. Not forward-mode
 differentiable (a custom VJP).
 """
 
