@@ -94,17 +94,18 @@ def test_gradient_is_straight_through():
         assert _rel(ours, theirs) <= QUANTIZATION_BOUND
 
 
-def test_dtypes_batch_dims_jit_and_vmap():
+@pytest.mark.parametrize("scaling", jaxgemm.fp8.SCALINGS)
+def test_dtypes_batch_dims_jit_and_vmap(scaling):
     """bf16 inputs: bf16 results and gradients; (..., K) inputs; jit(grad) and vmap."""
     x, w, b = _layer(4, dtype=jnp.bfloat16)
     x3 = x.reshape(4, 16, 256)
-    loss = lambda x, w, b: jnp.sum(jaxgemm.fp8.dense(x, w, b, "relu").astype(jnp.float32) ** 2)
+    loss = lambda x, w, b: jnp.sum(jaxgemm.fp8.dense(x, w, b, "relu", scaling=scaling).astype(jnp.float32) ** 2)
     grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(x3, w, b)
     assert [g.dtype for g in grads] == [jnp.bfloat16] * 3 and grads[0].shape == x3.shape
     flat = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(x, w, b)  # (both jitted: the same fusions)
     np.testing.assert_array_equal(np.asarray(grads[0]).reshape(64, 256), np.asarray(flat[0]))
-    mapped = jax.vmap(lambda x: jaxgemm.fp8.dense(x, w, b))(x3)
-    np.testing.assert_array_equal(np.asarray(mapped), np.asarray(jaxgemm.fp8.dense(x3, w, b)))
+    mapped = jax.vmap(lambda x: jaxgemm.fp8.dense(x, w, b, scaling=scaling))(x3)
+    np.testing.assert_array_equal(np.asarray(mapped), np.asarray(jaxgemm.fp8.dense(x3, w, b, scaling=scaling)))
 
 
 # (x, w, b) specs on a 4-device mesh "x" and the seed of each layer.
@@ -154,14 +155,15 @@ def test_data_parallel_explicit_mode():
 
 
 @pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices")
-def test_grad_in_shard_map():
+@pytest.mark.parametrize("scaling", jaxgemm.fp8.SCALINGS)
+def test_grad_in_shard_map(scaling):
     """Inside shard_map (default checks) each device quantizes its own shard (its x^T and
     dz^T scales per feature over its rows). The gradient of the replicated w and b is the
     sum of the per-shard gradients (psummed by the varying cast's transpose, as for jnp's
     dots), not the one-device layer's."""
     x, w, b = _layer(7)
     mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
-    loss = lambda w, b, x: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu") ** 2)
+    loss = lambda w, b, x: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", scaling=scaling) ** 2)
     local = jax.grad(loss, argnums=(0, 1))
     grads = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P("data")), out_specs=(P(), P())))(w, b, x)
     shards = [jax.grad(loss, argnums=(0, 1))(w, b, part) for part in jnp.split(x, 4)]

