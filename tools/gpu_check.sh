@@ -90,11 +90,14 @@ if [ "$suite" != none ] || [ "${JAXGEMM_CHECK_SASS:-0}" = 1 ]; then
   sass_of sm90_1 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi128ELb0ELi1ELi2ELi1ELb0EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
   # The conv fprop instance of the same kernel (pingpong bf16).
   sass_of sm90_conv Sm90GemmKernel Sm90ConvFpropLoads Sm90PolicyILi128ELb1E nv_bfloat16S3_
+  # The block-scaled fp8 kernel's plain bf16-output instance (Sm90BlockScaledPolicy).
+  sass_of sm90_block Sm90GemmKernel Sm90BlockScaledLoads nv_bfloat16 Sm90EpiloguesE0E
   local_access='LDL/STL=LDL|STL' tma='HGMMA=HGMMA UTMALDG=UTMALDG UTMASTG=UTMASTG'
   sass_line="$(counts "flagship SASS (128x128 f32 NN)" flagship FFMA=FFMA 'LDS.128=LDS\.128' "$local_access")
   $(counts "sm90 SASS (cluster 2x 128x256 bf16 NN)" sm90 $tma "$local_access")
   $(counts "sm90 SASS (one consumer 64x128 bf16 NN)" sm90_1 $tma "$local_access")
-  $(counts "sm90 conv fprop SASS (pingpong bf16)" sm90_conv HGMMA=HGMMA 'UTMALDG.IM2COL=UTMALDG\.4D\.IM2COL' "$local_access")"
+  $(counts "sm90 conv fprop SASS (pingpong bf16)" sm90_conv HGMMA=HGMMA 'UTMALDG.IM2COL=UTMALDG\.4D\.IM2COL' "$local_access")
+  $(counts "sm90 block-scaled fp8 SASS (128x192, bf16 out)" sm90_block $tma FFMA=FFMA "$local_access")"
 fi
 
 gemm_suites=$(echo "$suite" | tr ',' '\n' | grep -vE '^(conv|conv-bf16|none|tiles)$' | paste -sd, -)
