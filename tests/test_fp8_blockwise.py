@@ -13,6 +13,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from test_block_scaled import BLOCK_KERNEL_BOUND
 from test_fp8 import QUANTIZATION_BOUND, _rel
+from test_fp8 import _layer as _rowwise_layer
 from test_scaled import FP8_KERNEL_BOUND, _hopper
 
 import jaxgemm
@@ -20,11 +21,7 @@ from jaxgemm.fp8 import E4M3_MAX, quantize_blocks, quantize_rows, quantize_tiles
 
 
 def _layer(seed, m=256, k=256, n=384, dtype=jnp.float32):
-    rng = np.random.default_rng(seed)
-    x = jnp.asarray(rng.standard_normal((m, k)), dtype)
-    w = jnp.asarray(rng.standard_normal((k, n)) / 16, dtype)
-    b = jnp.asarray(rng.standard_normal(n) / 10, dtype)
-    return x, w, b
+    return _rowwise_layer(seed, m, k, n, dtype)
 
 
 def _values64(q, s):
