@@ -381,13 +381,27 @@ def _check(lhs, rhs, group_sizes, bias, residual):
     if residual is not None and residual.shape != (lhs.shape[0], rhs.shape[2]):
         raise ValueError(f"jaxgemm.ragged_dot: residual of shape {residual.shape} is not (m, n) = "
                          f"{(lhs.shape[0], rhs.shape[2])}")  # fmt: skip
-    try:  # values known: check them (traced: see the docstring)
+
+
+def group_sizes_for(group_sizes, m, op):
+    """`group_sizes` as int32 in the form every route computes with (the grouped kernel, its
+    CPU reference, XLA's ragged dot, the per-group bias and the sharding's local sizes).
+
+    Concrete sizes must be >= 0 and sum to at most m (a ValueError names them). Traced ones
+    are made so: group j's rows end at the running maximum of the cumulative sizes clipped to
+    [0, m]. That is lax.ragged_dot's grouping wherever lax's groups do not overlap (all sizes
+    >= 0, whatever their sum; rows past m are cut off); where a negative size makes two
+    groups claim a row (lax adds both products), the row stays with the first.
+    """
+    try:
         sizes = np.asarray(group_sizes)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        return
-    if (sizes < 0).any() or sizes.sum() > lhs.shape[0]:
-        raise ValueError(f"jaxgemm.ragged_dot: group_sizes {sizes.tolist()} must be >= 0 and sum to at most "
-                         f"m = {lhs.shape[0]} (sum {sizes.sum()})")  # fmt: skip
+        ends = lax.cummax(jnp.clip(jnp.cumsum(group_sizes.astype(np.int32)), 0, m))
+        return jnp.diff(ends, prepend=jnp.zeros((1,), np.int32))
+    if (sizes < 0).any() or sizes.sum() > m:
+        raise ValueError(f"{op}: group_sizes {sizes.tolist()} must be >= 0 and sum to at most m = {m} "
+                         f"(sum {sizes.sum()})")  # fmt: skip
+    return group_sizes.astype(np.int32)
 
 
 def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=None, group_offset=None, *,
@@ -401,13 +415,16 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     Args:
       lhs: (m, k) float32, float16 or bfloat16.
       rhs: (g, k, n), one matrix per group.
-      group_sizes: (g,) integers (int32 as lax takes them), >= 0, summing to at most m
-        (checked when they are concrete; under jit, negative sizes count as 0 and rows
-        past m are cut off on a GPU, as XLA's ragged dot leaves them undefined).
+      group_sizes: (g,) integers (int32 as lax takes them), >= 0, summing to at most m:
+        checked when they are concrete; traced ones (under jit) are clipped the same way
+        on every backend: rows past m are cut off as lax cuts them, and where a negative
+        size would put a row in two groups (lax.ragged_dot adds both products) the row
+        stays with the first (`group_sizes_for`).
       precision: as for `jaxgemm.matmul`: None (exact float32 for float32 inputs) or a
         `jax.lax.Precision`.
       preferred_element_type: the result dtype; default the inputs' promoted dtype.
-      group_offset: not supported (nor by lax.ragged_dot, which raises for it too).
+      group_offset: not supported: lax.ragged_dot raises NotImplementedError for it, and
+        so does this.
       out_sharding: the result's sharding (a NamedSharding, or a PartitionSpec on the
         current mesh), as for `jax.lax.ragged_dot` (Explicit mode: needed where k is split
         in both operands).
@@ -442,7 +459,8 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     activations.activation_id(activation)
     dtype = jnp.promote_types(lhs.dtype, rhs.dtype)
     out_dtype = jnp.dtype(preferred_element_type) if preferred_element_type is not None else dtype
-    lhs, rhs, group_sizes = lhs.astype(dtype), rhs.astype(dtype), group_sizes.astype(np.int32)
+    lhs, rhs = lhs.astype(dtype), rhs.astype(dtype)
+    group_sizes = group_sizes_for(group_sizes, lhs.shape[0], "jaxgemm.ragged_dot")
     params = dict(out_dtype=out_dtype, precision=_precision(dtype, precision), out_sharding=out_sharding)
     if bias is None and activation is None and residual is None:
         (out,) = ragged_dot_op.bind(lhs, rhs, group_sizes, **params)

@@ -30,7 +30,7 @@ from jaxgemm.epilogue import _present
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import Op, Result, Rule, all_to_front, canonical_out_sharding, constrain_output, define
 from jaxgemm.ragged import (_REPLICATED, _affine_tangent, _biased, _dot_local, _fused_kernel_runs, _local_sizes,
-                            _precision, _result_sizes, ragged_dot_op)  # fmt: skip
+                            _precision, _result_sizes, group_sizes_for, ragged_dot_op)  # fmt: skip
 
 
 def _glu_in_jax(p_gate, p_up, group_sizes, bias_gate, bias_up, activation, want_aux):
@@ -148,8 +148,8 @@ def ragged_glu(lhs, w_gate, w_up, group_sizes, activation="silu", *, bias_gate=N
     Args:
       lhs: (m, k), rows sorted by group; float32, float16 or bfloat16.
       w_gate, w_up: (g, k, n), the gate's and the up projection's weights per group.
-      group_sizes: (g,) integers, >= 0, summing to at most m (as for `ragged_dot`); rows
-        past the sum come out zero.
+      group_sizes: (g,) integers, >= 0, summing to at most m (checked, or clipped under
+        jit, as for `ragged_dot`); rows past the sum come out zero.
       activation: the gate's: a name in `jaxgemm.ACTIVATIONS` or its jax.nn function, or
         None (a bilinear unit).
       bias_gate, bias_up: optional (g, n) biases.
@@ -169,7 +169,7 @@ def ragged_glu(lhs, w_gate, w_up, group_sizes, activation="silu", *, bias_gate=N
     out_dtype = jnp.dtype(preferred_element_type) if preferred_element_type is not None else dtype
     extra = [b for b in (bias_gate, bias_up) if b is not None]
     (out,) = ragged_glu_op.bind(lhs.astype(dtype), w_gate.astype(dtype), w_up.astype(dtype),
-                                group_sizes.astype(np.int32), *extra, out_dtype=out_dtype,
+                                group_sizes_for(group_sizes, lhs.shape[0], "jaxgemm.ragged_glu"), *extra, out_dtype=out_dtype,
                                 precision=_precision(dtype, precision), activation=activation, want_aux=False,
                                 has_bias_gate=bias_gate is not None, has_bias_up=bias_up is not None,
                                 out_sharding=out_sharding)  # fmt: skip

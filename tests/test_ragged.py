@@ -254,6 +254,40 @@ def test_vmap_folds_into_one_product(in_axes):
         assert rel(got, want) <= 1e-5
 
 
+# Traced sizes that break the contract, with the sizes lax.ragged_dot's result equals: a
+# leading negative size and a sum past m keep lax's groups apart (lax's own sizes); a
+# negative size between groups makes lax add two groups' products for the rows both claim,
+# where every jaxgemm route keeps them in the first group.
+INVALID_SIZES = {
+    "negative_first": ([-2, 20, 20, 10, 5], [-2, 20, 20, 10, 5]),
+    "past_m": ([30, 30, 0, 7, 0], [30, 30, 0, 7, 0]),
+    "overlap": ([M, -M, M, 0, 2], [M, 0, 0, 0, 0]),
+}
+
+
+@pytest.mark.parametrize("route", ["ffi", "xla"])  # the CPU's two routes; on a GPU the grouped kernel twice
+@pytest.mark.parametrize("case", list(INVALID_SIZES))
+def test_invalid_sizes_under_jit_agree_on_every_route(case, route, monkeypatch):
+    monkeypatch.setenv("JAXGEMM_CPU", route)
+    sizes, lax_sizes = (jnp.array(s, jnp.int32) for s in INVALID_SIZES[case])
+    lhs, rhs, bias = inputs(7, jnp.bfloat16)  # 16-bit: the grouped kernel on a GPU
+    f32 = lambda *xs: [x.astype(jnp.float32) for x in xs]  # noqa: E731
+    loss = lambda f: lambda l, r, s: (f(l, r, s) * jnp.arange(N, dtype=jnp.float32)).sum()  # noqa: E731
+    ours = lambda l, r, s: ragged_dot(l, r, s, preferred_element_type=jnp.float32)  # noqa: E731
+    theirs = lambda l, r, s: lax.ragged_dot(*f32(l, r), s)  # noqa: E731
+    out = jax.jit(ours)(lhs, rhs, sizes)  # (concrete sizes raise: test_bad_input_names_the_shapes)
+    assert rel(out, theirs(lhs, rhs, lax_sizes)) < 1e-2
+    if case == "overlap":  # (lax's own result differs: rows in two groups)
+        assert rel(theirs(lhs, rhs, sizes), theirs(lhs, rhs, lax_sizes)) > 0.1
+    grads = jax.jit(jax.grad(loss(ours), argnums=(0, 1)))(lhs, rhs, sizes)
+    ref = jax.grad(loss(theirs), argnums=(0, 1))(*f32(lhs, rhs), lax_sizes)
+    for got, want in zip(grads, ref):
+        assert rel(got, want) < 1e-2
+    glu = jax.jit(lambda l, r, s: jaxgemm.ragged_glu(l, r, r[::-1], s, preferred_element_type=jnp.float32))
+    want = jax.nn.silu(theirs(lhs, rhs, lax_sizes)) * theirs(lhs, rhs[::-1], lax_sizes)
+    assert rel(glu(lhs, rhs, sizes), want) < 1e-2
+
+
 def test_bad_input_names_the_shapes():
     lhs, rhs, bias = inputs(6)
     sizes = jnp.array(PATTERNS["balanced"], jnp.int32)

@@ -58,6 +58,16 @@ fused = lambda l, r, b: jaxgemm.ragged_dot(l, r, jnp.array([192, 0, 5], jnp.int3
                                            residual=res).astype(jnp.float32).sum()
 jax.block_until_ready(jax.jit(fused)(lhs, rhs, bias))
 jax.block_until_ready(jax.grad(fused, argnums=(0, 1, 2))(lhs, rhs, bias))
+# Sizes that break the contract (negative, summing past m): traced through the API, which
+# clips them (ragged.group_sizes_for), and bound raw to the primitives, whose kernels clip
+# them again: both must stay inside the operands.
+from jaxgemm.ragged import ragged_dot_op, ragged_wgrad_op
+raw = jax.jit(lambda l, r, s: ragged_dot_op.bind(l, r, s, out_dtype=l.dtype, precision=None)[0])
+raw_wgrad = jax.jit(lambda l, s: ragged_wgrad_op.bind(l, l, s, out_dtype=l.dtype, groups=3, precision=None)[0])
+api = jax.jit(jax.grad(lambda l, r, s: jaxgemm.ragged_dot(l, r, s).astype(jnp.float32).sum(), argnums=(0, 1)))
+for bad in ([-70, 300, 100], [200, -200, 200], [150, 150, 150], [-2**31 + 1, 2**31 - 1, 100]):
+    s = jnp.array(bad, jnp.int32)
+    jax.block_until_ready((api(lhs, rhs, s), raw(lhs, rhs, s), raw_wgrad(lhs, s)))
 print("sanitize cases done")
 PY
 for tool in memcheck racecheck; do
