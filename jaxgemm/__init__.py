@@ -1,5 +1,27 @@
 """jaxgemm: fused, differentiable CUDA GEMM kernels for JAX, through the XLA FFI."""
 
+import importlib as _importlib
+import os as _os
+
+
+def _missing_extension(error: ImportError) -> ImportError:
+    """An ImportError that says why the compiled module did not load and what to do."""
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    if _os.path.exists(_os.path.join(here, _os.pardir, "pyproject.toml")):
+        return ImportError(
+            f"jaxgemm was imported from its source folder ({here}), which holds no compiled module: "
+            "Python looks in the current directory first. Run from another directory, or with `python -P`; "
+            "install with `pip install .` (add `-C cmake.define.JAXGEMM_CUDA=OFF` for a CPU-only build in a "
+            f"minute or two). The import error: {error}")  # fmt: skip
+    return ImportError(f"jaxgemm's compiled module failed to load ({error}); reinstall it with `pip install .` "
+                       "from the source checkout")  # fmt: skip
+
+
+try:
+    from jaxgemm import _jaxgemm  # noqa: F401  (the nanobind module with the FFI handlers)
+except ImportError as _error:
+    raise _missing_extension(_error) from None
+
 from jaxgemm import fp8
 from jaxgemm._ffi import WITH_CUDA
 from jaxgemm.activations import NAMES as ACTIVATIONS
@@ -29,3 +51,16 @@ __all__ = [
     "scaled_matmul",
 ]
 __version__ = "0.1.0"
+
+# Submodules loaded on first use, so that `import jaxgemm` does not import Flax.
+_LAZY_SUBMODULES = ("flax",)
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        return _importlib.import_module(f"jaxgemm.{name}")
+    raise AttributeError(f"module 'jaxgemm' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_LAZY_SUBMODULES])

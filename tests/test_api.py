@@ -2,6 +2,10 @@
 dtype promotion with the epilogue operands."""
 
 import functools
+import glob
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -47,3 +51,24 @@ def test_result_dtype_promotes_like_jnp():
     for bias in (jnp.ones((6,), jnp.float32), jnp.ones((6,), jnp.bfloat16)):
         assert jaxgemm.dense(x, w, bias).dtype == (x @ w + bias).dtype
         assert jaxgemm.conv2d(x.reshape(1, 2, 2, 8), w.reshape(1, 1, 8, 6), bias=bias).dtype == (x @ w + bias).dtype
+
+
+def test_submodules_load_on_first_use():
+    """`jaxgemm.flax.Linear` after a bare `import jaxgemm`, as the README writes it, without
+    `import jaxgemm` importing Flax."""
+    code = ("import sys, jaxgemm; assert 'flax' not in sys.modules; "
+            "assert jaxgemm.flax.Linear.__module__ == 'jaxgemm.flax'; print('ok')")  # fmt: skip
+    here = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, cwd=here)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    with pytest.raises(AttributeError, match="no attribute 'flaxx'"):
+        jaxgemm.flaxx
+
+
+def test_import_from_the_source_folder_says_what_to_do():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if glob.glob(os.path.join(root, "jaxgemm", "_jaxgemm*")):
+        pytest.skip("the source folder holds a compiled module (an in-place build)")
+    done = subprocess.run([sys.executable, "-c", "import jaxgemm"], capture_output=True, text=True, cwd=root)
+    assert done.returncode != 0
+    assert "imported from its source folder" in done.stderr and "Run from another directory" in done.stderr
