@@ -66,7 +66,7 @@ def _simt_suite() -> list[Case]:
 
 
 def _tensor_core_suite() -> list[Case]:
-    """The tensor-core targets of issue 4 (bf16 and f16)."""
+    """The tensor-core targets (bf16 and f16 large products), their layouts, tf32 and few rows."""
     shapes = {
         "8192^3": (8192, 8192, 8192),
         "4096x8192x4096": (4096, 8192, 4096),

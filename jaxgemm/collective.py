@@ -18,9 +18,9 @@ collective. Here each is a ring of n steps over the mesh axis (n devices):
 The products are `jaxgemm.matmul` calls traced under `gemm.sms_left_free`: with
 JAXGEMM_RING_SM_MARGIN set their persistent grids leave that many multiprocessors to
 NCCL's transfer kernels (default 0: on 2 H200s a margin cost the products more than the
-overlap won; NOTES.md). Autodiff goes through the rings: the gradient of a ring is the
-reverse ring (`ppermute`'s transpose), so the backward pass overlaps its collectives the
-same way.
+overlap won; NOTES.md, "Open: the sequence-parallel rings lose to XLA's collectives").
+Autodiff goes through the rings: the gradient of a ring is the reverse ring (`ppermute`'s
+transpose), so the backward pass overlaps its collectives the same way.
 """
 
 from __future__ import annotations

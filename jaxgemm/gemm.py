@@ -225,9 +225,9 @@ def _tf32_operands(a, b, config: GemmConfig, plain: bool = False):
 
 
 # SIMT float32: the kernel copies M- or N-contiguous operand tiles with 16-byte cp.async and
-# transposes K-contiguous ones in 4-byte pieces; the latter run 10-18% slower (NOTES.md,
-# SIMT). Storing such an operand the other way costs one XLA transpose, 8 bytes per element
-# (~60 / N of the GEMM's time for A, ~60 / M for B); it pays from 2048 columns / rows on.
+# transposes K-contiguous ones in 4-byte pieces; the latter run 10-18% slower. Storing such
+# an operand the other way costs one XLA transpose, 8 bytes per element (~60 / N of the
+# GEMM's time for A, ~60 / M for B); it pays from 2048 columns / rows on.
 _SIMT_TRANSPOSE_MIN_EXTENT = 2048
 
 
@@ -318,10 +318,11 @@ def collective_sm_margin() -> int:
     devices (JAXGEMM_SM_MARGIN, default 24). With data parallelism each layer's weight
     gradient runs beside the all-reduce of the previous one's, and NCCL's kernel cannot
     start while a persistent grid holds every SM: without a margin the two run one after
-    the other (tools/step_timeline.py; NOTES.md). 24 of the H200's 132 SMs is NCCL's bf16
-    all-reduce grid on 2 GPUs, and leaves 54 two-block clusters: an 8192^2 weight gradient's
-    1024 cluster tiles in 19 full waves (32 SMs: 21 waves). Other GEMMs keep every SM: the
-    sum of their partial products is what the next op waits for."""
+    the other (tools/step_timeline.py; NOTES.md, "Open: the data-parallel step's scaling").
+    24 of the H200's 132 SMs is NCCL's bf16 all-reduce grid on 2 GPUs, and leaves 54
+    two-block clusters: an 8192^2 weight gradient's 1024 cluster tiles in 19 full waves
+    (32 SMs: 21 waves). Other GEMMs keep every SM: the sum of their partial products is
+    what the next op waits for."""
     return _env_margin("JAXGEMM_SM_MARGIN", 24)
 
 
@@ -329,7 +330,8 @@ def ring_sm_margin() -> int:
     """Multiprocessors left free by the GEMMs of collective.py's rings (JAXGEMM_RING_SM_MARGIN,
     default 0). A margin lets NCCL's transfer start beside a product, but every product pays
     for the SMs it gives up: on 2 H200s the sequence-parallel block took 20.0 ms with none,
-    22.1 with 24 and 23.2 with 32 (NOTES.md)."""
+    22.1 with 24 and 23.2 with 32 (NOTES.md, "Open: the sequence-parallel rings lose to XLA's
+    collectives")."""
     return _env_margin("JAXGEMM_RING_SM_MARGIN", 0)
 
 

@@ -1,8 +1,9 @@
-// Which register budget ptxas compiles a warp-specialized consumer for (NOTES.md, sm90,
-// session 10). A producer warpgroup lowers its registers and kThreads / 128 - 1 consumer
-// warpgroups raise theirs with setmaxnreg, then multiply into 64 x 256 fp32 accumulators
-// per thread, either with one m64n256k16 wgmma (128 accumulator operands in one
-// instruction) or with two m64n128k16 (64 each). Compile only, no GPU needed:
+// Which register budget ptxas compiles a warp-specialized consumer for (docs/kernels.md,
+// section 5.1; ffi_src/gemm/NOTES.md, "ptxas lessons"). A producer warpgroup lowers its
+// registers and kThreads / 128 - 1 consumer warpgroups raise theirs with setmaxnreg, then
+// multiply into 64 x 256 fp32 accumulators per thread, either with one m64n256k16 wgmma
+// (128 accumulator operands in one instruction) or with two m64n128k16 (64 each). Compile
+// only, no GPU needed:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Iffi_src -DJG_SM90_ENABLED \
 //        -Xptxas -v -c tools/register_budget_probe.cu -o /tmp/probe.o [-DONE_WIDE_WGMMA]
 //   cuobjdump -sass /tmp/probe.o | grep -o '\bR[0-9]*' | sort -uV | tail -1   # highest register

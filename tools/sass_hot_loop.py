@@ -10,9 +10,10 @@ with the densest FFMAs (at least 256). Printed per loop:
   accumulators costs registers, and it then sinks the fragment loads);
 - how many instructions lie between each LDS and the first use of what it loaded;
 - register-bank conflicts under the model that fits our kernels and cuBLAS's SGEMM on the
-  H200 (NOTES.md, session 40): two banks (even / odd register number), one read per bank
-  per cycle, and an operand reuse cache of one register per operand slot and bank, filled
-  by `.reuse` and consumed by the next read of that register in that slot.
+  H200 (ffi_src/gemm/simt_outer_product.cuh; docs/kernels.md, section 4): two banks (even /
+  odd register number), one read per bank per cycle, and an operand reuse cache of one
+  register per operand slot and bank, filled by `.reuse` and consumed by the next read of
+  that register in that slot.
 """
 import argparse
 import collections

@@ -53,7 +53,8 @@ __device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
 // compiles to a sleep that the barrier's completion ends (NANOSLEEP.SYNCS), so the waiting
 // warps leave the issue slots to the working warps on the same schedulers. The former
 // test_wait + __nanosleep(128) loop hardly slept: in the pingpong schedule its polls were
-// 38% of the kernel's executed instructions, now 15% (NOTES.md, session 17).
+// 38% of the kernel's executed instructions, with the hint 15% (a 0.7-1.5% gain;
+// ffi_src/gemm/NOTES.md, "The pingpong schedule").
 __device__ __forceinline__ void MbarrierWaitLong(uint64_t* bar, uint32_t parity) {
   constexpr uint32_t kSuspendNs = 1000000;  // an upper bound; the wait ends with the phase
   asm volatile(

@@ -47,8 +47,8 @@ struct SimtCandidate {
 constexpr SimtCandidate kSimtCandidates[] = {
     {{128, 128}, 8, 2, 1.0}, {{128, 64}, 4, 4, 0.94}, {{64, 64}, 2, 8, 0.9}};
 // Tiles that run only when asked for (GemmConfig.tile): the 256 x 128 float32 tile ran
-// 0.88x of XLA against 128 x 128's 0.96x (NOTES.md, session 12), so the heuristic does not
-// pick it.
+// 0.88x of XLA against 128 x 128's 0.96x (ffi_src/gemm/NOTES.md, rejected ideas, "SIMT"),
+// so the heuristic does not pick it.
 constexpr SimtChoice kSimtForcedOnlyTiles[] = {{256, 128}};
 
 namespace {
@@ -66,7 +66,7 @@ double SimtCost(const GemmProblem& p, int sm_count, const SimtCandidate& c, int6
   const double per_sm = std::ceil(blocks / sm_count);
   const double active = std::min<double>(per_sm, c.resident);
   // Fewer resident warps slow an SM sublinearly (each warp has ILP of its own): sqrt fits
-  // the measured 128x128 vs 128x64 vs 64x64 times at M=128, N=K=8192 (NOTES.md).
+  // the measured 128x128 vs 128x64 vs 64x64 times at M=128, N=K=8192.
   const double rate = c.efficiency * std::sqrt(std::min(1.0, active * c.warps / 16.0));
   GemmProblem chunked = p;
   chunked.split_k = split_k;
@@ -286,8 +286,8 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
       }
       break;
   }
-  // The decode kernel runs only when asked for: so far it is slower than the sm90 kernel's
-  // few-row schedules (NOTES.md, session 31).
+  // The decode kernel runs only when asked for: it is slower than the sm90 kernel's
+  // few-row schedules (docs/kernels.md, section 5.7).
   if (request.family == F::kDecode) {
     if (!KernelElementPair(p.in_type, p.out_type)) {
       *unsupported = "the decode kernel writes the input dtype or float32";

@@ -2,7 +2,7 @@
 // register file's banks do not serialize operand reads.
 //
 // A model inferred from the SASS of our kernels and cuBLAS's SGEMM, not documented by
-// NVIDIA (NOTES.md, "Session 40"; tools/sass_hot_loop.py counts conflicts with it): an
+// NVIDIA (tools/sass_hot_loop.py counts conflicts with it; docs/kernels.md, section 4): an
 // FFMA's three sources are read from two banks (even / odd register numbers), one read per
 // bank per cycle, unless a source comes from the operand reuse cache, which keeps one
 // register per operand slot and bank when the instruction before marked it `.reuse`.

@@ -28,7 +28,8 @@ struct SimtPolicy {
                 "the tile must hold whole 4x8-thread warps");
 };
 
-// Measured on an H200 (tools/simt_variants.cu, NOTES.md): for float32 the 128x128 tile
+// Measured on an H200 (tools/simt_variants.cu; the other stage counts and BKs tried are in
+// ffi_src/gemm/NOTES.md, rejected ideas, "SIMT"): for float32 the 128x128 tile
 // is fastest with BK = 16 and a 3-stage cp.async ring; the smaller tiles and 16-bit
 // inputs are fastest with the register-prefetch mainloop and BK = 8.
 using SimtPolicy128x128F32 = SimtPolicy<128, 128, 16, 0, 3>;

@@ -15,25 +15,24 @@ namespace {
 
 
 // The sm90 schedules, by the output area one block (cluster) covers, with their measured
-// relative speeds (NOTES.md: sm90 v4 for the three large tiles; 128 x 64, made for GEMMs
-// with few rows, runs ~0.6x as fast as the others on large problems). 64 x 128 (one
-// consumer, 8 stages) keeps more of B in flight, but in single waves that fill the SMs
-// (96-256 rows, N = 4096 / 8192, K = 4096-14336) it ran 0.85-0.99x as fast as 128 x 64 (two
-// consumers) over the same items, so the 64-row tile is now the choice only where it
-// makes fewer waves (777 x 1234 x 4321; session 27; in session 12 it was 6% faster at
-// M = 128, N = K = 8192, equal now). (In half-filled waves it was ~10% faster, but splits
-// that fill the SMs beat both.) On large problems its speed is a guess below 128 x 64's
+// relative speeds (128 x 64, made for GEMMs with few rows, runs ~0.6x as fast as the others
+// on large problems). 64 x 128 (one consumer, 8 stages) keeps more of B in flight, but in
+// single waves that fill the SMs (96-256 rows, N = 4096 / 8192, K = 4096-14336) it ran
+// 0.85-0.99x as fast as 128 x 64 (two consumers) over the same items, so the 64-row tile is
+// the choice only where it makes fewer waves (777 x 1234 x 4321; at M = 128, N = K = 8192
+// the two run equal). (In half-filled waves it was ~10% faster, but splits that fill the
+// SMs beat both.) On large problems its speed is a guess below 128 x 64's
 // (a third of the reuse per loaded byte).
 // 128 x 128 (pingpong): 0.84-0.85 of 128 x 256's speed over several waves and 0.945 in
-// one wave of equal items (session 24: 3072x5120x7168, 512x14336x4096, 1024^2 x 32768).
+// one wave of equal items (3072x5120x7168, 512x14336x4096, 1024^2 x 32768).
 // Its block holds two tiles at once, one per consumer, so up to two waves of them are its
 // single wave; and the cooperative tiles pay an exposed epilogue per item
 // (kCooperativeEpilogueK), which the pingpong hides under the other consumer's mainloop.
 // With that term its multi-wave speed is 0.89: fitted with the two figures to a sweep of
-// 20 shapes (2048^2 x 512 ... 8192^3, and session 24's two) where 128 x 128 beat the
-// cooperative tiles by 1-9% at K <= 4096 in few waves and lost 5% at K = 8192 (session 28).
-// tf32 keeps the figures from before sessions 27 and 28 (64 x 128 at 1.05, 128 x 128 at
-// 0.84, no epilogue term): the measurements that moved them were bf16 only.
+// 20 shapes (2048^2 x 512 ... 8192^3, and two of the shapes above) where 128 x 128 beat the
+// cooperative tiles by 1-9% at K <= 4096 in few waves and lost 5% at K = 8192.
+// tf32 keeps its older figures (64 x 128 at 1.05, 128 x 128 at 0.84, no epilogue term): the
+// sweeps that moved the 16-bit ones were bf16 only.
 struct Sm90Candidate {
   Sm90Tile tile;
   double speed, single_wave_speed, tf32_speed, tf32_single_wave_speed;
@@ -60,7 +59,7 @@ static_assert(CandidatesAreSchedules(), "kSm90Candidates and kSm90Schedules (sm9
 // The pingpong schedules read MN-major operands more slowly; the cooperative tiles' times
 // do not depend on the layout (within 1%). Against the layout of the fit above (K-major A,
 // MN-major B: NN), over six shapes (2048^3, 3072 x 2048 x 2048, 1536 x 2816 x 2048,
-// 4096^2 x 1024, 2048^2 x 1024, 8192^2 x 512; session 29) the pingpong 128 x 128 took
+// 4096^2 x 1024, 2048^2 x 1024, 8192^2 x 512) the pingpong 128 x 128 took
 // 1.115x as long with both operands MN-major (A stored (k, m), B (k, n)), 1.04x with A
 // MN-major and B K-major, and 0.99x with both K-major (taken as 1). Its speed is divided
 // by those, and 128 x 64's (the same schedule, unmeasured) too. (tf32 pingpong operands
@@ -77,35 +76,36 @@ constexpr double kPingpongManyWaveSpeed = 0.84;
 // The exposed epilogue of a cooperative 128 x 256 item (both consumers finish together and
 // write their boxes before the next item's mainloop), as K units of its mainloop, by the
 // fit above (16-bit inputs): 256 in a single wave, with the start and the last drain. Over
-// many waves only part of it recurs per wave: 128 per wave plus 128 once fits the session-32
-// sweep (35 NN shapes, K = 512-8192: with 256 per wave 8192 x 4096 x 1024, 8192^2 x 1024,
-// 6144^2 x 1024 and 6144 x 4096 x 1024 stayed on the pingpong, 2.5-4.5% slower than the
-// clusters; ~0.7 us per tile, as the timeline shows, is ~70 K units). The price: around 4
+// many waves only part of it recurs per wave: 128 per wave plus 128 once fits the sweep in
+// ffi_src/gemm/NOTES.md's reference data (35 NN shapes, K = 512-8192: with 256 per wave
+// 8192 x 4096 x 1024, 8192^2 x 1024, 6144^2 x 1024 and 6144 x 4096 x 1024 stayed on the
+// pingpong, 2.5-4.5% slower than the clusters; ~0.7 us per tile, as the timeline shows, is
+// ~70 K units). The price: around 4
 // waves of pingpong tiles at K = 2048 the clusters now win the model by a hair and ran 1-2%
 // slower (4096 x 2048, 2048 x 4096, 512 x 16384 x 2048).
 constexpr double kCooperativeEpilogueK = 128;
 constexpr double kCooperativeTailK = 128;
 // At K <= 256 an item is a few k-tiles and then its boxes, so over many waves both schedules
 // are bound by writing the output, and the cooperative tiles ran 0-10% faster (8192^2 x 64
-// and x 256, session 28; 8192 x 4096 x 256 0.795 against the pingpong's 0.751, 8192^2 x 256
-// 0.830 against 0.767, session 37): no epilogue term there. Within two waves of their items
+// and x 256; 8192 x 4096 x 256 0.795 against the pingpong's 0.751, 8192^2 x 256 0.830
+// against 0.767): no epilogue term there. Within two waves of their items
 // the pingpong's hidden epilogue won instead, by 10-18% (H200, bf16, x XLA, 128 x 256 or
-// 256 x 256 -> 128 x 128; session 37): 1024 x 4096 x 256 0.722 -> 0.852, 2048^2 x 256
+// 256 x 256 -> 128 x 128): 1024 x 4096 x 256 0.722 -> 0.852, 2048^2 x 256
 // 0.738 -> 0.866, 512 x 8192 x 256 0.721 -> 0.844, 8192 x 512 x 256 0.743 -> 0.866,
 // 256 x 16384 x 256 0.789 -> 0.920, 256 x 12288 x 64 0.640 -> 0.748, 2048 x 4096 x 256
 // 0.878 -> 0.972, 2048^2 x 192 0.720 -> 0.858, and batched 64 x 256^3 0.835 -> 0.937,
 // 16 x 512^2 x 256 0.787 -> 0.913, 8 x 1024^2 x 256 1.012 -> 1.109. At about four waves
 // they tied (4096^2 x 256 0.770 against 0.777, 2048 x 8192 x 256, 16384 x 1024 x 256), so
-// the term applies up to two. The 192-row tile keeps its session-36 picks (none at K <= 256
-// measured slower than the pingpong: 768 x 12288 x 256 1.028 against 0.936).
+// the term applies up to two. The 192-row tile keeps the picks of its own fit (kTallRows;
+// none at K <= 256 measured slower than the pingpong: 768 x 12288 x 256 1.028 against 0.936).
 constexpr double kShallowExposedMaxWaves = 2;
 
 // float32 products of 16-bit inputs (an unsplit GEMM's: a split's partials are costed by
-// kSplitPartialCost) write twice the bytes at the same per-SM pace of TMA stores (session
-// 23: ~4.3 us per 128 x 256 float tile against ~1.6 us for bf16), so the cooperative tiles'
+// kSplitPartialCost) write twice the bytes at the same per-SM pace of TMA stores (~4.3 us
+// per 128 x 256 float tile against ~1.6 us for bf16), so the cooperative tiles'
 // exposed epilogue per wave grows, at any K, while the pingpong still writes one consumer's
 // tile under the other's mainloop. 192 per wave (and the 16-bit tail once) fits a sweep of
-// 44 shapes (H200, bf16 inputs, float32 outputs, session 36): 256 put the pingpong on
+// 44 shapes (H200, bf16 inputs, float32 outputs): 256 put the pingpong on
 // products of K = 8192 where it ran 5-6% behind 128 x 256, 384 also on the large squares at
 // K = 2048-4096 (4% behind). Measured, x XLA, the old pick -> the new: 8192^2 x 64
 // 0.900 -> 0.915, 4096^2 x 256 0.795 -> 0.847, 256 x 12288 x 256 0.886 -> 0.975,
@@ -121,20 +121,20 @@ bool FloatOutput(const GemmProblem& p) {
 // 128 rows). With more rows a single wave is bound by the tensor cores, which one consumer
 // warpgroup (64 x 128) or a 64-column tile keeps less busy: both then ran at ~0.62 of
 // those speeds (1024 x 1024 x 32768, unsplit: 64 x 128 483 and 128 x 64 463 TFLOP/s against
-// 734 for 128 x 256 split 4; session 24). Already at 192 and 256 rows with N = 4096,
+// 734 for 128 x 256 split 4). Already at 192 and 256 rows with N = 4096,
 // 128 x 128 split 2 ran 1.05-1.38x as fast as the 64 x 128 the old 256-row bound left
-// (256 x 4096 x 14336: 656 against 474 TFLOP/s; session 27).
+// (256 x 4096 x 14336: 656 against 474 TFLOP/s).
 constexpr int64_t kStreamingRows = 128;
 constexpr double kNarrowComputeBound = 0.62;
-constexpr int64_t kTf32StreamingRows = 256;  // tf32's bound from before session 27 (unmeasured since)
+constexpr int64_t kTf32StreamingRows = 256;  // tf32's older bound (not re-measured)
 
 // One consumer warpgroup (64-row tiles) or 64-column tiles: made for products with few rows.
 constexpr bool IsNarrow(Sm90Tile t) { return t.m == 64 || t.n == 64; }
 
 // 192 x 128 (three consumers; GEMMs with 16-bit inputs only) is for 129-192 rows and twice
 // that: 128-row tiles cover 129-192 rows with two row blocks, the second at most half full,
-// so that the full ones bound the time, and every B tile is read by two blocks (NOTES.md,
-// session 33). Measured (H200, bf16, x XLA, the old pick -> 192 x 128 at the heuristic's
+// so that the full ones bound the time, and every B tile is read by two blocks. Measured
+// (H200, bf16, x XLA, the old pick -> 192 x 128 at the heuristic's
 // split): 192 x 6144 x 14336 0.509 -> 0.826, 192 x 14336 x 4096 0.556 -> 0.894,
 // 192 x 8192^2 0.747 -> 0.991, 160 x 8192^2 0.481 -> 0.796, 192 x 4096 x 14336 0.634 -> 0.846,
 // 384 x 8192^2 0.827 -> 0.960. It lost at 256 rows (two row blocks, one a third full: 0.42
@@ -147,7 +147,7 @@ constexpr bool IsNarrow(Sm90Tile t) { return t.m == 64 || t.n == 64; }
 // (384 x 16384 x 1024: 0.917 against 0.956), hence a lower speed beyond one wave.
 // Beyond 384 rows (unsplit; rows padded to 192 by at most 1/8) it is for waves it fills
 // better: 768 x 4096 x 8192 makes 96 items of 128 x 256 (0.73 of a wave), 384 of 128 x 128,
-// 128 of 192 x 128. Measured (H200, bf16, x XLA, the old pick -> 192 x 128; session 36):
+// 128 of 192 x 128. Measured (H200, bf16, x XLA, the old pick -> 192 x 128):
 // 768 x 4096 x 8192 0.826 -> 0.975, 3072 x 1024 x 8192 0.819 -> 0.970, 768 x 4096 x 14336
 // 0.883 -> 0.984 (128 x 128 split 2), 768 x 4096 x 2048 / 4096 0.807 / 0.764 -> 0.995 / 0.951,
 // 768 x 1536 x 14336 0.733 -> 0.885, 3072 x 384 x 14336 0.708 -> 0.847, 12288 x 192 x 4096
@@ -155,8 +155,8 @@ constexpr bool IsNarrow(Sm90Tile t) { return t.m == 64 || t.n == 64; }
 // 0.709 -> 0.837. There its epilogue counts as the cooperative tiles' beyond one wave. With A
 // stored (k, m) it ran ~6% slower than A stored (m, k) (768 x 4096 x 8192 0.919 against
 // 0.975, 1536 x 2048 x 14336 0.915 against 0.972), and lost 6144 x 384 x 8192 to the
-// pingpong's shared wave (0.805 against 0.851), hence kTallMnMajorASpeed. The session-33
-// picks at 129-384 rows stand as they were fitted (the figures above are not applied there).
+// pingpong's shared wave (0.805 against 0.851), hence kTallMnMajorASpeed. The picks at
+// 129-384 rows stand as the first figures fitted them (those above are not applied there).
 constexpr int64_t kTallRows = 192, kTallTileMaxRows = 384;
 constexpr double kTallManyWaveSpeed = 0.85;
 constexpr double kTallMnMajorASpeed = 0.94;
@@ -173,8 +173,8 @@ bool TallTileFits(const GemmProblem& p) {
 
 // Shallow products (K <= 128, 16-bit inputs) are bound by writing the output: an item is
 // one or two k-tiles, then its boxes. There 192 x 128 ran fastest over a wave or more of its
-// items, against every other schedule (H200, bf16, x XLA, the old pick -> 192 x 128; session
-// 35): 8192^2 x 32 0.822 -> 0.990, 8192^2 x 64 0.797 -> 0.974, 16384 x 4096 x 64
+// items, against every other schedule (H200, bf16, x XLA, the old pick -> 192 x 128):
+// 8192^2 x 32 0.822 -> 0.990, 8192^2 x 64 0.797 -> 0.974, 16384 x 4096 x 64
 // 0.798 -> 0.965, 4096^2 x 64 0.735 -> 0.806, 8192^2 x 128 0.794 -> 0.839, and batched
 // attention-like products (q k^T, B stored (n, k)): 32 x 2048^2 x 64 0.863 -> 0.939,
 // 64 x 1024^2 x 64 0.814 -> 0.950, 128 x 512^2 x 64 0.814 -> 0.901, 16 x 2048^2 x 128
@@ -187,7 +187,7 @@ bool TallTileFits(const GemmProblem& p) {
 // With float32 outputs (16-bit inputs) the pingpong 128 x 128 ran faster (8192^2 x 64 0.916
 // against 0.902, 8 x 4096^2 x 128 0.933 against 0.866, 1024 x 8192 x 64 1.031 against 1.005),
 // so those products are left to the wave model (kCooperativeFloatEpilogueK) beyond 384 rows;
-// at 384 rows 192 x 128 still won (384 x 12288 x 64: 0.809 against 0.737; session 36).
+// at 384 rows 192 x 128 still won (384 x 12288 x 64: 0.809 against 0.737).
 // (A likely reason, not yet tested on its own: each of its consumers' 64 x 128 block fills
 // exactly its two output boxes, so no box waits for an earlier store within an item, while
 // 128 x 256's consumers write four boxes through two slots.)
@@ -203,7 +203,7 @@ bool ShallowTallFits(const GemmProblem& p, int sm_count) {
 // (m, k), GEMMs only) is for 257-320 rows, which 128-row tiles cover with three row blocks
 // (the last at most half full) and 192-row ones with two (the last at most two thirds):
 // its two column blocks of D^T hold 320 rows. Measured (H200, bf16, forced against the
-// heuristic's old pick, x XLA; session 34): 288 x 8192^2 0.476 -> 0.855, 320 x 8192^2
+// heuristic's old pick, x XLA): 288 x 8192^2 0.476 -> 0.855, 320 x 8192^2
 // 0.679 -> 0.903, 272 x 8192^2 0.472 -> 0.762, 257 x 8192^2 0.398 -> 0.585,
 // 320 x 6144 x 4096 0.664 -> 0.860, 300 x 14336 x 4096 0.634 -> 0.779, 320 x 8192 x 2048
 // 0.594 -> 0.776, split 2 at 288 x 4096 x 14336 0.580 -> 0.833; lost at 288 x 4096^2 (0.797
@@ -249,18 +249,18 @@ bool Sm90Considered(const Sm90Candidate& c, const GemmProblem& p, int sm_count, 
 // epilogue. The rule: the widest tile whose column tiles alone give work to >= 3/4 of the
 // SMs, unsplit (64 x 128 or 128 x 256); otherwise 64 x 64 tiles, split until they do (chunks
 // of >= 512), but never past one wave: where the next doubling overshot (1.2-1.5 waves),
-// the smaller split ran 3-9% faster (16 x 3072 / 2560 x 4096 / 8192, 16 x 1536 x 4096;
-// session 32). The 64-row tiles (one consumer) keep more of B in flight than 128-row ones
+// the smaller split ran 3-9% faster (16 x 3072 / 2560 x 4096 / 8192, 16 x 1536 x 4096).
+// The 64-row tiles (one consumer) keep more of B in flight than 128-row ones
 // (12 stages of 64 x 64, 8 of 64 x 128). Measured (H200, bf16, us, XLA in the same
 // process): M = 16, N = K = 8192: 64 x 64 unsplit 35.1, 64 x 128 34.8, 128 x 64 35.2 (XLA
 // 35.0); M = 16 / 64, N = K = 4096: 64 x 64 split 2 12.2 / 12.4, 128 x 64 split 2 14.0 /
 // 14.2 (XLA 7.7 / 13.3); M = 16 / 64, N = 14336, K = 4096: 128 x 128 unsplit 31.2 / 31.5
-// (128 x 64 unsplit 32.5 / 35.7; XLA 31.2 / 34.4; session 7).
+// (128 x 64 unsplit 32.5 / 35.7; XLA 31.2 / 34.4).
 // Where the split's chunks are deep enough for stream-K's single shared wave
 // (PlanSm90StreamK), each 64 x 64 tile can instead be shared by as many workers as the split
 // has slabs, on a grid of tiles x share blocks: the heads add their partners' partial tiles
 // in the kernel, and XLA's sum over the fp32 partials (a second kernel) goes. Measured
-// (H200, bf16, us, XLA in the same process; session 32), split 2 -> shared by 2:
+// (H200, bf16, us, XLA in the same process), split 2 -> shared by 2:
 // N = K = 4096, M = 1 / 16 / 32 / 64: 10.9 / 11.2 / 11.4 / 11.7 -> 10.3 / 10.4 / 10.5 / 10.5
 // (XLA 7.7 / 8.0 / 8.9 / 13.2); M = 16, N = 4096, K = 8192 / 11008 / 14336: 20.8 / 25.8 /
 // 32.4 -> 20.8 / 26.1 / 32.4; split 4 -> shared by 4, 16 x 2048 x 8192: 11.3 -> 11.5. So the
@@ -305,11 +305,11 @@ FewRowsChoice FewRowsSm90(const GemmProblem& p, int sm_count) {
 // whose partials take about as long as the product).
 constexpr double kSplitPartialCost = 8.8;
 
-// Stream-K's cost beyond the average work per SM, from forced schedules (H200, bf16,
-// session 30: 1536^2 x 14336 / 4096, 384 x 6144 x 8192, 640 x 2560 x 16384, 768 x 4096 x 14336,
+// Stream-K's cost beyond the average work per SM, from forced schedules (H200, bf16:
+// 1536^2 x 14336 / 4096, 384 x 6144 x 8192, 640 x 2560 x 16384, 768 x 4096 x 14336,
 // 1024 x 2048 x 16384, 1024 x 3072 x 4096, 2048 x 1536 x 8192):
 // - a last wave shared out over several (cooperative tiles): 0.1 item per SM (the ~1.5 items
-//   each SM shares out ran ~6% slower than whole ones; 8192^3, NOTES.md);
+//   each SM shares out ran ~6% slower than whole ones; 8192^3);
 // - the pingpong's: 0.2 item (0.17-0.38 over three shapes with 1.09 items per block, the
 //   fill it is planned for; 0.30-0.41 with 1.45);
 // - a single wave shared out (fewer items than workers): the work runs 1.11x as long, and
@@ -321,8 +321,8 @@ constexpr double kSplitPartialCost = 8.8;
 //   4096: 0.80-0.83 against 0.95-0.96 x XLA; whole waves 0.76), 6% at K = 8192
 //   (1024 x 6144 x 8192: 0.916 against 0.973) and even at 2816 x 2304 x 8192 (1.5 waves, a
 //   full grid of pingpong tiles); as one more item there they cost ~0.45 (K = 4096) and
-//   ~0.3 waves (K = 8192), not 0.1 (session 36). At 8192^3 (fill 0.5) they stay the pick,
-//   as measured (shared and whole waves within 1%, session 23).
+//   ~0.3 waves (K = 8192), not 0.1. At 8192^3 (fill 0.5) they stay the pick, as measured
+//   (shared and whole waves within 1%).
 constexpr double kStreamKExtraWaves = 0.1;
 constexpr double kPingpongStreamKExtraWaves = 0.2;
 constexpr double kStreamKFillWaves = 0.5;
@@ -341,10 +341,11 @@ constexpr double kSharedWavePartialK = 280;
 // grid.
 // tf32 runs at half the rate per loaded byte, so the clusters' L2 saving buys it nothing:
 // over whole waves the 2-block clusters ran ~0.5% slower than single blocks at 8192^3, and
-// less steadily, and 1.2% slower at 4096^3 (H200, NOTES.md session 23); they stay tf32's
+// less steadily, and 1.2% slower at 4096^3 (H200); they stay tf32's
 // choice where a stream-K phase pays (Sm90StreamKMaxFillPercent).
-// `gemm`: a GEMM's schedule (convolutions keep the figures from before session 36: their
-// stream-K and float32 outputs were not measured with the terms fitted since).
+// `gemm`: a GEMM's schedule. Convolutions (false) get none of the terms fitted to GEMMs
+// only (kStreamKFillWaves, kCooperativeFloatEpilogueK, the shallow few-wave exception):
+// their stream-K and float32 outputs were not measured with them.
 double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool gemm) {
   const double slabs = double(p.batch.count) * double(p.split_k);
   const double items = std::ceil(double(p.m) / c.tile.m) * std::ceil(double(p.n) / c.tile.n) * slabs;
@@ -371,16 +372,16 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool
   // blocks, the faster each (a partly idle grid runs at a higher clock). Against 128 x 256
   // tiles per multiply-add: 0.96 with 128 of 132 blocks busy, 1.04 with 100, 1.07 with 96,
   // 1.10 with 72 and 80 (1024 x 2048 x 16384, 640 x 2560 x 16384, 3072 x 512 x 14336,
-  // 1024 x 1536 x 14336, 1536 x 768 x 8192, 2048 x 640 x 14336; session 30): a line in the
-  // fill, up to 1.10. Measured at K >= 8192 only, where it decides between these tiles and a
-  // shared wave; below, the fit of sessions 24-28 stands.
+  // 1024 x 1536 x 14336, 1536 x 768 x 8192, 2048 x 640 x 14336): a line in the fill, up to
+  // 1.10. Measured at K >= 8192 only, where it decides between these tiles and a shared
+  // wave; below, the table's speeds stand.
   if (!stream_k && single_waves == 2 && items <= workers && p.split_k == 1 && p.k >= 8192) {
     speed = std::min(1.10, 1.31 - 0.36 * items / workers);
   }
-  // Over many waves the pingpong 128 x 128 falls back to its session-24 rate against the
-  // 2-block clusters (whose halved L2 reads of B buy clock at the power cap), whatever K:
-  // beyond 6 waves (16-bit, NN, K = 512-4096, session 32) the clusters ran 2-6% faster in 9
-  // of 10 shapes (8192^2 x 1024 / 2048, 8192 x 4096 x 1024 / 2048, 6144 x 4096 x 1024,
+  // Over many waves the pingpong 128 x 128 falls back to 0.84 (its rate before the exposed
+  // epilogue term) against the 2-block clusters (whose halved L2 reads of B buy clock at the
+  // power cap), whatever K: beyond 6 waves (16-bit, NN, K = 512-4096) the clusters ran 2-6%
+  // faster in 9 of 10 shapes (8192^2 x 1024 / 2048, 8192 x 4096 x 1024 / 2048, 6144 x 4096 x 1024,
   // 6144^2 x 1024, 4096^2 x 2048, 2048 x 8192 x 2048, 3072 x 5120 x 4096; a tie at
   // 4096^2 x 1024), while at 4 to 6 waves the pingpong stayed 2-6% ahead (2048 x 4096 /
   // 4096 x 2048 / 1024 x 8192 / 8192 x 1024 x 1024, 3072 x 4096 x 1024, 4096 x 2048 x 2048).

@@ -150,7 +150,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 // of which the launcher takes the smallest that holds the problem's. Code a launch never
 // runs still costs: with all the epilogues the 16-bit 128 x 256 instances spill 150-158
 // bytes and are ~130 KB; the plain ones are ~50 KB, the fused ones ~85 KB, neither spills,
-// and they run plain products 1-2% and fused ones 2-3% faster (NOTES.md, session 38).
+// and they run plain products 1-2% and fused ones 2-3% faster.
 // (tf32's float outputs have no fused set.) Convolutions and the swapped tiles keep one
 // instance with all of them.
 template <class P, class Loads>

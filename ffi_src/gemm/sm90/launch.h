@@ -46,7 +46,7 @@ inline GemmProblem Sm90Swapped(const GemmProblem& p) {
 // (k, m) (from registers, Sm90RegisterA) and A^T a K-major B, and its TMA-store epilogue
 // writes each tile of D^T transposed into D (GemmProblem::transposed_d). Only for the plain
 // epilogue (alpha * product) into a float32 D with 16-byte rows, unsplit; other problems
-// come back unchanged (the lowering transposes B for those, NOTES.md session 22).
+// come back unchanged (the lowering transposes B for those).
 inline GemmProblem Sm90Transposed(const GemmProblem& p) {
   const bool takes = p.in_type == ElementType::kF32 && p.out_type == ElementType::kF32 && p.tf32 && !p.trans_a &&
                      !p.trans_b && !p.transposed_d && p.split_k == 1 && p.epilogue.IsIdentity() &&
@@ -168,18 +168,16 @@ inline constexpr size_t kSm90TileCounterBytes = 16;
 // for 16-bit inputs (tools/stream_k_scan.py had a 3-13% loss where the last wave was
 // 73-88% full and a 0.2-8% gain where it was 6-52% full: 55%); for tf32 1.43-1.47 on 2-block
 // clusters and 2.1 on single blocks, whose shared phase streams twice the operand bytes
-// per tile from DRAM (NOTES.md, session 23). Most of s is the clock: at the power cap a
-// grid with every SM busy runs ~12% slower clocks than one whose last wave leaves half
-// idle (NOTES.md, session 27). A single wave of cooperative tiles shared out (deep K, few
-// tiles) paid at 38-55% full and was even at 73% (session 30).
+// per tile from DRAM. Most of s is the clock: at the power cap a grid with every SM busy
+// runs ~12% slower clocks than one whose last wave leaves half idle. A single wave of
+// cooperative tiles shared out (deep K, few tiles) paid at 38-55% full and was even at 73%.
 // The pingpong blocks (16-bit inputs) up to 30%: with 1.09 items per block (9% full) stream-K
 // ran 1.03-1.47x as fast as whole tiles, and with 1.45 items (45%) 0.98-1.08x, where
-// other schedules were faster still (session 30; 1536^2 x 4096 / 14336, 384 x 6144 x 8192,
+// other schedules were faster still (1536^2 x 4096 / 14336, 384 x 6144 x 8192,
 // 1024 x 3072 x 4096, 768 x 4096 x 14336, 2048 x 1536 x 8192).
 // Never for items shorter than 4096 (64 16-bit k-tiles): there the partial tiles' fixed cost
 // outweighs the wave it saves. At K = 2048, shared 128 x 256 tiles ran 0.67-0.70x XLA where
-// whole 128 x 128 pingpong tiles ran 0.80-0.93x (2048 x 2112 and 3072 x 2048; NOTES.md,
-// session 28).
+// whole 128 x 128 pingpong tiles ran 0.80-0.93x (2048 x 2112 and 3072 x 2048).
 // JAXGEMM_STREAM_K_MAX_FILL=<percent> overrides it all (measurements: tools/stream_k_scan.py;
 // the tests, which exercise every schedule's stream-K on small problems).
 inline int Sm90StreamKMaxFillPercent(const GemmProblem& p, const Sm90Shape& shape) {

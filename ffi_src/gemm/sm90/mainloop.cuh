@@ -285,7 +285,9 @@ template <class P>
 struct Sm90ConsumerRing {
   uint64_t* full;
   uint64_t* empty;
-  uint32_t phase = 0;  // (before stage: the machine code of the loop before the split; NOTES.md)
+  uint32_t phase = 0;  // (before stage, as the loop's locals were: another order changed
+                       // the kernels' registers; ffi_src/gemm/NOTES.md, "Sm90Consume as a
+                       // loop of phases")
   int stage = 0;
 
   __device__ __forceinline__ void WaitFull() const { MbarrierWait(&full[stage], phase); }
@@ -332,8 +334,8 @@ struct Sm90ConsumerMma {
   // Stage 0's descriptors at k-step 0, as low and high words. Another stage's, k-step's or
   // m64 block's descriptor adds its byte offset / 16 (the address field's unit) to the low
   // word: shared memory is below 256 KB, so the 14-bit field never carries into the rest.
-  // One 32-bit add per descriptor in the k-loop instead of rebuilding it (NOTES.md,
-  // session 25).
+  // One 32-bit add per descriptor in the k-loop instead of rebuilding it (115 -> 78
+  // instructions per k-tile and warp; docs/kernels.md, section 5.1).
   uint32_t desc_a0_lo, desc_b0_lo;
   uint32_t tiles_a_address;
   Sm90RegisterAFragments<P> register_a;

@@ -28,15 +28,15 @@ namespace jaxgemm {
 // an 8 KB A stage leaves room for more stages, i.e. more of B in flight per block.
 // kConsumerWarpgroups = 3 (cooperative, kBN = 128, no cluster): 192-row blocks, for
 // products of 129-192 rows (and twice that), which 128-row tiles cover with two row blocks,
-// one half empty: every B tile then feeds a single block (NOTES.md, session 33). 512 threads
-// enter with 128 registers each, and ptxas holds every instruction to that entry budget:
-// an m64n128 wgmma's 64 accumulators fit it, an m64n256's 128 did not (session 11).
+// one half empty: every B tile then feeds a single block. 512 threads enter with 128
+// registers each, and ptxas holds every instruction to that entry budget: an m64n128
+// wgmma's 64 accumulators fit it, an m64n256's 128 do not (tools/register_budget_probe.cu).
 // kSwapped (cooperative, two consumers, 16-bit, no cluster): the kernel multiplies the
 // product transposed, D^T = op(B)^T op(A)^T (Sm90Swapped), so that D's few rows are the
 // columns of its tiles, whose width (kBN = 160) needs no multiple of 64; the general
 // epilogue writes each tile of D^T transposed into D (every epilogue; no TMA stores).
 // For 257-320 rows: two column blocks of 160 instead of three 128-row blocks, one at most
-// half full (NOTES.md, session 34).
+// half full.
 // kBlockScaled (fp8, cooperative, one block): each 128-deep k-tile's products are summed in
 // temporary accumulators and added into the fp32 ones times the k-tile's block scales of
 // their row and column (Sm90PromoteBlock), which the producer loads into a small stage of
@@ -105,7 +105,7 @@ struct Sm90Policy {
   // 2 x 232 + 40 (3 x 152 + 40) registers x 128 threads fill the 64 K register file. ptxas
   // compiles the consumers' code for the raised budget (the SASS uses up to R229), but each
   // single instruction must fit the entry budget of 65536 / kThreads = 168 (128 with three
-  // consumers; NOTES.md, session 10). One consumer needs no setmaxnreg: 256 threads enter
+  // consumers; tools/register_budget_probe.cu). One consumer needs no setmaxnreg: 256 threads enter
   // with the most registers a thread can have.
   static constexpr bool kMovesRegisters = kConsumers > 1;
   static constexpr int kProducerRegisters = 40;
@@ -128,7 +128,9 @@ using Sm90RowPolicy = Sm90Policy<kSm90Schedules[kRow].kernel_n, kSm90Schedules[k
                                  kSm90Schedules[kRow].swapped>;
 // The block-scaled fp8 kernel's one schedule: cooperative 128 x 192 tiles. Promotion
 // doubles the accumulators (96 + 96 registers a thread at 192 columns; 128 x 256 would
-// need 256) and 128 x 192 ran the promoted wgmma fastest with loads (NOTES.md).
+// need 256) and 128 x 192 ran the promoted wgmma fastest with loads (tools/wgmma_rate.cu:
+// 3116 MACs per SM clock against 2492 for 128 x 128; the top-level NOTES.md, "Open: fp8 on
+// Hopper").
 using Sm90BlockScaledPolicy = Sm90Policy<192, false, 1, 1, 2, false, true>;
 
 // The policy of schedule kTileM x kTileN (a compile error where there is none).

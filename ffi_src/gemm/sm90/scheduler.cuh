@@ -122,7 +122,7 @@ struct Sm90Schedule {
     s.item_k_tiles = static_cast<int32_t>((p.k + P::kBK - 1) / P::kBK);
     // With more than one row of work items, a last row block that skipped its empty m64
     // blocks would run ahead of the full blocks over the same B tiles and stop sharing them
-    // in L2 (NOTES.md, session 33: 960 x 8192^2 on 128 x 128 tiles 611 -> 740 TFLOP/s,
+    // in L2 (960 x 8192^2 on 128 x 128 tiles 611 -> 740 TFLOP/s,
     // 448 x 8192 x 4096 531 -> 667, 320 x 8192^2 on 192 x 128 491 -> 572, multiplying them).
     // A cluster's blocks free their stages together, so they stay in step anyway and keep
     // skipping.

@@ -37,7 +37,7 @@ enum Sm90Fixup : int {
 // its range; a whole item starts where the time says (k-tile t mod item_k_tiles at time t)
 // and wraps around. With ranges of length L, at time t the workers multiply k-tiles
 // t + j L (give or take j) or t + item_k_tiles - L: a few phases over K, the same in every
-// item (a 1.5-wave product ran 2% faster than with one phase per worker; NOTES.md session 27).
+// item (a 1.5-wave product ran 2% faster than with one phase per worker).
 struct Sm90StreamKPiece {
   int32_t item;      // among the stream-K items
   int32_t first_k;   // the first k-tile; after item_k_tiles - first_k of them, k-tile 0 follows

@@ -59,7 +59,7 @@ cudaError_t EncodeTmaMap(CUtensorMap* map, const TmaMatrix& m, int box_cols, int
   // Rows that do not start on 128-byte lines: each box row straddles two lines, and
   // promoting its misses to 256 bytes fetched more than it saved (bf16 3000x5000x7000 and
   // 4104^3, 128 x 256 tiles: 0.61x of XLA with 256-byte promotion, 0.72x with 128; rows on
-  // 128-byte lines ran the same with either; session 24).
+  // 128-byte lines ran the same with either).
   const bool rows_on_lines = strides[0] % 128 == 0 && reinterpret_cast<uintptr_t>(m.base) % 128 == 0;
   const CUtensorMapL2promotion promo =
       rows_on_lines ? CU_TENSOR_MAP_L2_PROMOTION_L2_256B : CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
