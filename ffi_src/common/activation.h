@@ -24,12 +24,16 @@ constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 constexpr float kGeluCubic = 0.044715f;
 
+// max(z, 0) as jax.nn.relu (jnp.maximum) gives it: NaN stays NaN (`z > 0.f ? z : 0.f` would
+// give 0) and -0 gives +0. Shared by the CPU reference and the device epilogues.
+JG_HOST_DEVICE_INLINE float Relu(float z) { return z <= 0.f ? 0.f : z; }
+
 JG_HOST_DEVICE_INLINE float Sigmoid(float z) { return 1.f / (1.f + expf(-z)); }
 
 JG_HOST_DEVICE_INLINE float ApplyActivation(Activation act, float z) {
   switch (act) {
     case Activation::kNone: return z;
-    case Activation::kRelu: return z > 0.f ? z : 0.f;
+    case Activation::kRelu: return Relu(z);
     case Activation::kGelu: return 0.5f * z * (1.f + tanhf(kSqrt2OverPi * (z + kGeluCubic * z * z * z)));
     case Activation::kGeluExact: return 0.5f * z * (1.f + erff(z * kInvSqrt2));
     case Activation::kSilu: return z * Sigmoid(z);
@@ -40,7 +44,7 @@ JG_HOST_DEVICE_INLINE float ApplyActivation(Activation act, float z) {
 }
 
 // d act(z) / dz with the given tanh and sigmoid (the device's hardware approximations can
-// stand in for the exact ones); at z = 0 relu's is 0, as in jax.nn.relu.
+// stand in for the exact ones); at z = 0 (and NaN) relu's is 0, as in jax.nn.relu.
 template <class Tanh, class Sigm>
 JG_HOST_DEVICE_INLINE float ActivationGradWith(Activation act, float z, Tanh tanh_fn, Sigm sigmoid_fn) {
   switch (act) {

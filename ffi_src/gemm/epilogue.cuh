@@ -9,7 +9,8 @@
 namespace jaxgemm {
 
 // Hardware approximations (MUFU); the host build of this header (the loader emulation in
-// tools/) gets the exact functions.
+// tools/) gets the exact functions. Both keep NaN, as jax.nn does (tanh.approx, ex2.approx
+// and div.approx of NaN are NaN), and give jax.nn's limits at +-inf.
 __device__ __forceinline__ float TanhApprox(float x) {
 #if defined(__CUDA_ARCH__)
   float y;
@@ -43,7 +44,7 @@ __device__ __forceinline__ void ActivateAll(Activation act, float (&v)[kRows][kW
   auto tanh = [](float z) { return kApprox ? TanhApprox(z) : tanhf(z); };
   switch (act) {
     case Activation::kNone: break;
-    case Activation::kRelu: each([](float z) { return z > 0.f ? z : 0.f; }); break;
+    case Activation::kRelu: each([](float z) { return Relu(z); }); break;
     case Activation::kGelu:
       if constexpr (kApprox) {
         // The same function in 5 arithmetic instructions instead of 7 (the epilogue's gelu is
