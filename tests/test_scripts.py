@@ -125,11 +125,18 @@ def test_language_model_example_trains_checkpoints_and_resumes(tmp_path):
     assert "unigram baseline" in out and "jaxgemm: train" in out
     rc, out, err = run(script, "--steps", "3", "--resume", *common)
     assert "resumed from step 2" in out, err[-3000:]
+    # The MoE model's runs have their own checkpoints and report: the dense run's stay.
+    dense_ckpt = sorted(os.listdir(tmp_path / "ckpt_lm_jaxgemm"))
+    rc, out, err = run(script, "--experts", "2", "--steps", "1", "--compare", *common)
+    assert rc == 1 and "wrote" in out, err[-3000:]
+    assert sorted(os.listdir(tmp_path / "ckpt_lm_jaxgemm")) == dense_ckpt
+    assert {"ckpt_lm_moe2_jaxgemm", "ckpt_lm_moe2_xla", "lm_moe2_compare.png"} <= set(os.listdir(tmp_path))
+    assert json.loads((tmp_path / "lm_moe2_compare.json").read_text())["config"]["experts"] == 2
 
 
 def test_language_model_example_fp8_backend(tmp_path):
     """--backend fp8 and fp8-blockwise train on jaxgemm.fp8.dense (two steps); they refuse
-    --experts."""
+    --experts and --compare."""
     _needs_example_packages()
     script = os.path.join(ROOT, "examples", "train_lm.py")
     rc, out, err = run(script, "--backend", "fp8", "--steps", "2", "--sample", "0", "--out", str(tmp_path))
@@ -138,6 +145,8 @@ def test_language_model_example_fp8_backend(tmp_path):
     assert rc == 1 and "fp8-blockwise: train" in out, err[-3000:]
     rc, _, err = run(script, "--backend", "fp8", "--experts", "2", "--steps", "1", "--out", str(tmp_path))
     assert rc == 2 and "takes no --experts" in err, err[-3000:]
+    rc, _, err = run(script, "--backend", "fp8", "--compare", "--steps", "1", "--out", str(tmp_path))
+    assert rc == 2 and "takes no --backend fp8" in err, err[-3000:]
 
 
 def test_cnn_example_compares_both_backends(tmp_path):
