@@ -52,30 +52,38 @@ def test_bench_refuses_what_it_cannot_run(args, message):
     assert rc == 2 and message in err, err
 
 
+def test_import_jaxgemm_leaves_the_benchmarks_out():
+    """The benchmarks are a subpackage (jaxgemm.bench) that neither `import jaxgemm` nor a
+    product loads (autotuning imports its timer only when it tunes)."""
+    rc, out, err = run("-c", "import sys, jax.numpy as jnp, jaxgemm; jaxgemm.matmul(jnp.ones((8, 8)), jnp.ones((8, 8))); "
+                             "print(sorted(m for m in sys.modules if m.startswith('jaxgemm.bench')))")  # fmt: skip
+    assert rc == 0 and out.strip() == "[]", out + err
+
+
 def test_bench_conv_runs_a_layer_and_names_the_layers_when_none_matches(tmp_path):
     rows = tmp_path / "conv.json"
-    rc, out, err = run("-m", "jaxgemm.bench_conv", "--layers", "7^2 512->512", "--dtypes", "float32",
+    rc, out, err = run("-m", "jaxgemm.bench.conv", "--layers", "7^2 512->512", "--dtypes", "float32",
                        "--iterations", "2", "--json", str(rows))  # fmt: skip
     assert rc == 0, err
     assert "7^2 512->512 3x3" in out and len(json.loads(rows.read_text())) == 1
-    rc, _, err = run("-m", "jaxgemm.bench_conv", "--layers", "conv1")
+    rc, _, err = run("-m", "jaxgemm.bench.conv", "--layers", "conv1")
     assert rc == 2 and "matches no layer" in err and "56^2 64->64 3x3" in err, err
 
 
 @needs_matplotlib
 def test_bench_ragged_tiny_case_then_plot_from_its_json(tmp_path):
     rows, png = tmp_path / "ragged.json", tmp_path / "ragged.png"
-    rc, out, err = run("-m", "jaxgemm.bench_ragged", "--cases", "tiny", "--routings", "balanced,empty",
+    rc, out, err = run("-m", "jaxgemm.bench.ragged", "--cases", "tiny", "--routings", "balanced,empty",
                        "--iterations", "1", "--no-xla", "--json", str(rows))  # fmt: skip
     assert rc == 0, err
     assert [(r["case"], r["routing"]) for r in json.loads(rows.read_text())] == [("tiny", "balanced"), ("tiny", "empty")]
     assert "(error vs padded 0.0e+00)" in out
-    rc, out, err = run("-m", "jaxgemm.bench_ragged", "--from", str(rows), "--plot", str(png))
+    rc, out, err = run("-m", "jaxgemm.bench.ragged", "--from", str(rows), "--plot", str(png))
     assert rc == 0 and "tiny" in out and png.stat().st_size > 0, err
 
 
 def test_bench_ragged_epilogue_fused_against_unfused():
-    rc, out, err = run("-m", "jaxgemm.bench_ragged", "--cases", "tiny", "--routings", "skewed", "--iterations", "1",
+    rc, out, err = run("-m", "jaxgemm.bench.ragged", "--cases", "tiny", "--routings", "skewed", "--iterations", "1",
                        "--epilogue", "gelu")  # fmt: skip
     assert rc == 0, err
     line = next(row for row in out.splitlines() if row.startswith("tiny"))
@@ -83,7 +91,7 @@ def test_bench_ragged_epilogue_fused_against_unfused():
 
 
 def test_bench_ragged_glu_fused_against_unfused():
-    rc, out, err = run("-m", "jaxgemm.bench_ragged", "--cases", "tiny", "--routings", "balanced", "--iterations", "1",
+    rc, out, err = run("-m", "jaxgemm.bench.ragged", "--cases", "tiny", "--routings", "balanced", "--iterations", "1",
                        "--glu")  # fmt: skip
     assert rc == 0, err
     line = next(row for row in out.splitlines() if row.startswith("tiny"))
@@ -91,7 +99,7 @@ def test_bench_ragged_glu_fused_against_unfused():
 
 
 def test_bench_ragged_says_its_shapes_need_a_gpu():
-    rc, _, err = run("-m", "jaxgemm.bench_ragged", "--cases", "mixtral")
+    rc, _, err = run("-m", "jaxgemm.bench.ragged", "--cases", "mixtral")
     assert rc == 1 and "no GPU" in err, err
 
 

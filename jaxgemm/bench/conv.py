@@ -1,6 +1,6 @@
 """Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50's layers and a few others (LAYERS), in one process.
 
-    python -m jaxgemm.bench_conv [--dtypes bfloat16,float32] [--batch 64] [--iterations 30] [--json out.json]
+    python -m jaxgemm.bench.conv [--dtypes bfloat16,float32] [--batch 64] [--iterations 30] [--json out.json]
                                  [--plot out.png] [--breakdown]
 
 For every layer, the forward pass alone and forward + backward (gradients of x and w) of
@@ -24,7 +24,7 @@ import numpy as np
 from jax import lax
 
 import jaxgemm
-from jaxgemm.bench import time_pair_ms
+from jaxgemm.bench import rel_error, time_pair_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,12 +95,6 @@ def _gradient_functions(layer: Layer, dtype, kernel=None):
     return {kind: (one(ours_f, i), one(xla_f, i)) for i, kind in enumerate(("dgrad", "wgrad"))}
 
 
-def _rel_error(x, ref) -> float:
-    x = np.asarray(jnp.asarray(x, jnp.float32), np.float64)
-    ref = np.asarray(jnp.asarray(ref, jnp.float32), np.float64)
-    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
-
-
 def run_layer(layer: Layer, dtype: str, batch: int, iterations: int, seed: int = 0, kernel=None,
               breakdown: bool = False) -> dict:  # fmt: skip
     kx, kw, kc = jax.random.split(jax.random.key(seed), 3)
@@ -123,7 +117,7 @@ def run_layer(layer: Layer, dtype: str, batch: int, iterations: int, seed: int =
             f"{kind}_xla_ms": xla_ms,
             f"{kind}_xla_over_ours": xla_ms / ours_ms,
             f"{kind}_ours_tflops": mult * flops / ours_ms / 1e9,
-            f"{kind}_rel_err": max(_rel_error(g, r) for g, r in zip(got, want)),
+            f"{kind}_rel_err": max(rel_error(g, r) for g, r in zip(got, want)),
             "timer": method,
         })  # fmt: skip
     return row
@@ -167,7 +161,8 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m jaxgemm.bench.conv", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtypes", default="bfloat16,float32", help="comma-separated input dtypes")
     parser.add_argument("--batch", type=int, default=None, help="images per layer (default: 64 on a GPU, 2 elsewhere)")
     parser.add_argument("--iterations", type=int, default=30)
@@ -205,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot_rows(rows: list[dict], path: str) -> None:
-    """bench_plot's figure: one suite per (dtype, pass), the forward and forward + backward."""
-    from jaxgemm.bench_plot import plot
+    """jaxgemm.bench.plot's figure: one suite per (dtype, pass), the forward and forward + backward."""
+    from jaxgemm.bench.plot import plot
 
     suites = {}
     for r in rows:

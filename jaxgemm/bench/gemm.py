@@ -1,6 +1,7 @@
-"""Benchmark: jaxgemm vs XLA on the same inputs, in one process.
+"""Benchmark: jaxgemm's GEMMs vs XLA on the same inputs, in one process.
 
     python -m jaxgemm.bench [--suite simt,tc,epilogue,smoke,all] [--iterations 50] [--json out.json]
+    (= python -m jaxgemm.bench.gemm)
 
 Kernel time comes from CUPTI (`jax.experimental.mosaic.gpu.profiler.measure`): the sum of
 the kernels one call launches, median over iterations. Ours and the baseline are timed in
@@ -15,9 +16,7 @@ import argparse
 import dataclasses
 import functools
 import json
-import statistics
 import sys
-import time
 from typing import Callable
 
 import jax
@@ -26,6 +25,7 @@ import numpy as np
 
 import jaxgemm
 from jaxgemm import activations
+from jaxgemm.bench import rel_error, time_pair_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,71 +218,6 @@ def _pallas_hopper_matmul():
     return run
 
 
-def _cupti_timer():
-    try:
-        from jax.experimental.mosaic.gpu import profiler
-
-        if jax.default_backend() != "gpu":
-            return None
-        return profiler.measure
-    except Exception:  # noqa: BLE001 - any import problem means no CUPTI here
-        return None
-
-
-def time_samples(fn, args, iterations: int) -> tuple[list[float], str]:
-    """Per-call times in ms over `iterations` calls, and the method used ('cupti' or 'wall')."""
-    measure = _cupti_timer()
-    if measure is not None:
-        try:
-            _, times = measure(fn, iterations=iterations)(*args)
-        except Exception as e:  # noqa: BLE001 - fall back to wall-clock, say so
-            print(f"\nCUPTI timing failed ({e!r}); using wall-clock time", file=sys.stderr)
-            times = None
-        if times:
-            return [float(t) for t in (times if isinstance(times, list) else [times])], "cupti"
-    jax.block_until_ready(fn(*args))
-    samples = []
-    for _ in range(iterations):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return samples, "wall"
-
-
-def time_ms(fn, args, iterations: int) -> tuple[float, str]:
-    """Median per-call time in ms, and the method used ('cupti' or 'wall')."""
-    samples, method = time_samples(fn, args, iterations)
-    return float(statistics.median(samples)), method
-
-
-def time_alternating_ms(fns: dict, args, per_round: int, rounds: int = 4) -> tuple[dict, str]:
-    """Median per-call times (ms) of several functions on the same inputs, measured in
-    `rounds` rounds of `per_round` calls each, the order reversed every round: the GPU's
-    clock follows its power and temperature, so timing one function entirely before another
-    biases their ratio."""
-    runs = list(fns.items())
-    samples = {name: [] for name, _ in runs}
-    method = "wall"
-    for r in range(rounds):
-        for name, fn in runs if r % 2 == 0 else runs[::-1]:
-            times, method = time_samples(fn, args, per_round)
-            samples[name].extend(times)
-    return {name: float(statistics.median(v)) for name, v in samples.items()}, method
-
-
-def time_pair_ms(ours, base, args, iterations: int, rounds: int = 4) -> tuple[float, float, str]:
-    """Median times of two functions on the same inputs, in alternating rounds of
-    iterations // 2 calls each (time_alternating_ms)."""
-    ms, method = time_alternating_ms({"ours": ours, "base": base}, args, max(1, iterations // 2), rounds)
-    return ms["ours"], ms["base"], method
-
-
-def _rel_error(x, ref) -> float:
-    x = np.asarray(jnp.asarray(x, jnp.float32), np.float64)
-    ref = np.asarray(jnp.asarray(ref, jnp.float32), np.float64)
-    return float(np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30))
-
-
 def run_case(case: Case, iterations: int, seed: int = 0) -> dict:
     args = _inputs(case, seed)
     ours, xla = _functions(case)
@@ -296,7 +231,7 @@ def run_case(case: Case, iterations: int, seed: int = 0) -> dict:
         "xla_tflops": case.flops / xla_ms / 1e9,
         "xla_over_ours": xla_ms / ours_ms,
         "baseline": case.baseline,
-        "rel_err_vs_xla": _rel_error(first(ours(*args)), first(xla(*args))) if case.kind != "fused" else float("nan"),
+        "rel_err_vs_xla": rel_error(first(ours(*args)), first(xla(*args))) if case.kind != "fused" else float("nan"),
         "timer": method,
     }
 
@@ -321,7 +256,8 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m jaxgemm.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default=None,
                         help=f"comma-separated, of: {', '.join(sorted(SUITES))} (default: simt on a GPU, smoke elsewhere)")
     parser.add_argument("--iterations", type=int, default=50)
@@ -353,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{case.name}: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
     print(file=sys.stderr)
     if args.plot and rows:
-        from jaxgemm.bench_plot import plot
+        from jaxgemm.bench.plot import plot
 
         plot(by_suite, args.plot, f"jaxgemm vs XLA on {jax.devices()[0].device_kind} ({rows[0]['timer']} timer)")
     if args.json:

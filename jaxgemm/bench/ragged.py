@@ -1,7 +1,7 @@
 """Benchmark: jaxgemm.ragged_dot against XLA's jax.lax.ragged_dot on mixture-of-experts
 shapes, and against jaxgemm's dense GEMM of the same FLOPs, in one process.
 
-    python -m jaxgemm.bench_ragged [--cases mixtral,fine64,fine128] [--iterations 6] [--json out.json] [--breakdown]
+    python -m jaxgemm.bench.ragged [--cases mixtral,fine64,fine128] [--iterations 6] [--json out.json] [--breakdown]
                                    [--no-xla] [--plot out.png] [--from rows.json,...]
 
 Each case runs with balanced routing (equal groups), skewed routing (Zipf-like sizes) and,
@@ -29,7 +29,7 @@ import numpy as np
 from jax import lax
 
 import jaxgemm
-from jaxgemm.bench import _rel_error, time_alternating_ms
+from jaxgemm.bench import rel_error, time_alternating_ms
 from jaxgemm.ragged import _epilogue_in_jax
 
 
@@ -134,7 +134,7 @@ def epilogue_times(case: Case, routing: str, activation: str, iterations: int) -
     plain = lambda x, w, s, b: jaxgemm.ragged_dot(x, w, s)  # noqa: E731
     fns = {"fused": fused, "unfused": _unfused_epilogue(activation), "plain": plain}
     times = time_alternating_ms({k: jax.jit(f) for k, f in fns.items()}, (x, w, sizes, bias), iterations, rounds=2)[0]
-    error = _rel_error(jax.jit(fused)(x, w, sizes, bias), jax.jit(fns["unfused"])(x, w, sizes, bias))
+    error = rel_error(jax.jit(fused)(x, w, sizes, bias), jax.jit(fns["unfused"])(x, w, sizes, bias))
     return {"case": case.name, "routing": routing, **{f"{k}_ms": v for k, v in times.items()}, "rel_err": error}
 
 
@@ -154,7 +154,7 @@ def glu_times(case: Case, routing: str, iterations: int) -> dict:
     }  # fmt: skip
     times = time_alternating_ms({k: jax.jit(f) for k, f in fns.items()}, (x, w_gate, w_up, sizes), iterations,
                                 rounds=2)[0]  # fmt: skip
-    error = _rel_error(*(jax.jit(f)(x, w_gate, w_up, sizes) for f in fns.values()))
+    error = rel_error(*(jax.jit(f)(x, w_gate, w_up, sizes) for f in fns.values()))
     flops = 4.0 * case.rows * case.k * case.n
     return {"case": case.name, "routing": routing, **{f"{k}_ms": v for k, v in times.items()},
             "tflops": flops / times["fused"] / 1e9, "rel_err": error}  # fmt: skip
@@ -193,7 +193,7 @@ def run_case(case: Case, routing: str, iterations: int, breakdown: bool = False,
             dense_ms = _timed("dense", jax.jit(_grad_only(dense, argnum)), (x, w, sizes, ct), iterations, what)
             row[f"{label}_ms"], row[f"{label}_of_dense"] = ms, dense_ms / ms
     try:  # the same answer (bf16 outputs of the same products)
-        row["rel_err_vs_padded"] = _rel_error(jax.jit(jaxgemm.ragged_dot)(x, w, sizes), jax.jit(padded)(x, w, sizes))
+        row["rel_err_vs_padded"] = rel_error(jax.jit(jaxgemm.ragged_dot)(x, w, sizes), jax.jit(padded)(x, w, sizes))
     except Exception:  # noqa: BLE001 - where the padded buffer does not fit
         row["rel_err_vs_padded"] = float("nan")
     return row
@@ -251,7 +251,7 @@ def plot_rows(rows: list[dict], path: str, title: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m jaxgemm.bench.ragged", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", default="mixtral,fine64,fine128", help="comma-separated: " + ", ".join(CASES))
     parser.add_argument("--routings", default="balanced,skewed,empty")
     parser.add_argument("--iterations", type=int, default=6)
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown cases {unknown}; choose from {', '.join(CASES)}")
     if jax.default_backend() != "gpu" and cases != ["tiny"]:
-        print("bench_ragged: no GPU; these shapes take minutes per case on a CPU (--cases tiny checks the script)",
+        print("jaxgemm.bench.ragged: no GPU; these shapes take minutes per case on a CPU (--cases tiny checks the script)",
               file=sys.stderr)  # fmt: skip
         return 1
     if args.glu:
