@@ -19,7 +19,7 @@ kernels run: for the forward and weight gradient of 16-bit convolutions with C <
 GEMM_CHANNELS (`gemm_fits`), and for the data gradient of every dtype with C <= 16
 (`dgrad_prefers_col2im`); a forced kernel family keeps the conv kernels.
 
-The forward's limit is measured (bench_conv, bf16, batch 64, one H200, fprop XLA / ours,
+The forward's limit is measured (jaxgemm.bench.conv, bf16, batch 64, one H200, fprop XLA / ours,
 this route against the conv kernels): C = 1 3x3 2.8x (28^2 1 -> 128); C = 3 3x3 0.73x
 against 0.84x, C = 3 7x7 stride 2 0.38x against 1.16x, C = 16 3x3 0.19x against 0.57x.
 JAXGEMM_WINDOW_GEMM_CHANNELS (read when a conv is traced) moves the limit, to measure the

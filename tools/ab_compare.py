@@ -1,4 +1,4 @@
-"""Row by row, two benchmark JSONs of the same cases (jaxgemm.bench or bench_conv --json),
+"""Row by row, two benchmark JSONs of the same cases (jaxgemm.bench or jaxgemm.bench.conv --json),
 from two builds run one after the other on one GPU: our time B / A, and XLA's B / A (the
 same XLA both times, so its ratio is the run-to-run drift that ours is read against).
     python3 tools/ab_compare.py A.json B.json [--tolerance 0.02]"""

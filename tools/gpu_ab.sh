@@ -4,8 +4,10 @@
 # (tools/ab_compare.py: our time B/A, with XLA's own drift between the runs beside it).
 #   mkdir -p ab/base && git archive <rev> | tar -x -C ab/base   # here (ab/ is git-ignored: carry ["ab"])
 #   tools/gpu_ab.sh ab/base [bench suites, default tc,epilogue; "none": skip] [conv,ragged,zoo]
-# "conv" adds bench_conv --dtypes bfloat16; "ragged" adds bench_ragged (both trees must have
-# it); "zoo" adds tools/shape_zoo.py (this tree's, for both builds). Results go to $OUT (the device tool's folder) or /tmp/jaxgemm_ab. SKIP_BUILD=1: B is
+# "conv" adds jaxgemm.bench.conv --dtypes bfloat16; "ragged" adds jaxgemm.bench.ragged (both
+# trees must have it; a tree from before jaxgemm/bench/ runs its jaxgemm.bench_conv /
+# bench_ragged); "zoo" adds tools/shape_zoo.py (this tree's, for both builds). Results go to
+# $OUT (the device tool's folder) or /tmp/jaxgemm_ab. SKIP_BUILD=1: B is
 # the jaxgemm already installed from the working tree (a warm machine's earlier
 # tools/gpu_check.sh): B is benchmarked first, then A is built and benchmarked (and stays
 # installed: rebuild B before anything else). AB_ONLY=B or AB_ONLY=A runs one side only
@@ -21,6 +23,10 @@ out=${OUT:-/tmp/jaxgemm_ab}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 
+bench_module() {  # bench_module conv: the installed tree's jaxgemm.bench.conv, or an older tree's jaxgemm.bench_conv
+  if (cd /tmp && python3 -P -c "import jaxgemm.bench.$1") 2>/dev/null; then echo "jaxgemm.bench.$1"; else echo "jaxgemm.bench_$1"; fi
+}
+
 run() {  # run NAME TREE [skip]: build TREE (unless skip), benchmark it into $out/NAME*.json
   local name=$1 tree=$2 start=$SECONDS
   if [ "${3:-}" != skip ]; then
@@ -35,7 +41,7 @@ run() {  # run NAME TREE [skip]: build TREE (unless skip), benchmark it into $ou
       tail -20 "$out/$name.err"
   fi
   if [[ $extras == *,conv,* ]]; then
-    (cd /tmp && python3 -P -m jaxgemm.bench_conv --dtypes bfloat16 --json "$out/${name}_conv.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
+    (cd /tmp && python3 -P -m "$(bench_module conv)" --dtypes bfloat16 --json "$out/${name}_conv.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
       tail -20 "$out/$name.err"
   fi
   if [[ $extras == *,zoo,* ]]; then
@@ -43,7 +49,7 @@ run() {  # run NAME TREE [skip]: build TREE (unless skip), benchmark it into $ou
       tail -20 "$out/$name.err"
   fi
   if [[ $extras == *,ragged,* ]]; then
-    (cd /tmp && python3 -P -m jaxgemm.bench_ragged --json "$out/${name}_ragged.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
+    (cd /tmp && python3 -P -m "$(bench_module ragged)" --json "$out/${name}_ragged.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
       tail -20 "$out/$name.err"
   fi
   echo "$name: built and benchmarked in $(( SECONDS - start )) s"

@@ -9,7 +9,7 @@
 # (then 2/2) runs half the tests; SKIP_BUILD=1 keeps the jaxgemm already installed (a warm
 # machine's second call). A tests-only call (suite "none") skips the SASS facts.
 # Suites: jaxgemm.bench's (simt, tc, epilogue, smoke, all), "none", "conv" / "conv-bf16"
-# (jaxgemm.bench_conv, both dtypes / bfloat16 only), and "tiles" (tools/simt_tile_sweep.py
+# (jaxgemm.bench.conv, both dtypes / bfloat16 only), and "tiles" (tools/simt_tile_sweep.py
 # and tools/sm90_tile_sweep.py: every forced tile against XLA), comma-separated.
 # Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check.
 set -uo pipefail
@@ -112,7 +112,7 @@ case ",$suite," in
   *,conv-bf16,*) conv_dtypes=bfloat16 ;;
 esac
 if [ -n "$conv_dtypes" ]; then
-  $py -m jaxgemm.bench_conv --dtypes "$conv_dtypes" --json "$out/bench_conv.json" >>"$out/bench.txt" 2>"$scratch/bench_conv.err" ||
+  $py -m jaxgemm.bench.conv --dtypes "$conv_dtypes" --json "$out/bench_conv.json" >>"$out/bench.txt" 2>"$scratch/bench_conv.err" ||
     tail -20 "$scratch/bench_conv.err"
 fi
 case ",$suite," in

@@ -7,7 +7,7 @@ per SM clock say whether a time difference is the clock or the work per clock.
     python tools/power_probe.py --bench "bf16 8192^3 dense relu,tf32 8192^3" [--seconds 3]
 --f32: float32 at full precision (ours: SIMT, tiles forced on A stored as (K, M), as the
 heuristic stores large operands; XLA: precision="highest").
---bench: jaxgemm.bench's cases with one of the comma-separated names (every kind), ours
+--bench: jaxgemm.bench.gemm's cases with one of the comma-separated names (every kind), ours
 against the case's baseline, one call of each per step (for cases of >= ~1 ms per call).
 
 Each timed call is one executable of R independent GEMMs (distinct operands: XLA merges
@@ -154,7 +154,7 @@ def main(shapes, tiles, f32=False, seconds=3.0):
 
 
 def bench_cases(names, seconds):
-    from jaxgemm import bench
+    from jaxgemm.bench import gemm as bench
 
     nvml = Nvml()
     seen, cases = set(), []
