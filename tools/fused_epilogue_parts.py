@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgemm.bench import time_ms
-from jaxgemm.epilogue import EpilogueConfig, _forward
+from jaxgemm.epilogue import EpilogueConfig, fused_matmul
 from jaxgemm.gemm import GemmConfig
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096)]
@@ -30,8 +30,8 @@ for m, n, k in SHAPES:
     cells, plain = [], None
     for with_bias, act, aux in PARTS.values():
         epi = EpilogueConfig(activation=act, want_aux=aux)
-        fn = jax.jit(lambda a, b, bias, epi=epi, with_bias=with_bias, aux=aux: _forward(
-            config, epi, a, b, None, bias if with_bias else None, None, aux))  # fmt: skip
+        fn = jax.jit(lambda a, b, bias, epi=epi, with_bias=with_bias: fused_matmul(
+            a, b, None, bias if with_bias else None, None, config, epi))  # fmt: skip
         ms, _ = time_ms(fn, (a, b, bias), 40)
         plain = plain or ms
         cells.append(f"{ms:.3f} {ms / plain:.3f}")

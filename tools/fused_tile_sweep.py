@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgemm.bench import time_ms
-from jaxgemm.epilogue import EpilogueConfig, _forward
+from jaxgemm.epilogue import EpilogueConfig, fused_matmul
 from jaxgemm.gemm import GemmConfig, _gemm
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096)]
@@ -23,7 +23,7 @@ for m, n, k in SHAPES:
     cells = []
     for tile in TILES.values():
         config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), split_k=1, kernel="sm90", tile=tile)
-        fused = jax.jit(lambda a, b, bias, config=config: _forward(config, EPI, a, b, None, bias, None, True))
+        fused = jax.jit(lambda a, b, bias, config=config: fused_matmul(a, b, None, bias, None, config, EPI))
         ms, _ = time_ms(fused, (a, b, bias), 30)
         cells.append(f"{ms:8.3f} ({ms / plain_ms:.3f}x)")
     print(f"{f'{m}x{n}x{k}':>16} {plain_ms:9.3f} " + " ".join(f"{c:>22}" for c in cells))

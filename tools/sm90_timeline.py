@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgemm.bench import time_ms
-from jaxgemm.epilogue import EpilogueConfig, _forward
+from jaxgemm.epilogue import EpilogueConfig, fused_matmul
 from jaxgemm.gemm import GemmConfig, _gemm
 
 # (M, N, K, kernel, tile, epilogue); kernel None: the heuristic; epilogue "fused": + bias,
@@ -55,8 +55,8 @@ for m, n, k, kernel, tile, epilogue in picked:
     if epilogue == "fused":
         bias = jax.random.normal(kc, (n,), jnp.bfloat16)
         epi = EpilogueConfig(activation="gelu", want_aux=True)
-        fn = jax.jit(lambda a, b, config=config, epi=epi, bias=bias: _forward(
-            config, epi, a, b, None, bias, None, True))  # fmt: skip
+        fn = jax.jit(lambda a, b, config=config, epi=epi, bias=bias: fused_matmul(
+            a, b, None, bias, None, config, epi))  # fmt: skip
     else:
         fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
     ours, _ = time_ms(fn, (a, b), 30)
