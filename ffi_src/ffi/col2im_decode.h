@@ -10,22 +10,31 @@
 
 namespace jaxgemm {
 
+// Decoded by name from the call's attributes (the registration below).
 struct Col2imAttrs {
   int64_t r = 1, s = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
 };
+
+}  // namespace jaxgemm
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
+    jaxgemm::Col2imAttrs,
+    xla::ffi::StructMember<int64_t>("r"),
+    xla::ffi::StructMember<int64_t>("s"),
+    xla::ffi::StructMember<int64_t>("stride_h"),
+    xla::ffi::StructMember<int64_t>("stride_w"),
+    xla::ffi::StructMember<int64_t>("pad_h"),
+    xla::ffi::StructMember<int64_t>("pad_w"),
+    xla::ffi::StructMember<int64_t>("dil_h"),
+    xla::ffi::StructMember<int64_t>("dil_w"));
+
+namespace jaxgemm {
 
 template <class Binding>
 auto BindCol2imCall(Binding binding) {
   return std::move(binding).template Arg<ffi::AnyBuffer>()  // cols
       .template Ret<ffi::AnyBuffer>()            // dx
-      .template Attr<int64_t>("r")
-      .template Attr<int64_t>("s")
-      .template Attr<int64_t>("stride_h")
-      .template Attr<int64_t>("stride_w")
-      .template Attr<int64_t>("pad_h")
-      .template Attr<int64_t>("pad_w")
-      .template Attr<int64_t>("dil_h")
-      .template Attr<int64_t>("dil_w");
+      .template Attrs<Col2imAttrs>();
 }
 
 inline ffi::ErrorOr<Col2imProblem> DecodeCol2im(const ffi::AnyBuffer& cols, const ffi::AnyBuffer& dx,

@@ -8,10 +8,8 @@
 namespace jaxgemm {
 namespace {
 
-ffi::Error Col2imCudaImpl(cudaStream_t stream, ffi::AnyBuffer cols, ffi::Result<ffi::AnyBuffer> dx, int64_t r,
-                          int64_t s, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t dil_h,
-                          int64_t dil_w) {
-  auto problem = DecodeCol2im(cols, *dx, Col2imAttrs{r, s, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w});
+ffi::Error Col2imCudaImpl(cudaStream_t stream, ffi::AnyBuffer cols, ffi::Result<ffi::AnyBuffer> dx, Col2imAttrs attrs) {
+  auto problem = DecodeCol2im(cols, *dx, attrs);
   if (!problem.has_value()) return problem.error();
   if (!Col2imFitsInt32(*problem)) return ffi::Error::InvalidArgument("jaxgemm_col2im: sizes too large for 32-bit indices");
   if (PoisonOutputs()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(dx->untyped_data(), 0xff, dx->size_bytes(), stream));

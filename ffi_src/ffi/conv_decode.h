@@ -18,12 +18,31 @@
 
 namespace jaxgemm {
 
+// Decoded by name from the call's attributes (the registration below).
 struct ConvAttrs {
   int64_t kind = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1, groups = 1;
   int64_t activation = 0;
   int64_t kernel = 0;
   int64_t sm_margin = 0;
 };
+
+}  // namespace jaxgemm
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
+    jaxgemm::ConvAttrs,
+    xla::ffi::StructMember<int64_t>("kind"),
+    xla::ffi::StructMember<int64_t>("stride_h"),
+    xla::ffi::StructMember<int64_t>("stride_w"),
+    xla::ffi::StructMember<int64_t>("pad_h"),
+    xla::ffi::StructMember<int64_t>("pad_w"),
+    xla::ffi::StructMember<int64_t>("dil_h"),
+    xla::ffi::StructMember<int64_t>("dil_w"),
+    xla::ffi::StructMember<int64_t>("groups"),
+    xla::ffi::StructMember<int64_t>("activation"),
+    xla::ffi::StructMember<int64_t>("kernel"),
+    xla::ffi::StructMember<int64_t>("sm_margin"));
+
+namespace jaxgemm {
 
 template <class Binding>
 auto BindConvCall(Binding binding) {
@@ -33,17 +52,7 @@ auto BindConvCall(Binding binding) {
       .template Arg<ffi::AnyBuffer>()            // residual (empty: none)
       .template Ret<ffi::AnyBuffer>()            // out
       .template Ret<ffi::AnyBuffer>()            // aux = pre-activation (empty: not wanted)
-      .template Attr<int64_t>("kind")
-      .template Attr<int64_t>("stride_h")
-      .template Attr<int64_t>("stride_w")
-      .template Attr<int64_t>("pad_h")
-      .template Attr<int64_t>("pad_w")
-      .template Attr<int64_t>("dil_h")
-      .template Attr<int64_t>("dil_w")
-      .template Attr<int64_t>("groups")
-      .template Attr<int64_t>("activation")
-      .template Attr<int64_t>("kernel")
-      .template Attr<int64_t>("sm_margin");
+      .template Attrs<ConvAttrs>();
 }
 
 inline ffi::ErrorOr<ConvProblem> DecodeConv(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,

@@ -10,10 +10,8 @@ namespace jaxgemm {
 namespace {
 
 ffi::Error ConvCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias, ffi::AnyBuffer residual,
-                       ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> aux, int64_t kind,
-                       int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t dil_h,
-                       int64_t dil_w, int64_t groups, int64_t activation, int64_t kernel, int64_t sm_margin) {
-  const ConvAttrs attrs{kind, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, activation, kernel, sm_margin};
+                       ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> aux,
+                       ConvAttrs attrs) {
   auto problem = DecodeConv(a, b, bias, residual, *out, *aux, attrs);
   if (!problem.has_value()) return problem.error();
   if (PoisonOutputs()) {

@@ -12,10 +12,7 @@ namespace {
 
 ffi::Error ConvCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer bias,
                         ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> aux,
-                        int64_t kind, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
-                        int64_t dil_h, int64_t dil_w, int64_t groups, int64_t activation, int64_t kernel,
-                        int64_t sm_margin) {
-  const ConvAttrs attrs{kind, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, activation, kernel, sm_margin};
+                        ConvAttrs attrs) {
   auto problem = DecodeConv(a, b, bias, residual, *out, *aux, attrs);
   if (!problem.has_value()) return problem.error();
   if (PoisonOutputs()) {  // 0xff.. is NaN in f32, f16 and bf16: unwritten elements show
@@ -24,7 +21,8 @@ ffi::Error ConvCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
   }
   std::string unsupported;
   const cudaError_t status =
-      RunConv(*problem, stream, static_cast<KernelFamily>(kernel), &unsupported, static_cast<int>(sm_margin));
+      RunConv(*problem, stream, static_cast<KernelFamily>(attrs.kernel), &unsupported,
+              static_cast<int>(attrs.sm_margin));
   if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_conv: " + unsupported);
   if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_conv kernel launch");
   return ffi::Error::Success();

@@ -16,11 +16,29 @@ namespace jaxgemm {
 
 namespace ffi = xla::ffi;
 
+// jaxgemm_gemm's attributes, decoded by name from the call's dictionary (the registration
+// below): adding one is a member here, its StructMember line and its Python keyword.
 struct GemmAttrs {
   bool transpose_a = false, transpose_b = false, tf32 = false;
   float alpha = 1.f, beta = 0.f;
   int64_t activation = 0, split_k = 1;
+  int64_t tile_m = 0, tile_n = 0;  // a forced tile (0: the heuristic's)
+  int64_t kernel = 0;              // KernelFamily id (gemm/dispatch.h); 0: heuristic
+  int64_t sm_margin = 0;           // KernelRequest::sm_margin
+  bool dynamic_tiles = false;      // KernelRequest::dynamic_tiles
 };
+
+}  // namespace jaxgemm
+
+XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
+    jaxgemm::GemmAttrs, xla::ffi::StructMember<bool>("transpose_a"), xla::ffi::StructMember<bool>("transpose_b"),
+    xla::ffi::StructMember<bool>("tf32"), xla::ffi::StructMember<float>("alpha"),
+    xla::ffi::StructMember<float>("beta"), xla::ffi::StructMember<int64_t>("activation"),
+    xla::ffi::StructMember<int64_t>("split_k"), xla::ffi::StructMember<int64_t>("tile_m"),
+    xla::ffi::StructMember<int64_t>("tile_n"), xla::ffi::StructMember<int64_t>("kernel"),
+    xla::ffi::StructMember<int64_t>("sm_margin"), xla::ffi::StructMember<bool>("dynamic_tiles"));
+
+namespace jaxgemm {
 
 // The operands, results and attributes of jaxgemm_gemm, after any context the platform's
 // handler binds first.
@@ -34,18 +52,7 @@ auto BindGemmCall(Binding binding) {
       .template Ret<ffi::AnyBuffer>()            // out
       .template Ret<ffi::AnyBuffer>()            // aux = pre-activation (empty: not wanted)
       .template Ret<ffi::AnyBuffer>()            // workspace (uint8; the CUDA kernels' scratch, may be empty)
-      .template Attr<bool>("transpose_a")
-      .template Attr<bool>("transpose_b")
-      .template Attr<bool>("tf32")
-      .template Attr<float>("alpha")
-      .template Attr<float>("beta")
-      .template Attr<int64_t>("activation")
-      .template Attr<int64_t>("split_k")
-      .template Attr<int64_t>("tile_m")
-      .template Attr<int64_t>("tile_n")
-      .template Attr<int64_t>("kernel")  // KernelFamily id (gemm/dispatch.h); 0: heuristic
-      .template Attr<int64_t>("sm_margin")  // KernelRequest::sm_margin
-      .template Attr<bool>("dynamic_tiles");  // KernelRequest::dynamic_tiles
+      .template Attrs<GemmAttrs>();
 }
 
 inline std::string ShapeString(ffi::AnyBuffer::Dimensions dims) {

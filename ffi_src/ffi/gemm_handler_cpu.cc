@@ -11,16 +11,7 @@ namespace {
 
 ffi::Error GemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c, ffi::AnyBuffer bias,
                        ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> d, ffi::Result<ffi::AnyBuffer> aux,
-                       ffi::Result<ffi::AnyBuffer> /*workspace: GPU only*/,
-                       bool transpose_a, bool transpose_b, bool tf32, float alpha, float beta, int64_t activation,
-                       int64_t split_k, int64_t tile_m, int64_t tile_n, int64_t kernel, int64_t sm_margin,
-                       bool dynamic_tiles) {
-  (void)tile_m;  // kernel choice: meaningless for the reference
-  (void)tile_n;
-  (void)kernel;
-  (void)sm_margin;
-  (void)dynamic_tiles;
-  const GemmAttrs attrs{transpose_a, transpose_b, tf32, alpha, beta, activation, split_k};
+                       ffi::Result<ffi::AnyBuffer> /*workspace: GPU only*/, GemmAttrs attrs) {
   auto problem = DecodeGemm(a, b, c, bias, residual, *d, *aux, attrs);
   if (!problem.has_value()) return problem.error();
   if (PoisonOutputs()) {

@@ -12,24 +12,20 @@ namespace {
 
 ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
                         ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> d,
-                        ffi::Result<ffi::AnyBuffer> aux, ffi::Result<ffi::AnyBuffer> workspace, bool transpose_a,
-                        bool transpose_b, bool tf32, float alpha, float beta, int64_t activation, int64_t split_k,
-                        int64_t tile_m, int64_t tile_n, int64_t kernel, int64_t sm_margin,
-                        bool dynamic_tiles) {
-  const GemmAttrs attrs{transpose_a, transpose_b, tf32, alpha, beta, activation, split_k};
+                        ffi::Result<ffi::AnyBuffer> aux, ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
   auto problem = DecodeGemm(a, b, c, bias, residual, *d, *aux, attrs);
   if (!problem.has_value()) return problem.error();
   if (PoisonOutputs()) {  // 0xff.. is NaN in f32, f16 and bf16: unwritten elements show
     JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(d->untyped_data(), 0xff, d->size_bytes(), stream));
     if (aux->size_bytes()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));
   }
-  if (kernel < 0 || kernel > static_cast<int64_t>(KernelFamily::kDecode)) {
-    return ffi::Error::InvalidArgument("jaxgemm_gemm: unknown kernel family id " + std::to_string(kernel));
+  if (attrs.kernel < 0 || attrs.kernel > static_cast<int64_t>(KernelFamily::kDecode)) {
+    return ffi::Error::InvalidArgument("jaxgemm_gemm: unknown kernel family id " + std::to_string(attrs.kernel));
   }
   std::string unsupported;
-  const KernelRequest request{static_cast<KernelFamily>(kernel), int(tile_m), int(tile_n), int(sm_margin),
-                              dynamic_tiles};
-  const Sm90Workspace scratch{workspace->untyped_data(), workspace->size_bytes(), dynamic_tiles};
+  const KernelRequest request{static_cast<KernelFamily>(attrs.kernel), int(attrs.tile_m), int(attrs.tile_n),
+                              int(attrs.sm_margin), attrs.dynamic_tiles};
+  const Sm90Workspace scratch{workspace->untyped_data(), workspace->size_bytes(), attrs.dynamic_tiles};
   const cudaError_t status = RunGemm(*problem, stream, request, &unsupported, scratch);
   if (!unsupported.empty()) return ffi::Error::InvalidArgument("jaxgemm_gemm: " + unsupported);
   if (status != cudaSuccess) return CudaErrorToFfi(status, "jaxgemm_gemm kernel launch");
