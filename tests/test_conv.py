@@ -649,7 +649,8 @@ def test_gpu_loaders_emulated_on_host(tmp_path):
     binary = tmp_path / "conv_emu"
     subprocess.run(
         [cxx, "-std=c++17", "-O1", "-I", str(repo / "tools" / "conv_mock"), "-I", str(repo / "ffi_src"), "-I", include,
-         str(source), str(repo / "ffi_src" / "conv" / "cpu_conv.cc"), "-o", str(binary)],
+         str(source), str(repo / "ffi_src" / "conv" / "cpu_conv.cc"), str(repo / "ffi_src" / "gemm" / "cpu_epilogue.cc"),
+         "-o", str(binary)],
         check=True, capture_output=True,
     )  # fmt: skip
     run = subprocess.run([str(binary)], capture_output=True, text=True)

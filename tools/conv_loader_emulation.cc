@@ -9,7 +9,8 @@
 // math, edges, predication and alignment that no CPU test reaches.
 //
 //   g++ -std=c++17 -O2 -I tools/conv_mock -I ffi_src -I $CUDA_HOME/include \
-//       tools/conv_loader_emulation.cc ffi_src/conv/cpu_conv.cc -o /tmp/conv_emu && /tmp/conv_emu
+//       tools/conv_loader_emulation.cc ffi_src/conv/cpu_conv.cc ffi_src/gemm/cpu_epilogue.cc \
+//       -o /tmp/conv_emu && /tmp/conv_emu
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "conv/implicit_gemm.h"
+#include "gemm/cpu_epilogue.h"
 
 namespace jaxgemm {
 namespace {
@@ -27,12 +28,28 @@ int64_t OutputRow(int64_t h, int64_t r, int64_t stride, int64_t pad, int64_t dil
   return num / stride;
 }
 
+// The epilogue of one output pixel (row: its first element), the GEMM's without alpha and
+// C: z = acc + bias; y = act(z) + residual; aux = z.
+EpilogueRow PixelOperands(const ConvProblem& p, int64_t row, const float* acc) {
+  const EpilogueParams& e = p.epilogue;
+  const ElementType t = p.out_type;
+  EpilogueRow r;
+  r.n = p.k;
+  r.type = r.bias_type = t;
+  r.z.acc = acc;
+  r.z.bias = e.bias;
+  r.z.aux = ElementAt(e.aux, row, t);
+  r.activation = e.activation;
+  r.residual = ElementAt(e.residual, row, t);
+  r.out = ElementAt(p.out, row, t);
+  return r;
+}
+
 // y[n,p,q,:] for one pixel at a time: acc over (r, s, c) of x * w, contiguous in k.
 void Fprop(const ConvProblem& p) {
   const int64_t cg = p.Cg(), kg = p.Kg();
   const std::vector<float> w = ToFloats(p.b, p.r * p.s * cg * p.k, p.in_type);
   std::vector<float> acc(static_cast<size_t>(p.k)), pixel(static_cast<size_t>(p.c));
-  const EpilogueParams& e = p.epilogue;
   for (int64_t n = 0; n < p.n; ++n) {
     for (int64_t op = 0; op < p.p; ++op) {
       for (int64_t oq = 0; oq < p.q; ++oq) {
@@ -56,14 +73,7 @@ void Fprop(const ConvProblem& p) {
           }
         }
         const int64_t row = ((n * p.p + op) * p.q + oq) * p.k;
-        for (int64_t k = 0; k < p.k; ++k) {  // z = acc + bias; y = act(z) + residual; aux = z
-          float v = acc[k];
-          if (e.bias) v += LoadAsFloat(e.bias, k, p.out_type);
-          if (e.aux) StoreFromFloat(e.aux, row + k, v, p.out_type);
-          v = ApplyActivation(e.activation, v);
-          if (e.residual) v += LoadAsFloat(e.residual, row + k, p.out_type);
-          StoreFromFloat(p.out, row + k, v, p.out_type);
-        }
+        ApplyEpilogue(PixelOperands(p, row, acc.data()));
       }
     }
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "gemm/cpu_epilogue.h"
+
 namespace jaxgemm {
 namespace {
 
@@ -20,23 +22,25 @@ void PackPanel(const void* x, ElementType t, bool trans, int64_t ld, int64_t r0,
   }
 }
 
-// Row `row` of batch z: z = alpha*acc + beta*C + bias; D = act(z) + residual; Aux = z.
-void ApplyEpilogue(const GemmProblem& p, int64_t z, int64_t row, const float* acc, char* d) {
+// The epilogue of row `row` of batch z (d: this batch index's and split's D):
+// z = alpha*acc + beta*C + bias; D = act(z) + residual; Aux = z.
+EpilogueRow RowOperands(const GemmProblem& p, int64_t z, int64_t row, const float* acc, char* d) {
   const EpilogueParams& e = p.epilogue;
   const ElementType t = p.out_type;
   const int64_t row_offset = row * p.ldd;  // within this batch index's m x n slab
-  const int64_t slab = z * p.m * p.n;
-  const int64_t off_c = p.batch.Offset(z, kOperandC), off_bias = p.batch.Offset(z, kOperandBias);
-  const int64_t off_res = p.batch.Offset(z, kOperandResidual);
-  for (int64_t col = 0; col < p.n; ++col) {
-    float v = e.alpha * acc[col];
-    if (e.c) v += e.beta * LoadAsFloat(e.c, off_c + row_offset + col, t);
-    if (e.bias) v += LoadAsFloat(e.bias, off_bias + col, t);
-    if (e.aux) StoreFromFloat(e.aux, slab + row_offset + col, v, t);
-    v = ApplyActivation(e.activation, v);
-    if (e.residual) v += LoadAsFloat(e.residual, off_res + row_offset + col, t);
-    StoreFromFloat(d, row_offset + col, v, t);
-  }
+  EpilogueRow r;
+  r.n = p.n;
+  r.type = r.bias_type = t;
+  r.alpha = e.alpha;
+  r.beta = e.beta;
+  r.c = ElementAt(e.c, p.batch.Offset(z, kOperandC) + row_offset, t);
+  r.z.acc = acc;
+  r.z.bias = ElementAt(e.bias, p.batch.Offset(z, kOperandBias), t);
+  r.z.aux = ElementAt(e.aux, z * p.m * p.n + row_offset, t);
+  r.activation = e.activation;
+  r.residual = ElementAt(e.residual, p.batch.Offset(z, kOperandResidual) + row_offset, t);
+  r.out = ElementAt(d, row_offset, t);
+  return r;
 }
 
 }  // namespace
@@ -72,7 +76,7 @@ void CpuGemm(const GemmProblem& p) {
             const float* b_row = b_panel.data() + kk * n;
             for (int64_t c = 0; c < n; ++c) acc[c] += av * b_row[c];
           }
-          ApplyEpilogue(p, z, r0 + r, acc.data(), d);
+          ApplyEpilogue(RowOperands(p, z, r0 + r, acc.data(), d));
         }
       }
     }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/element_type.h"
+#include "gemm/cpu_epilogue.h"
 #include "gemm/sm90/grouped_items.h"
 
 namespace jaxgemm {
@@ -15,13 +16,6 @@ std::vector<int64_t> RowEnds(const GroupedProblem& p) {
   std::vector<int64_t> ends(static_cast<size_t>(p.groups + 1));
   GroupedRowEnds(p.group_sizes, p.groups, p.m, ends.data());
   return ends;
-}
-
-// v rounded to t, as the kernel's epilogue rounds the product before it adds the bias.
-float RoundTo(float v, ElementType t) {
-  uint32_t word = 0;
-  StoreFromFloat(&word, 0, v, t);
-  return LoadAsFloat(&word, 0, t);
 }
 
 // The weight gradient: out[g] (k, n) = lhs[rows of g]^T (k x rows) @ rhs[rows of g] (rows x n).
@@ -36,27 +30,6 @@ void Contraction(const GroupedProblem& p, const std::vector<int64_t>& ends) {
       }
     }
     for (int64_t i = 0; i < p.k * p.n; ++i) StoreFromFloat(p.out, g * p.k * p.n + i, acc[i], p.out_type);
-  }
-}
-
-// Row `row` of group g (g == groups: a row of no group, whose product is zero) from its
-// product acc: the plain output, or the epilogue's out and aux.
-void StoreRow(const GroupedProblem& p, int64_t g, int64_t row, const std::vector<float>& acc) {
-  const bool in_group = g < p.groups;
-  for (int64_t c = 0; c < p.n; ++c) {
-    const int64_t at = row * p.n + c;
-    if (!p.HasEpilogue()) {
-      StoreFromFloat(p.out, at, in_group ? acc[c] : 0.f, p.out_type);
-      continue;
-    }
-    float z = 0.f, y = 0.f;
-    if (in_group) {
-      z = RoundTo(acc[c], p.out_type) + (p.bias != nullptr ? p.bias[g * p.n + c] : 0.f);
-      y = ApplyActivation(p.activation, z);
-    }
-    if (p.residual != nullptr) y += LoadAsFloat(p.residual, at, p.out_type);
-    if (p.aux != nullptr) StoreFromFloat(p.aux, at, z, p.out_type);
-    StoreFromFloat(p.out, at, y, p.out_type);
   }
 }
 
@@ -80,22 +53,37 @@ void RowProduct(const GroupedProblem& p, int64_t r, bool in_group, const std::ve
   }
 }
 
-// kRowsGated's row: out = act(z_gate) * z_up, z = round(product) + bias (0 on rows of no group).
-void StoreGatedRow(const GroupedProblem& p, int64_t g, int64_t row, const std::vector<float>& gate,
-                   const std::vector<float>& up) {
-  const bool in_group = g < p.groups;
-  for (int64_t c = 0; c < p.n; ++c) {
-    const int64_t at = row * p.n + c;
-    float zg = 0.f, zu = 0.f, y = 0.f;
-    if (in_group) {
-      zg = RoundTo(gate[c], p.out_type) + (p.bias != nullptr ? p.bias[g * p.n + c] : 0.f);
-      zu = RoundTo(up[c], p.out_type) + (p.bias_up != nullptr ? p.bias_up[g * p.n + c] : 0.f);
-      y = ApplyActivation(p.activation, zg) * zu;
-    }
-    if (p.aux != nullptr) StoreFromFloat(p.aux, at, zg, p.out_type);
-    if (p.aux_up != nullptr) StoreFromFloat(p.aux_up, at, zu, p.out_type);
-    StoreFromFloat(p.out, at, y, p.out_type);
-  }
+// Group g's bias row where the epilogue runs. The kernel adds a bias of 0 where none is
+// given, which turns a -0 product into +0: `zeros` stands in for it. Rows of no group
+// (g == groups) add none.
+const float* GroupBias(const GroupedProblem& p, const float* bias, int64_t g,
+                       const std::vector<float>& zeros) {
+  if (g == p.groups) return nullptr;
+  return bias != nullptr ? bias + g * p.n : zeros.data();
+}
+
+// Row `row` of group g as the epilogue sees it. Without epilogue operands: the product,
+// unrounded. Otherwise z = round(product) + bias, aux = z, out = act(z) + residual, or,
+// gated (`up`: the up projection's product, bias and aux), out = act(z) * z_up with no
+// residual. A row of no group has RowProduct's zero product, no bias and no activation,
+// so z = 0 and out = residual (0 gated), as the kernel writes it.
+EpilogueRow RowOperands(const GroupedProblem& p, int64_t g, int64_t row, const float* acc,
+                        const std::vector<float>& zeros, const EpilogueProduct* up) {
+  const ElementType t = p.out_type;
+  EpilogueRow r;
+  r.n = p.n;
+  r.type = t;
+  r.z.acc = acc;
+  r.out = ElementAt(p.out, row * p.n, t);
+  if (up == nullptr && !p.HasEpilogue()) return r;
+  r.bias_type = ElementType::kF32;
+  r.round_product = true;
+  r.z.bias = GroupBias(p, p.bias, g, zeros);
+  r.z.aux = ElementAt(p.aux, row * p.n, t);
+  r.up = up;
+  r.activation = g < p.groups ? p.activation : Activation::kNone;
+  if (up == nullptr) r.residual = ElementAt(p.residual, row * p.n, t);
+  return r;
 }
 
 }  // namespace
@@ -106,6 +94,7 @@ void CpuGroupedGemm(const GroupedProblem& p) {
   const bool gated = p.mode == GroupedMode::kRowsGated;
   std::vector<float> w(static_cast<size_t>(p.k * p.n)), acc(static_cast<size_t>(p.n));
   std::vector<float> w_up(gated ? w.size() : 0), acc_up(gated ? acc.size() : 0);
+  const std::vector<float> zeros(acc.size(), 0.f);
   for (int64_t g = 0; g <= p.groups; ++g) {
     if (g < p.groups) {
       UnpackWeights(p, p.rhs, g, w);
@@ -113,12 +102,12 @@ void CpuGroupedGemm(const GroupedProblem& p) {
     }
     for (int64_t r = g == 0 ? 0 : ends[g - 1]; r < ends[g]; ++r) {
       RowProduct(p, r, g < p.groups, w, acc);
-      if (!gated) {
-        StoreRow(p, g, r, acc);
-        continue;
+      EpilogueProduct up;
+      if (gated) {
+        RowProduct(p, r, g < p.groups, w_up, acc_up);
+        up = {acc_up.data(), GroupBias(p, p.bias_up, g, zeros), ElementAt(p.aux_up, r * p.n, p.out_type)};
       }
-      RowProduct(p, r, g < p.groups, w_up, acc_up);
-      StoreGatedRow(p, g, r, acc, acc_up);
+      ApplyEpilogue(RowOperands(p, g, r, acc.data(), zeros, gated ? &up : nullptr));
     }
   }
 }

@@ -1,0 +1,50 @@
+// The CPU reference's element-wise epilogue, one copy for the GEMM, the forward convolution
+// and the grouped GEMM (the GPU kernels' counterpart is gemm/epilogue.cuh). Each caller
+// describes one output row (its operands' pointers already offset to the row, its batch
+// index or group) and ApplyEpilogue runs the steps in cpu_epilogue.cc's fixed order.
+// Adding an operand (say a per-row scale) is a field here and its step there.
+#pragma once
+#include <cstdint>
+
+#include "common/activation.h"
+#include "common/element_type.h"
+
+namespace jaxgemm {
+
+// What one product brings to the epilogue: the gated form has two (gate and up), each
+// with its own bias and aux. A null pointer turns its step off.
+struct EpilogueProduct {
+  const float* acc = nullptr;  // the float32 product, n columns
+  const void* bias = nullptr;  // per column, EpilogueRow::bias_type
+  void* aux = nullptr;         // stores z, the pre-activation value
+};
+
+// One output row of n columns. Every element operand but the bias is of the output's type.
+struct EpilogueRow {
+  int64_t n = 0;
+  ElementType type = ElementType::kF32;       // out, c, residual and aux
+  ElementType bias_type = ElementType::kF32;  // the GEMM's and conv's bias: `type`; grouped: f32
+  float alpha = 1.f;
+  float beta = 0.f;
+  const void* c = nullptr;
+  // The grouped kernel rounds the product to the output type before its bias is added.
+  bool round_product = false;
+  EpilogueProduct z;                   // the product the activation takes
+  const EpilogueProduct* up = nullptr;  // the GLU's up projection: out = act(z) * z_up
+  Activation activation = Activation::kNone;
+  const void* residual = nullptr;
+  void* out = nullptr;
+};
+
+void ApplyEpilogue(const EpilogueRow& row);
+
+// base + i elements of type t, for offsetting an operand to its row; null (the operand is
+// off) stays null.
+inline const void* ElementAt(const void* base, int64_t i, ElementType t) {
+  return base != nullptr ? static_cast<const char*>(base) + i * ElementBytes(t) : nullptr;
+}
+inline void* ElementAt(void* base, int64_t i, ElementType t) {
+  return base != nullptr ? static_cast<char*>(base) + i * ElementBytes(t) : nullptr;
+}
+
+}  // namespace jaxgemm
