@@ -17,6 +17,9 @@ def _missing_extension(error: ImportError) -> ImportError:
                        "from the source checkout")  # fmt: skip
 
 
+# jax before the extension: with CUDA, loading the extension first made `import jax` crash.
+import jax as _jax  # noqa: F401
+
 try:
     from jaxgemm import _jaxgemm  # noqa: F401  (the nanobind module with the FFI handlers)
 except ImportError as _error:
