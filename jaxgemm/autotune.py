@@ -54,7 +54,7 @@ def candidates(dtype, compute_capability: int, tf32: bool = False) -> list[dict]
     # and tuning skips it.)
     sm90 = [("sm90", t) for t in kernels.sm90_tiles(dtype)] if compute_capability == 90 else []
     if jnp.dtype(dtype) == jnp.float32:
-        tiles = [("simt", t) for t in ((128, 128), (128, 64), (64, 64))]
+        tiles = [("simt", t) for t in kernels.SIMT_HEURISTIC_TILES]
         if tf32:
             tiles = sm90 + tiles
     else:

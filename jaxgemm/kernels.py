@@ -1,5 +1,5 @@
 """Which CUDA kernel families and Hopper (sm90) schedules exist, as the C++ side declares
-them (ffi_src/gemm/kernel_family.h, ffi_src/gemm/sm90/schedules.h), read once from the
+them (ffi_src/gemm/kernel_family.h, simt_tiles.h, sm90/schedules.h), read once from the
 extension: the lowering, the autotuner, tests and tools take them from here."""
 
 from __future__ import annotations
@@ -13,6 +13,14 @@ from jaxgemm import _jaxgemm
 # GemmConfig.kernel / conv2d's `kernel` -> the FFI calls' `kernel` id (None: the heuristic).
 KERNEL_FAMILIES: dict[str | None, int] = {None: 0, **_jaxgemm.kernel_families()}
 CONV_KERNEL_FAMILIES: dict[str | None, int] = {k: v for k, v in KERNEL_FAMILIES.items() if k in (None, "sm80", "sm90")}
+
+
+# The SIMT kernels' float32 tiles (ffi_src/gemm/simt_tiles.h): every tile that runs, and
+# those the heuristic may pick (the others run only when GemmConfig.tile asks).
+SIMT_TILES: tuple[tuple[int, int], ...] = tuple(tuple(row["tile"]) for row in _jaxgemm.simt_tiles())
+SIMT_HEURISTIC_TILES: tuple[tuple[int, int], ...] = tuple(
+    tuple(row["tile"]) for row in _jaxgemm.simt_tiles() if row["heuristic"]
+)
 
 
 @dataclasses.dataclass(frozen=True)

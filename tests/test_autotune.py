@@ -75,6 +75,11 @@ def test_candidates_cover_the_kernel_families():
     assert {c["kernel"] for c in autotune.candidates(jnp.float32, 80, tf32=True)} == {"simt"}
     # Every sm90 schedule for 16-bit inputs; for tf32 those built for it (not the
     # three-consumer 192 x 128 nor the swapped 160 x 128).
+    # The SIMT tiles the heuristic weighs, from the C++ table (128 x 128 its default; the
+    # 256 x 128 tile runs only when asked for).
+    tiles_simt = {c["tile"] for c in autotune.candidates(jnp.float32, 90)}
+    assert tiles_simt == set(kernels.SIMT_HEURISTIC_TILES) == {(128, 128), (128, 64), (64, 64)}
+    assert kernels.SIMT_HEURISTIC_TILES[0] == (128, 128) and (256, 128) in kernels.SIMT_TILES
     tiles_16 = {c["tile"] for c in autotune.candidates(jnp.bfloat16, 90) if c["kernel"] == "sm90"}
     tiles_tf32 = {c["tile"] for c in autotune.candidates(jnp.float32, 90, tf32=True) if c["kernel"] == "sm90"}
     assert tiles_16 == {s.tile for s in kernels.SM90_SCHEDULES}

@@ -13,6 +13,7 @@
 #include "ffi/handlers.h"
 #include "gemm/kernel_family.h"
 #include "gemm/problem.h"
+#include "gemm/simt_tiles.h"
 #include "gemm/sm90/grouped_items.h"
 #include "gemm/sm90/grouped_problem.h"
 #include "gemm/sm90/schedules.h"
@@ -154,6 +155,16 @@ NB_MODULE(_jaxgemm, m) {
     return families;
   });
   // The sm90 kernel's schedules (gemm/sm90/schedules.h), one dict per row, in table order.
+  m.def("simt_tiles", []() {
+    nb::list rows;
+    for (const jaxgemm::SimtTile& t : jaxgemm::kSimtTiles) {
+      nb::dict row;
+      row["tile"] = nb::make_tuple(t.tile.bm, t.tile.bn);
+      row["heuristic"] = t.heuristic;
+      rows.append(row);
+    }
+    return rows;
+  });
   m.def("sm90_schedules", []() {
     nb::list rows;
     for (const jaxgemm::Sm90ScheduleRow& s : jaxgemm::kSm90Schedules) {

@@ -36,31 +36,10 @@ cudaError_t RunSimt(const GemmProblem& p, cudaStream_t stream, SimtChoice tile) 
 
 }  // namespace
 
-// A wave model of the SIMT kernels. Each SM gets L = ceil(blocks / SMs) blocks; up to
-// `resident` of them share it, and an SM reaches its FFMA rate only with ~16 warps
-// resident; smaller tiles do more shared-memory traffic per FMA (`efficiency`, measured).
-struct SimtCandidate {
-  SimtChoice tile;
-  int warps, resident;
-  double efficiency;
-};
-constexpr SimtCandidate kSimtCandidates[] = {
-    {{128, 128}, 8, 2, 1.0}, {{128, 64}, 4, 4, 0.94}, {{64, 64}, 2, 8, 0.9}};
-// Tiles that run only when asked for (GemmConfig.tile): the 256 x 128 float32 tile ran
-// 0.88x of XLA against 128 x 128's 0.96x (ffi_src/gemm/NOTES.md, rejected ideas, "SIMT"),
-// so the heuristic does not pick it.
-constexpr SimtChoice kSimtForcedOnlyTiles[] = {{256, 128}};
-
-namespace {
-bool IsSimtTile(SimtChoice tile) {
-  auto same = [&](SimtChoice t) { return t.bm == tile.bm && t.bn == tile.bn; };
-  return std::any_of(std::begin(kSimtCandidates), std::end(kSimtCandidates),
-                     [&](const SimtCandidate& c) { return same(c.tile); }) ||
-         std::any_of(std::begin(kSimtForcedOnlyTiles), std::end(kSimtForcedOnlyTiles), same);
-}
-}  // namespace
-
-double SimtCost(const GemmProblem& p, int sm_count, const SimtCandidate& c, int64_t split_k) {
+// A wave model of the SIMT kernels over simt_tiles.h's heuristic tiles. Each SM gets
+// L = ceil(blocks / SMs) blocks; up to `resident` of them share it, and an SM reaches its
+// FFMA rate only with ~16 warps resident.
+double SimtCost(const GemmProblem& p, int sm_count, const SimtTile& c, int64_t split_k) {
   const double tiles = double((p.m + c.tile.bm - 1) / c.tile.bm) * double((p.n + c.tile.bn - 1) / c.tile.bn);
   const double blocks = tiles * double(p.batch.count) * double(split_k);
   const double per_sm = std::ceil(blocks / sm_count);
@@ -75,9 +54,10 @@ double SimtCost(const GemmProblem& p, int sm_count, const SimtCandidate& c, int6
 }
 
 SimtChoice ChooseSimtTile(const GemmProblem& p, int sm_count) {
-  const SimtCandidate* best = &kSimtCandidates[0];
+  const SimtTile* best = &kSimtTiles[0];
   double best_cost = SimtCost(p, sm_count, *best, p.split_k);
-  for (const SimtCandidate& c : kSimtCandidates) {
+  for (const SimtTile& c : kSimtTiles) {
+    if (!c.heuristic) continue;
     const double cost = SimtCost(p, sm_count, c, p.split_k);
     if (cost < best_cost) {
       best_cost = cost;
@@ -95,9 +75,10 @@ int64_t ChooseSplitK(const GemmProblem& p, int sm_count) {
     q.split_k = split;
     if (split > 1 && q.KChunk() < 256) break;  // chunks too short to amortize the prologue
     // Each doubling also costs a pass over the fp32 partials: charge 5%.
-    const double cost = SimtCost(q, sm_count, kSimtCandidates[0], split) * (1.0 + 0.05 * std::log2(double(split)));
+    const double cost = SimtCost(q, sm_count, kSimtTiles[0], split) * (1.0 + 0.05 * std::log2(double(split)));
     double cheapest = cost;
-    for (const SimtCandidate& c : kSimtCandidates) {
+    for (const SimtTile& c : kSimtTiles) {
+      if (!c.heuristic) continue;
       cheapest = std::min(cheapest, SimtCost(q, sm_count, c, split) * (1.0 + 0.05 * std::log2(double(split))));
     }
     if (best_cost == 0 || cheapest < best_cost) {

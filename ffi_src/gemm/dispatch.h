@@ -6,14 +6,11 @@
 
 #include "gemm/kernel_family.h"
 #include "gemm/problem.h"
+#include "gemm/simt_tiles.h"
 #include "gemm/sm90/heuristic.h"
 #include "gemm/sm90/launch.h"
 
 namespace jaxgemm {
-
-struct SimtChoice {
-  int bm, bn;
-};
 
 struct KernelRequest {
   KernelFamily family = KernelFamily::kAuto;
