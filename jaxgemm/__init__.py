@@ -10,9 +10,9 @@ def _missing_extension(error: ImportError) -> ImportError:
     if _os.path.exists(_os.path.join(here, _os.pardir, "pyproject.toml")):
         return ImportError(
             f"jaxgemm was imported from its source folder ({here}), which holds no compiled module: "
-            "Python looks in the current directory first. Run from another directory, or with `python -P`; "
-            "install with `pip install .` (add `-C cmake.define.JAXGEMM_CUDA=OFF` for a CPU-only build in a "
-            f"minute or two). The import error: {error}")  # fmt: skip
+            "Python looks in the current directory first. Run from another directory, or with `python -P`, "
+            "after `pip install .` (`JAXGEMM_CUDA=OFF pip install .`: a CPU-only build in a minute or two). "
+            f"The import error: {error}")  # fmt: skip
     return ImportError(f"jaxgemm's compiled module failed to load ({error}); reinstall it with `pip install .` "
                        "from the source checkout")  # fmt: skip
 

@@ -168,9 +168,9 @@ def ragged_glu(lhs, w_gate, w_up, group_sizes, activation="silu", *, bias_gate=N
     dtype = jnp.promote_types(jnp.promote_types(lhs.dtype, w_gate.dtype), w_up.dtype)
     out_dtype = jnp.dtype(preferred_element_type) if preferred_element_type is not None else dtype
     extra = [b for b in (bias_gate, bias_up) if b is not None]
-    (out,) = ragged_glu_op.bind(lhs.astype(dtype), w_gate.astype(dtype), w_up.astype(dtype),
-                                group_sizes_for(group_sizes, lhs.shape[0], "jaxgemm.ragged_glu"), *extra, out_dtype=out_dtype,
-                                precision=_precision(dtype, precision), activation=activation, want_aux=False,
-                                has_bias_gate=bias_gate is not None, has_bias_up=bias_up is not None,
-                                out_sharding=out_sharding)  # fmt: skip
+    group_sizes = group_sizes_for(group_sizes, lhs.shape[0], "jaxgemm.ragged_glu")
+    (out,) = ragged_glu_op.bind(lhs.astype(dtype), w_gate.astype(dtype), w_up.astype(dtype), group_sizes, *extra,
+                                out_dtype=out_dtype, precision=_precision(dtype, precision), activation=activation,
+                                want_aux=False, has_bias_gate=bias_gate is not None,
+                                has_bias_up=bias_up is not None, out_sharding=out_sharding)  # fmt: skip
     return constrain_output(out, out_sharding)
