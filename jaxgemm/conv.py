@@ -40,7 +40,7 @@ from jaxgemm import _ffi, _jaxgemm, activations, conv_windows, xla_cpu
 from jaxgemm._compat import cotangent_sharding
 from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype, collective_sm_margin
-from jaxgemm.kernels import CONV_KERNEL_FAMILIES
+from jaxgemm.kernels import CONV_KERNEL_FAMILIES, HALF_DTYPES
 from jaxgemm.matmul import matmul
 from jaxgemm.primitive import (
     BILINEAR,
@@ -340,7 +340,7 @@ def _sm90_wgrad_likely(dtype, channels, groups, kernel) -> bool:
     return (
         kernel != "sm80"
         and _ffi.hopper()
-        and jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+        and jnp.dtype(dtype) in HALF_DTYPES
         and groups == 1
         and channels % 64 == 0
     )
@@ -452,7 +452,7 @@ def _dgrad_as_fprop(dy, w, config: ConvConfig, input_hw) -> ConvConfig | None:
     if (
         config.stride != (1, 1)
         or config.groups != 1
-        or dy.dtype not in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+        or dy.dtype not in HALF_DTYPES
         or c % 8
         or k % 8
         or not _nonempty(dy.shape, w.shape, input_hw)

@@ -40,6 +40,7 @@ from jax.interpreters import ad
 from jaxgemm import xla_cpu
 from jaxgemm.epilogue import EpilogueConfig, fused_gemm_call
 from jaxgemm.gemm import GemmConfig, collective_sm_margin, gemm_local
+from jaxgemm.kernels import HALF_DTYPES
 from jaxgemm.matmul import matmul
 from jaxgemm.primitive import (
     Op,
@@ -110,7 +111,7 @@ def gemm_fits(x_shape, kernel_hw, dtype, config) -> bool:
     r, s = kernel_hw[:2]
     p, q = config.output_hw((h, w), (r, s))
     return (
-        jnp.dtype(dtype) in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
+        jnp.dtype(dtype) in HALF_DTYPES
         and 0 < c <= int(os.environ.get("JAXGEMM_WINDOW_GEMM_CHANNELS", GEMM_CHANNELS))
         and n * p * q > 0
         and _few_channels(config, r, s, c, n * p * q)

@@ -51,6 +51,7 @@ from jaxgemm.gemm import (
     runs_on_simt_f32,
     unbroadcast,
 )
+from jaxgemm.kernels import HALF_DTYPES
 from jaxgemm.primitive import Op, Result, Rule, all_to_front, define, psum_over
 
 # The bias/activation backward's grid: a block covers 512 bytes of each row's columns
@@ -320,7 +321,7 @@ def fused_gemm_call(config, epi, a, b, c, bias, residual, platform):
     out_shape = _out_shape(a, b, config)
     call_config = config
     m_pad = n_pad = 0
-    if a.dtype in (jnp.float16, jnp.bfloat16) and config.kernel is None:
+    if a.dtype in HALF_DTYPES and config.kernel is None:
         # 16-bit rows padded to the tensor cores' 16 bytes, c, bias and residual with them
         # (as in the plain GEMM; also for the CPU handlers, so that the tests run it).
         a, b, m_pad, n_pad = pad_rows_for_tensor_cores(a, b, config)

@@ -15,6 +15,13 @@ KERNEL_FAMILIES: dict[str | None, int] = {None: 0, **_jaxgemm.kernel_families()}
 CONV_KERNEL_FAMILIES: dict[str | None, int] = {k: v for k, v in KERNEL_FAMILIES.items() if k in (None, "sm80", "sm90")}
 
 
+# The element types of ffi_src/common/element_type.h: those of every op (SUPPORTED_DTYPES),
+# and the 16-bit ones the tensor-core kernels take (HALF_DTYPES). fp8 is scaled_matmul's.
+_ELEMENT_TYPES = _jaxgemm.element_types()
+SUPPORTED_DTYPES: tuple[jnp.dtype, ...] = tuple(jnp.dtype(e["name"]) for e in _ELEMENT_TYPES if not e["float8"])
+HALF_DTYPES: frozenset = frozenset(jnp.dtype(e["name"]) for e in _ELEMENT_TYPES if e["bytes"] == 2)
+
+
 # The SIMT kernels' float32 tiles (ffi_src/gemm/simt_tiles.h): every tile that runs, and
 # those the heuristic may pick (the others run only when GemmConfig.tile asks).
 SIMT_TILES: tuple[tuple[int, int], ...] = tuple(tuple(row["tile"]) for row in _jaxgemm.simt_tiles())

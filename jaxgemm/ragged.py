@@ -40,6 +40,7 @@ from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
 from jaxgemm._compat import cotangent_sharding, xla_out_sharding
 from jaxgemm.epilogue import _present, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES
+from jaxgemm.kernels import HALF_DTYPES
 from jaxgemm.primitive import (BILINEAR, SCATTER, Op, Result, Rule, all_to_front, canonical_out_sharding,
                                constrain_output, define, psum_over)  # fmt: skip
 
@@ -67,7 +68,7 @@ def _grouped_kernel_runs(dtype, out_dtype, platform, groups, *dims) -> bool:
         return not xla_cpu.enabled(platform)
     dtype, out_dtype = jnp.dtype(dtype), jnp.dtype(out_dtype)
     return (platform == "cuda" and _ffi.hopper()
-            and dtype in (jnp.float16, jnp.bfloat16) and out_dtype in (dtype, jnp.float32)
+            and dtype in HALF_DTYPES and out_dtype in (dtype, jnp.float32)
             and 1 <= groups <= _MAX_GROUPS and all(d % 8 == 0 for d in dims))  # fmt: skip
 
 

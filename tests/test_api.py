@@ -72,3 +72,14 @@ def test_import_from_the_source_folder_says_what_to_do():
     done = subprocess.run([sys.executable, "-c", "import jaxgemm"], capture_output=True, text=True, cwd=root)
     assert done.returncode != 0
     assert "imported from its source folder" in done.stderr and "Run from another directory" in done.stderr
+
+
+def test_dtype_sets_come_from_the_element_table():
+    """kernels' dtype sets are ffi_src/common/element_type.h's rows (fp8 is scaled_matmul's)."""
+    from jaxgemm import kernels
+
+    names = [row["name"] for row in jaxgemm._jaxgemm.element_types()]
+    assert [d.name for d in kernels.SUPPORTED_DTYPES] == [n for n in names if not n.startswith("float8")]
+    assert kernels.HALF_DTYPES == {jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)}
+    with pytest.raises(TypeError, match="float32, float16, bfloat16"):
+        jaxgemm.matmul(jnp.ones((2, 2), jnp.int32), jnp.ones((2, 2), jnp.int32))

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/activation.h"
+#include "common/element_type.h"
 #include "conv/problem.h"
 #include "conv/sm90_wgrad_split.h"
 #include "ffi/handlers.h"
@@ -155,6 +156,17 @@ NB_MODULE(_jaxgemm, m) {
     return families;
   });
   // The sm90 kernel's schedules (gemm/sm90/schedules.h), one dict per row, in table order.
+  m.def("element_types", []() {  // kElementInfo's rows: Python's dtype sets read them
+    nb::list rows;
+    for (const jaxgemm::ElementInfo& e : jaxgemm::kElementInfo) {
+      nb::dict row;
+      row["name"] = e.name;
+      row["bytes"] = e.bytes;
+      row["float8"] = jaxgemm::IsFloat8(e.type);
+      rows.append(row);
+    }
+    return rows;
+  });
   m.def("simt_tiles", []() {
     nb::list rows;
     for (const jaxgemm::SimtTile& t : jaxgemm::kSimtTiles) {

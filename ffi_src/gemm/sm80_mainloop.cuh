@@ -3,6 +3,7 @@
 // fragments, fp32 accumulators. 8 warps as 2 (M) x 4 (N), each owning a 64 x 32 tile =
 // 4 x 4 mma tiles.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <type_traits>
@@ -27,7 +28,9 @@ struct Sm80Mainloop {
   using TileB = Sm80Tile<T, P::kBN, P::kBK, P::kThreads, kTransB>;
   using LoaderA = typename TileA::Loader;
   using LoaderB = typename TileB::Loader;
-  static constexpr bool kBf16 = !std::is_same_v<T, __half>;
+  static_assert(std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>,
+                "the sm80 mainloop's MMAs are float16's and bfloat16's: a new 16-bit type needs its own");
+  static constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
 
   struct SharedStorage {
     alignas(128) T a[P::kStages][TileA::kElems];
