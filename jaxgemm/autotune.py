@@ -129,7 +129,7 @@ def tuned_config(config, a_shape, b_shape, dtype, batch: int):
     GPU; unchanged when tuning is off, on a CPU, or for rows the kernels cannot take as
     they are (the lowering then pads, with the heuristic's choice)."""
     from jaxgemm import _ffi
-    from jaxgemm.gemm import _gemm, _gemm_dims
+    from jaxgemm.gemm import gemm_product, gemm_dims
 
     if not enabled() or jax.default_backend() != "gpu" or not _ffi.WITH_CUDA:
         return config
@@ -139,7 +139,7 @@ def tuned_config(config, a_shape, b_shape, dtype, batch: int):
         return config
     from jaxgemm.bench import time_ms  # (the benchmarks' timer: imported only to tune)
 
-    m, k, n, _ = _gemm_dims(a_shape, b_shape, config)
+    m, k, n, _ = gemm_dims(a_shape, b_shape, config)
     device = jax.devices()[0].device_kind
     key = problem_key(device, dtype, config.transpose_a, config.transpose_b, batch, m, n, k, config.tf32)
     keys = jax.random.split(jax.random.key(0))
@@ -148,7 +148,7 @@ def tuned_config(config, a_shape, b_shape, dtype, batch: int):
 
     def time_option(option: dict) -> float:
         trial = dataclasses.replace(config, kernel=option["kernel"], tile=_tile(option), split_k=option["split_k"])
-        fn = jax.jit(lambda a, b: _gemm(a, b, trial))
+        fn = jax.jit(lambda a, b: gemm_product(a, b, trial))
         jax.block_until_ready(fn(a, b))  # compiles, and raises if the kernel cannot run
         return time_ms(fn, (a, b), 10)[0]
 

@@ -39,7 +39,7 @@ from jax.interpreters import ad
 from jaxgemm import _ffi, _jaxgemm, activations, conv_windows, xla_cpu
 from jaxgemm._compat import cotangent_sharding
 from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax, epilogue_tangent
-from jaxgemm.gemm import SUPPORTED_DTYPES, _kernel_out_dtype, collective_sm_margin
+from jaxgemm.gemm import SUPPORTED_DTYPES, kernel_out_dtype, collective_sm_margin
 from jaxgemm.kernels import CONV_KERNEL_FAMILIES, HALF_DTYPES
 from jaxgemm.matmul import matmul
 from jaxgemm.primitive import (
@@ -681,7 +681,7 @@ def conv2d(
         raise ValueError(f"jaxgemm.conv2d: w{w.shape} has an empty spatial window")
     stride, dilation = _pair(stride, "stride"), _pair(dilation, "dilation")
     pads = _padding(padding, (h, wd), (r, s), stride, dilation)
-    kernel_dtype = _kernel_out_dtype(dtype, out_dtype)
+    kernel_dtype = kernel_out_dtype(dtype, out_dtype)
     if kernel not in CONV_KERNEL_FAMILIES:
         raise ValueError(f"jaxgemm.conv2d: kernel must be None, 'sm80' or 'sm90', got {kernel!r}")
     config = ConvConfig(stride, pads, dilation, groups, activation, kernel_dtype, kernel)

@@ -32,13 +32,13 @@ from jax.interpreters import ad
 from jaxgemm import activations, xla_cpu
 from jaxgemm.gemm import (
     GemmConfig,
-    _broadcast_batch,
-    _gemm_abstract,
-    _gemm_dims,
-    _kernel_out_dtype,
-    _mn_major_for_simt,
-    _pad_axis,
-    _tf32_operands,
+    broadcast_batch,
+    gemm_abstract,
+    gemm_dims,
+    kernel_out_dtype,
+    mn_major_for_simt,
+    pad_axis,
+    tf32_operands,
     batch_factors,
     call_gemm_ffi,
     gemm_local,
@@ -83,7 +83,7 @@ class EpilogueConfig:
         activations.activation_id(self.activation)
 
 
-def _present(operands, flags):
+def present_operands(operands, flags):
     """The optional operands in `flags`'s order, None for the absent ones."""
     it = iter(operands)
     return [next(it) if flag else None for flag in flags]
@@ -198,7 +198,7 @@ def _et_rule(t, *rest, activation, has_bias):
 
 
 def _et_local(t, *rest, activation, has_bias, platform, axes):
-    dbias, at = _present(rest, (has_bias, activation is not None))
+    dbias, at = present_operands(rest, (has_bias, activation is not None))
     z = _plus_bias(t, dbias)
     if activation is not None:
         z = z * activations.derivative(activation, at)
@@ -212,8 +212,8 @@ def _et_batch(args, dims, *, activation, has_bias):
 def _et_jvp(primals, tangents, *, activation, has_bias):
     t, *rest = primals
     dt, *drest = tangents
-    dbias, at = _present(rest, (has_bias, activation is not None))
-    ddbias, dat = _present(drest, (has_bias, activation is not None))
+    dbias, at = present_operands(rest, (has_bias, activation is not None))
+    ddbias, dat = present_operands(drest, (has_bias, activation is not None))
     (out,) = epilogue_tangent_op.bind(*primals, activation=activation, has_bias=has_bias)
     lin_t, lin_b = _tangent_or_none(dt), _tangent_or_none(ddbias)
     tangent = None
@@ -230,7 +230,7 @@ def _et_jvp(primals, tangents, *, activation, has_bias):
 
 def _et_transpose(cts, t, *rest, activation, has_bias):
     (ct,) = cts
-    dbias, at = _present(rest, (has_bias, activation is not None))
+    dbias, at = present_operands(rest, (has_bias, activation is not None))
     if type(ct) is ad.Zero:
         return [None] * (1 + len(rest))
     if activation is None:
@@ -264,12 +264,12 @@ _FLAGS = ("has_c", "has_bias", "has_residual")
 
 def _out_shape(a, b, config):
     """Output shape for equal-rank operands (batch dims 1 or shared)."""
-    m, _, n, _ = _gemm_dims(a.shape, b.shape, config)
-    return _broadcast_batch(a.shape[:-2], b.shape[:-2]) + (m, n)
+    m, _, n, _ = gemm_dims(a.shape, b.shape, config)
+    return broadcast_batch(a.shape[:-2], b.shape[:-2]) + (m, n)
 
 
 def _fused_abstract(a, b, *rest, config, epi, has_c, has_bias, has_residual, out_sharding=None):
-    (y,) = _gemm_abstract(a, b, config=config)  # checks the GEMM's operands
+    (y,) = gemm_abstract(a, b, config=config)  # checks the GEMM's operands
     return [y, y] if epi.want_aux else [y]
 
 
@@ -277,7 +277,7 @@ def _fused_rule(a, b, *rest, config, epi, has_c, has_bias, has_residual, out_sha
     product = gemm_rule(a.shape, b.shape, config)
     (out,) = product.results
     out_batch = _out_shape(a, b, config)[:-2]
-    c, bias, residual = _present(rest, (has_c, has_bias, has_residual))
+    c, bias, residual = present_operands(rest, (has_c, has_bias, has_residual))
     operands = list(product.operands)
     if c is not None:
         operands.append(batch_factors(c.shape[:-2], out_batch, "c") + ("m", "n"))
@@ -302,7 +302,7 @@ def epilogue_in_jax(acc, c, bias, residual, epi, out_dtype):
 
 
 def _fused_local(a, b, *rest, config, epi, has_c, has_bias, has_residual, platform, axes, out_sharding=None):
-    c, bias, residual = _present(rest, (has_c, has_bias, has_residual))
+    c, bias, residual = present_operands(rest, (has_c, has_bias, has_residual))
     if xla_cpu.enabled(platform) and not axes.get("k"):
         acc = xla_cpu.gemm(a, b, transpose_a=config.transpose_a, transpose_b=config.transpose_b, alpha=config.alpha,
                            out_dtype=jnp.float32, out_sharding=out_sharding)  # fmt: skip
@@ -325,15 +325,15 @@ def fused_gemm_call(config, epi, a, b, c, bias, residual, platform):
         # 16-bit rows padded to the tensor cores' 16 bytes, c, bias and residual with them
         # (as in the plain GEMM; also for the CPU handlers, so that the tests run it).
         a, b, m_pad, n_pad = pad_rows_for_tensor_cores(a, b, config)
-        c, residual = (None if x is None else _pad_axis(_pad_axis(x, -2, m_pad), -1, n_pad) for x in (c, residual))
-        bias = None if bias is None else _pad_axis(bias, -1, n_pad)
+        c, residual = (None if x is None else pad_axis(pad_axis(x, -2, m_pad), -1, n_pad) for x in (c, residual))
+        bias = None if bias is None else pad_axis(bias, -1, n_pad)
     elif platform == "cuda":
-        # On a Hopper GPU the tf32 kernel takes its operands as _tf32_operands stores them,
+        # On a Hopper GPU the tf32 kernel takes its operands as tf32_operands stores them,
         # the SIMT float32 kernels large ones M- / N-major.
         if runs_as_tf32(a.dtype, config, platform):
-            a, b, call_config = _tf32_operands(a, b, config)
+            a, b, call_config = tf32_operands(a, b, config)
         elif runs_on_simt_f32(a.dtype, config, platform):
-            a, b, call_config = _mn_major_for_simt(a, b, config)
+            a, b, call_config = mn_major_for_simt(a, b, config)
     padded_shape = out_shape[:-2] + (out_shape[-2] + m_pad, out_shape[-1] + n_pad)
     outs = call_gemm_ffi(
         a, b, c, bias, residual, config=call_config, out_shape=padded_shape,
@@ -351,7 +351,7 @@ def _fused_batch(args, dims, *, config, epi, has_c, has_bias, has_residual, out_
     if dims[0] is None and dims[1] is None:  # only an epilogue operand is batched
         moved[0] = jnp.broadcast_to(moved[0], (size,) + moved[0].shape[1:])
     a, b, *rest = moved
-    c, bias, residual = _present(rest, (has_c, has_bias, has_residual))
+    c, bias, residual = present_operands(rest, (has_c, has_bias, has_residual))
     out = fused_matmul(a, b, c, bias, residual, config, epi)  # a or b carries the vmapped axis
     outs = list(out) if epi.want_aux else [out]
     return outs, [0] * len(outs)
@@ -361,8 +361,8 @@ def _fused_jvp(primals, tangents, *, config, epi, has_c, has_bias, has_residual,
     flags = (has_c, has_bias, has_residual)
     a, b, *rest = primals
     da, db, *drest = (_tangent_or_none(t) for t in tangents)
-    c, bias, residual = _present(rest, flags)
-    dc, dbias, dres = _present(drest, flags)
+    c, bias, residual = present_operands(rest, flags)
+    dc, dbias, dres = present_operands(drest, flags)
     act = epi.activation
     from_output = activations.derivative_from_output(act) and residual is None
     keep_z = epi.want_aux or (act is not None and not from_output)
@@ -407,7 +407,7 @@ def fused_matmul(a, b, c, bias, residual, config: GemmConfig, epi: EpilogueConfi
     b = b.reshape((1,) * (rank - b.ndim) + b.shape)
     out_shape = _out_shape(a, b, config)
     m, n = out_shape[-2:]
-    kernel_dtype = _kernel_out_dtype(a.dtype, config.out_dtype)
+    kernel_dtype = kernel_out_dtype(a.dtype, config.out_dtype)
     kernel_config = dataclasses.replace(config, out_dtype=kernel_dtype)
 
     def as_matrix_operand(x):  # c, residual: the output's rank, matrix dims exact

@@ -2,7 +2,7 @@
 
 The primitive takes operands in a canonical form, `a: (*batch_a, rows, cols)` and
 `b: (*batch_b, rows, cols)` of equal rank, where every batch dim of an operand is 1
-(broadcast, read with stride 0 by the kernel) or the output's. `_gemm` turns broadcasting
+(broadcast, read with stride 0 by the kernel) or the output's. `gemm_product` turns broadcasting
 operands into that form with free reshapes only, and every rule (batching, transpose)
 goes back through it. `jaxgemm.matmul` (matmul.py) is the public entry; fused epilogues
 live in epilogue.py.
@@ -62,7 +62,7 @@ class GemmConfig:
                              f"got {self.kernel!r}")
 
 
-def _gemm_dims(a_shape, b_shape, config: GemmConfig):
+def gemm_dims(a_shape, b_shape, config: GemmConfig):
     """(m, k, n, k_of_b) of a canonical call."""
     ar, ac = a_shape[-2:]
     br, bc = b_shape[-2:]
@@ -71,7 +71,7 @@ def _gemm_dims(a_shape, b_shape, config: GemmConfig):
     return m, k, n, kb
 
 
-def _broadcast_batch(a_batch, b_batch):
+def broadcast_batch(a_batch, b_batch):
     out = []
     for x, y in zip(a_batch, b_batch):
         if x != y and x != 1 and y != 1:
@@ -80,15 +80,15 @@ def _broadcast_batch(a_batch, b_batch):
     return tuple(out)
 
 
-def _gemm_abstract(a, b, *, config: GemmConfig, out_sharding=None):
+def gemm_abstract(a, b, *, config: GemmConfig, out_sharding=None):
     if a.ndim < 2 or a.ndim != b.ndim:
         raise ValueError(f"gemm_p needs operands of equal rank >= 2, got a{a.shape} and b{b.shape}")
     if a.dtype != b.dtype:
         raise TypeError(f"gemm_p needs equal operand dtypes, got {a.dtype} and {b.dtype}")
-    m, k, n, kb = _gemm_dims(a.shape, b.shape, config)
+    m, k, n, kb = gemm_dims(a.shape, b.shape, config)
     if k != kb:
         raise ValueError(f"gemm_p: inner dimensions differ: a{a.shape} b{b.shape} with {config}")
-    batch = _broadcast_batch(a.shape[:-2], b.shape[:-2])
+    batch = broadcast_batch(a.shape[:-2], b.shape[:-2])
     if batch is None:
         raise ValueError(f"gemm_p: batch dims do not broadcast: a{a.shape} b{b.shape}")
     return [Result(batch + (m, n), config.out_dtype)]
@@ -102,7 +102,7 @@ def batch_factors(shape, out_batch, tag: str) -> tuple[str, ...]:
 
 def gemm_rule(a_shape, b_shape, config: GemmConfig) -> Rule:
     """op(a) (m, k) times op(b) (k, n): k is contracted."""
-    batch = _broadcast_batch(a_shape[:-2], b_shape[:-2])
+    batch = broadcast_batch(a_shape[:-2], b_shape[:-2])
     a_dims = batch_factors(a_shape[:-2], batch, "a") + (("k", "m") if config.transpose_a else ("m", "k"))
     b_dims = batch_factors(b_shape[:-2], batch, "b_") + (("n", "k") if config.transpose_b else ("k", "n"))
     out = tuple(f"b{i}" for i in range(len(batch))) + ("m", "n")
@@ -122,8 +122,8 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     tensor_cores = jnp.dtype(dtype) != jnp.float32 or runs_as_tf32(dtype, config, platform)
     if platform != "cuda" or not tensor_cores or not _ffi.hopper():
         return 0
-    m, k, n, _ = _gemm_dims(a_shape, b_shape, config)
-    batch = math.prod(_broadcast_batch(a_shape[:-2], b_shape[:-2]))
+    m, k, n, _ = gemm_dims(a_shape, b_shape, config)
+    batch = math.prod(broadcast_batch(a_shape[:-2], b_shape[:-2]))
     tile = config.tile or (0, 0)
     # (A tf32 NN product runs as D^T over n x m tiles: the host query orients it as the kernel does.)
     sm_count = _ffi.kernel_sm_count(config.sm_margin)
@@ -169,7 +169,7 @@ def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig,
 
 def runs_as_tf32(dtype, config: GemmConfig, platform: str) -> bool:
     """Whether a float32 call runs on the sm90 tf32 kernel: tf32 allowed, a Hopper GPU, and
-    the heuristic's or the sm90 family. Its operands must then be stored as _tf32_operands
+    the heuristic's or the sm90 family. Its operands must then be stored as tf32_operands
     gives them; elsewhere tf32-allowed calls run in exact fp32 on the SIMT kernels."""
     return (
         jnp.dtype(dtype) == jnp.float32
@@ -183,7 +183,7 @@ def runs_as_tf32(dtype, config: GemmConfig, platform: str) -> bool:
 _F32_ROW_ALIGNMENT = 4  # float32 elements per 16 bytes: TMA's and cp.async's row pitches
 
 
-def _pad_axis(x, axis, amount):
+def pad_axis(x, axis, amount):
     """x with `amount` zeros appended along `axis`."""
     if amount == 0:
         return x
@@ -209,11 +209,11 @@ def _tf32_transposes(m: int, n: int, config: GemmConfig, plain: bool) -> tuple[b
     return ta and not register_a, not tb
 
 
-def _tf32_operands(a, b, config: GemmConfig, plain: bool = False):
+def tf32_operands(a, b, config: GemmConfig, plain: bool = False):
     """Operands as the sm90 tf32 kernel takes them (_tf32_transposes), K zero-padded to a
     multiple of 4 (exact; K-major rows need 16-byte pitches), and the config that says how
     they are stored."""
-    m, k, n, _ = _gemm_dims(a.shape, b.shape, config)
+    m, k, n, _ = gemm_dims(a.shape, b.shape, config)
     swap_a, swap_b = _tf32_transposes(m, n, config, plain)
     if swap_a:
         a = jnp.swapaxes(a, -1, -2)
@@ -221,7 +221,7 @@ def _tf32_operands(a, b, config: GemmConfig, plain: bool = False):
         b = jnp.swapaxes(b, -1, -2)
     ta, tb = config.transpose_a != swap_a, config.transpose_b != swap_b
     k_pad = -k % _F32_ROW_ALIGNMENT
-    a, b = _pad_axis(a, -2 if ta else -1, k_pad), _pad_axis(b, -1 if tb else -2, k_pad)
+    a, b = pad_axis(a, -2 if ta else -1, k_pad), pad_axis(b, -1 if tb else -2, k_pad)
     return a, b, dataclasses.replace(config, transpose_a=ta, transpose_b=tb)
 
 
@@ -243,10 +243,10 @@ def runs_on_simt_f32(dtype, config: GemmConfig, platform: str) -> bool:
     )
 
 
-def _mn_major_for_simt(a, b, config: GemmConfig):
+def mn_major_for_simt(a, b, config: GemmConfig):
     """Stores a K-contiguous operand M- / N-contiguous instead (a as (k, m), b as (k, n)) when
     the GEMM is wide enough that the transpose is cheap next to the faster copies."""
-    m, _, n, _ = _gemm_dims(a.shape, b.shape, config)
+    m, _, n, _ = gemm_dims(a.shape, b.shape, config)
     if not config.transpose_a and n >= _SIMT_TRANSPOSE_MIN_EXTENT:
         a = jnp.swapaxes(a, -1, -2)
         config = dataclasses.replace(config, transpose_a=True)
@@ -258,17 +258,17 @@ def _mn_major_for_simt(a, b, config: GemmConfig):
 
 def _aligned_rows_for_simt(a, b, config: GemmConfig):
     """For a large GEMM whose operands are stored (k, m) and (k, n) (after
-    _mn_major_for_simt), zero-pads m and n to multiples of 4 when either is not: the kernel
+    mn_major_for_simt), zero-pads m and n to multiples of 4 when either is not: the kernel
     takes 16-byte copies only when both pitches allow them, and otherwise runs ~13% slower
     (4095 x 4097 x 4093: 42 against 48 TFLOP/s). Costs a copy of B (A's padding joins its
     transpose, if any) and the caller's slice of the output, each ~60 / K of the GEMM's time
     or less. Returns (a, b, m_padding, n_padding)."""
-    m, k, n, _ = _gemm_dims(a.shape, b.shape, config)
+    m, k, n, _ = gemm_dims(a.shape, b.shape, config)
     m_pad, n_pad = -m % _F32_ROW_ALIGNMENT, -n % _F32_ROW_ALIGNMENT
     mn_major = config.transpose_a and not config.transpose_b
     if not mn_major or min(m, n, k) < _SIMT_TRANSPOSE_MIN_EXTENT:
         return a, b, 0, 0
-    return _pad_axis(a, -1, m_pad), _pad_axis(b, -1, n_pad), m_pad, n_pad
+    return pad_axis(a, -1, m_pad), pad_axis(b, -1, n_pad), m_pad, n_pad
 
 
 def _float_output(in_dtype, config: GemmConfig) -> bool:
@@ -284,8 +284,8 @@ def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
     sm_count = _ffi.cuda_sm_count()
     if sm_count <= 0:
         return 1
-    m, k, n, _ = _gemm_dims(a_aval.shape, b_aval.shape, config)
-    batch = math.prod(_broadcast_batch(a_aval.shape[:-2], b_aval.shape[:-2]))
+    m, k, n, _ = gemm_dims(a_aval.shape, b_aval.shape, config)
+    batch = math.prod(broadcast_batch(a_aval.shape[:-2], b_aval.shape[:-2]))
     tf32 = runs_as_tf32(a_aval.dtype, config, platform)
     if (a_aval.dtype != jnp.float32 or tf32) and config.kernel != "simt":
         return _ffi.tensor_core_split_k(m, n, k, batch, sm_count, tf32, config.transpose_a, config.transpose_b,
@@ -305,12 +305,12 @@ def pad_rows_for_tensor_cores(a, b, config: GemmConfig):
     def up(x):
         return -x % _ROW_ALIGNMENT
 
-    m, k, n, _ = _gemm_dims(a.shape, b.shape, config)
+    m, k, n, _ = gemm_dims(a.shape, b.shape, config)
     k_pad = up(k) if not config.transpose_a or config.transpose_b else 0  # K is a stored row
     m_pad = up(m) if config.transpose_a else 0
     n_pad = 0 if config.transpose_b else up(n)
-    a = _pad_axis(_pad_axis(a, -2 if config.transpose_a else -1, k_pad), -1, m_pad)
-    b = _pad_axis(_pad_axis(b, -1 if config.transpose_b else -2, k_pad), -1, n_pad)
+    a = pad_axis(pad_axis(a, -2 if config.transpose_a else -1, k_pad), -1, m_pad)
+    b = pad_axis(pad_axis(b, -1 if config.transpose_b else -2, k_pad), -1, n_pad)
     return a, b, m_pad, n_pad
 
 
@@ -389,8 +389,8 @@ def traced_sm_margin() -> int:
 def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_sharding=None):
     """alpha * op(a) @ op(b) on one device's shards (the FFI call and the operand
     preparation each kernel wants), summed over the mesh axes that shard k."""
-    m, _, n, _ = _gemm_dims(a.shape, b.shape, config)
-    out_shape = _broadcast_batch(a.shape[:-2], b.shape[:-2]) + (m, n)
+    m, _, n, _ = gemm_dims(a.shape, b.shape, config)
+    out_shape = broadcast_batch(a.shape[:-2], b.shape[:-2]) + (m, n)
     (out_dims,) = gemm_rule(a.shape, b.shape, config).results
     if xla_cpu.enabled(platform):
         out = xla_cpu.gemm(a, b, transpose_a=config.transpose_a, transpose_b=config.transpose_b, alpha=config.alpha,
@@ -403,9 +403,9 @@ def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_shardi
     if platform == "cuda" and a.dtype in kernels.HALF_DTYPES and config.kernel is None:
         a, b, m_pad, n_pad = pad_rows_for_tensor_cores(a, b, config)
     if runs_as_tf32(a.dtype, config, platform):
-        a, b, call_config = _tf32_operands(a, b, config, plain=split_k == 1)
+        a, b, call_config = tf32_operands(a, b, config, plain=split_k == 1)
     if runs_on_simt_f32(a.dtype, config, platform):
-        a, b, call_config = _mn_major_for_simt(a, b, config)
+        a, b, call_config = mn_major_for_simt(a, b, config)
         a, b, m_pad, n_pad = _aligned_rows_for_simt(a, b, call_config)
     padded_shape = out_shape[:-2] + (m + m_pad, n + n_pad)
     if platform == "cuda":
@@ -424,7 +424,7 @@ def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_shardi
     return [psum_over(out, axes or {}, ("k",), out_dims)]
 
 
-def _kernel_out_dtype(in_dtype, out_dtype):
+def kernel_out_dtype(in_dtype, out_dtype):
     """The kernels write the input dtype or float32; other outputs are cast afterwards."""
     return out_dtype if out_dtype in (in_dtype, jnp.dtype(jnp.float32)) else jnp.dtype(jnp.float32)
 
@@ -454,16 +454,16 @@ def _collapse_batch(a, b):
     return a, b
 
 
-def _gemm(a, b, config: GemmConfig, out_sharding=None):
+def gemm_product(a, b, config: GemmConfig, out_sharding=None):
     """op(a) @ op(b) for operands whose batch dims broadcast (ranks may differ).
     `out_sharding` (a NamedSharding) types the result in Explicit mode."""
     rank = max(a.ndim, b.ndim)
     a = a.reshape((1,) * (rank - a.ndim) + a.shape)
     b = b.reshape((1,) * (rank - b.ndim) + b.shape)
-    m, k, n, _ = _gemm_dims(a.shape, b.shape, config)
-    batch = _broadcast_batch(a.shape[:-2], b.shape[:-2])
+    m, k, n, _ = gemm_dims(a.shape, b.shape, config)
+    batch = broadcast_batch(a.shape[:-2], b.shape[:-2])
     out_shape = batch + (m, n)
-    kernel_dtype = _kernel_out_dtype(a.dtype, config.out_dtype)
+    kernel_dtype = kernel_out_dtype(a.dtype, config.out_dtype)
     if 0 in out_shape or k == 0:
         return jnp.zeros(out_shape, config.out_dtype)
     kernel_config = dataclasses.replace(config, out_dtype=kernel_dtype)
@@ -502,9 +502,10 @@ def grad_lhs(ct, b, a_shape, a_dtype, config: GemmConfig, sharding=None):
     cfg = dataclasses.replace(config, out_dtype=jnp.dtype(a_dtype), split_k=None, kernel=None, tile=None,
                               weight_gradient=False)
     if config.transpose_a:  # A stored (K, M): dA = alpha * op(B) @ ct^T
-        da = _gemm(b, ct, dataclasses.replace(cfg, transpose_a=config.transpose_b, transpose_b=True), sharding)
+        da = gemm_product(b, ct, dataclasses.replace(cfg, transpose_a=config.transpose_b, transpose_b=True), sharding)
     else:  # dA = alpha * ct @ op(B)^T
-        da = _gemm(ct, b, dataclasses.replace(cfg, transpose_a=False, transpose_b=not config.transpose_b), sharding)
+        da_config = dataclasses.replace(cfg, transpose_a=False, transpose_b=not config.transpose_b)
+        da = gemm_product(ct, b, da_config, sharding)
     return unbroadcast(da, a_shape)
 
 
@@ -515,9 +516,10 @@ def grad_rhs(ct, a, b_shape, b_dtype, config: GemmConfig, sharding=None):
     cfg = dataclasses.replace(config, out_dtype=jnp.dtype(b_dtype), split_k=None, kernel=None, tile=None,
                               weight_gradient=True)
     if config.transpose_b:  # B stored (N, K): dB = alpha * ct^T @ op(A)
-        db = _gemm(ct, a, dataclasses.replace(cfg, transpose_a=True, transpose_b=config.transpose_a), sharding)
+        db = gemm_product(ct, a, dataclasses.replace(cfg, transpose_a=True, transpose_b=config.transpose_a), sharding)
     else:  # dB = alpha * op(A)^T @ ct
-        db = _gemm(a, ct, dataclasses.replace(cfg, transpose_a=not config.transpose_a, transpose_b=False), sharding)
+        db_config = dataclasses.replace(cfg, transpose_a=not config.transpose_a, transpose_b=False)
+        db = gemm_product(a, ct, db_config, sharding)
     return unbroadcast(db, b_shape)
 
 
@@ -536,12 +538,12 @@ def _gemm_batch(args, dims, *, config: GemmConfig, out_sharding=None):
     (a, b), (da, db) = args, dims
     a = a[None] if da is None else jnp.moveaxis(a, da, 0)
     b = b[None] if db is None else jnp.moveaxis(b, db, 0)
-    return [_gemm(a, b, config)], [0]
+    return [gemm_product(a, b, config)], [0]
 
 
 gemm_op = define(Op(
     "jaxgemm_gemm",
-    abstract=_gemm_abstract,
+    abstract=gemm_abstract,
     rule=_gemm_rule,
     local=gemm_local,
     batch=_gemm_batch,

@@ -11,7 +11,7 @@ from jax import lax
 
 from jaxgemm import activations, autotune
 from jaxgemm.epilogue import EpilogueConfig, fused_matmul
-from jaxgemm.gemm import SUPPORTED_DTYPES, GemmConfig, _broadcast_batch, _gemm, _gemm_dims, traced_sm_margin
+from jaxgemm.gemm import SUPPORTED_DTYPES, GemmConfig, broadcast_batch, gemm_product, gemm_dims, traced_sm_margin
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 
 _TF32_PRECISIONS = {"tensorfloat32", "tf32", "default", "high"}
@@ -176,7 +176,7 @@ def matmul(
     a, b = a.astype(dtype), b.astype(dtype)
     config = GemmConfig(bool(transpose_a), bool(transpose_b), tf32, out_dtype, alpha=float(alpha),
                         sm_margin=traced_sm_margin())  # fmt: skip
-    m, k, n, kb = _gemm_dims(a.shape, b.shape, config)
+    m, k, n, kb = gemm_dims(a.shape, b.shape, config)
     if k != kb:
         raise ValueError(
             f"jaxgemm.matmul: inner dimensions differ: a{a.shape} (transpose_a={transpose_a}) has "
@@ -185,7 +185,7 @@ def matmul(
     rank = max(a.ndim, b.ndim)
     batch_a = (1,) * (rank - a.ndim) + a.shape[:-2]
     batch_b = (1,) * (rank - b.ndim) + b.shape[:-2]
-    batch = _broadcast_batch(batch_a, batch_b)
+    batch = broadcast_batch(batch_a, batch_b)
     if batch is None:
         raise ValueError(
             f"jaxgemm.matmul: batch dims do not broadcast: a{a.shape[:-2]} vs b{b.shape[:-2]} "
@@ -195,7 +195,7 @@ def matmul(
     if not fused:
         config = autotune.tuned_config(config, a.shape, b.shape, dtype, math.prod(batch))
         vector = a_vector or b_vector
-        out = _gemm(a, b, config, None if vector else out_sharding)
+        out = gemm_product(a, b, config, None if vector else out_sharding)
         if a_vector:
             out = out[..., 0, :]
         if b_vector:

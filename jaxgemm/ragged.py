@@ -18,7 +18,7 @@ with JAXGEMM_CPU=ffi (the tests) the same calls' reference handler
 (ffi_src/gemm/cpu_grouped.cc); elsewhere XLA's own ragged dot.
 
 Sharding (the rule): rows (m) split as in data parallelism, each device taking its rows'
-share of every group (`_local_sizes`): no collective in the product, an all-reduce of the
+share of every group (`local_sizes`): no collective in the product, an all-reduce of the
 weight gradient's partial sums, or a reduce-scatter over the experts where the gradient is
 wanted split like weights sharded over the experts (FSDP-like); k and n split as in a GEMM.
 Experts (g) split in an operand are gathered: computing them where they are would need the
@@ -38,16 +38,16 @@ from jax.interpreters import ad
 
 from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
 from jaxgemm._compat import cotangent_sharding, xla_out_sharding
-from jaxgemm.epilogue import _present, epilogue_tangent
+from jaxgemm.epilogue import present_operands, epilogue_tangent
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.kernels import HALF_DTYPES
 from jaxgemm.primitive import (BILINEAR, SCATTER, Op, Result, Rule, all_to_front, canonical_out_sharding,
                                constrain_output, define, psum_over)  # fmt: skip
 
-_REPLICATED = frozenset({"g"})
+REPLICATED_DIMS = frozenset({"g"})
 
 
-def _precision(dtype, precision):
+def product_precision(dtype, precision):
     """None means exact float32 for float32 inputs, as in jaxgemm.matmul."""
     return lax.Precision.HIGHEST if precision is None and jnp.dtype(dtype) == jnp.float32 else precision
 
@@ -77,7 +77,7 @@ def _grouped_call(mode, lhs, rhs, group_sizes, out_shape, out_dtype):
     return call(lhs, rhs, group_sizes, mode=np.int64(mode))
 
 
-def _local_sizes(group_sizes, rows, axes):
+def local_sizes(group_sizes, rows, axes):
     """The group sizes of this device's `rows` rows where m is split over the mesh axes
     axes["m"] (device i holds rows [i rows, (i + 1) rows)): each group's rows clipped to them."""
     names = axes.get("m", ())
@@ -89,10 +89,10 @@ def _local_sizes(group_sizes, rows, axes):
     return (clip(ends) - clip(ends - group_sizes)).astype(group_sizes.dtype)
 
 
-def _result_sizes(group_sizes, rows, axes):
+def result_sizes(group_sizes, rows, axes):
     """The group sizes of a (m, n) result's `rows` rows on this device: m split over axes["m"],
     or reduce-scattered over a split k's axes (psum_over)."""
-    return _local_sizes(group_sizes, rows, {"m": axes.get("m", ()) + axes.get(SCATTER + "m", ())})
+    return local_sizes(group_sizes, rows, {"m": axes.get("m", ()) + axes.get(SCATTER + "m", ())})
 
 
 # ---------------------------------------------------------------------------------------
@@ -105,13 +105,13 @@ def _dot_abstract(lhs, rhs, group_sizes, *, out_dtype, precision, transpose_rhs=
 
 def _dot_rule(lhs, rhs, group_sizes, *, transpose_rhs=False, **params):
     rhs_dims = ("g", "n", "k") if transpose_rhs else ("g", "k", "n")
-    return Rule((("m", "k"), rhs_dims, ("g",)), (("m", "n"),), _REPLICATED)
+    return Rule((("m", "k"), rhs_dims, ("g",)), (("m", "n"),), REPLICATED_DIMS)
 
 
-def _dot_local(lhs, rhs, group_sizes, *, out_dtype, precision, platform, transpose_rhs=False, out_sharding=None,
+def dot_local(lhs, rhs, group_sizes, *, out_dtype, precision, platform, transpose_rhs=False, out_sharding=None,
                axes=None):  # fmt: skip
     axes = axes or {}
-    group_sizes = _local_sizes(group_sizes, lhs.shape[0], axes)
+    group_sizes = local_sizes(group_sizes, lhs.shape[0], axes)
     out_shape = (lhs.shape[0], rhs.shape[1 if transpose_rhs else 2])
     if _grouped_kernel_runs(lhs.dtype, out_dtype, platform, rhs.shape[0], lhs.shape[1], out_shape[1]):
         mode = _ROWS_RHS_T if transpose_rhs else _ROWS
@@ -163,7 +163,7 @@ def _dot_batch(args, dims, out_sharding=None, **params):
 
 
 ragged_dot_op = define(Op(
-    "jaxgemm_ragged_dot", abstract=_dot_abstract, rule=_dot_rule, local=_dot_local, batch=_dot_batch,
+    "jaxgemm_ragged_dot", abstract=_dot_abstract, rule=_dot_rule, local=dot_local, batch=_dot_batch,
     jvp=BILINEAR, transpose=_dot_transpose, rule_on_cpu=True,
 ))  # fmt: skip
 
@@ -189,7 +189,7 @@ _RAGGED_CONTRACTING = lax.RaggedDotDimensionNumbers(
 
 def _wgrad_local(lhs, dy, group_sizes, *, out_dtype, groups, precision, platform, out_sharding=None, axes=None):
     axes = axes or {}
-    group_sizes = _local_sizes(group_sizes, lhs.shape[0], axes)
+    group_sizes = local_sizes(group_sizes, lhs.shape[0], axes)
     if _grouped_kernel_runs(lhs.dtype, out_dtype, platform, groups, lhs.shape[1], dy.shape[1]):
         out_shape = (groups, lhs.shape[1], dy.shape[1])
         dw = _grouped_call(_CONTRACTION, lhs, dy, group_sizes, out_shape, out_dtype)
@@ -246,19 +246,19 @@ def _bias_rows(bias, group_sizes, m):
     return jnp.where((group < g)[:, None], rows, 0)
 
 
-def _biased(product, bias, group_sizes):
+def biased(product, bias, group_sizes):
     """product (rounded to its dtype) + bias[group of each row], in float32; 0 on rows of no
     group (their product is 0 and they take no bias)."""
     z = product.astype(jnp.float32)
     return z if bias is None else z + _bias_rows(bias, group_sizes, z.shape[0])
 
 
-def _epilogue_in_jax(z, group_sizes, bias, activation, residual, want_aux):
+def epilogue_in_jax(z, group_sizes, bias, activation, residual, want_aux):
     """[y] or [y, aux] from the product z (this device's rows), in float32, as the kernel:
     z rounded to its dtype, plus the bias, then y."""
     out_dtype = z.dtype
     in_group = (_group_of_rows(group_sizes, z.shape[0]) < group_sizes.shape[0])[:, None]
-    z = _biased(z, bias, group_sizes)
+    z = biased(z, bias, group_sizes)
     y = jnp.where(in_group, activations.apply(activation, z), 0)
     if residual is not None:
         y = y + residual.astype(jnp.float32)
@@ -273,16 +273,16 @@ def _epi_abstract(lhs, rhs, group_sizes, *rest, out_dtype, want_aux, **params):
 def _epi_rule(lhs, rhs, group_sizes, *rest, want_aux, has_bias, has_residual, **params):
     operands = [("m", "k"), ("g", "k", "n"), ("g",)]
     operands += [("g", "n")] * has_bias + [("m", "n")] * has_residual
-    return Rule(tuple(operands), (("m", "n"),) * (2 if want_aux else 1), _REPLICATED)
+    return Rule(tuple(operands), (("m", "n"),) * (2 if want_aux else 1), REPLICATED_DIMS)
 
 
 def _epi_local(lhs, rhs, group_sizes, *rest, out_dtype, precision, activation, want_aux, has_bias, has_residual,
                platform, out_sharding=None, axes=None):  # fmt: skip
     axes = axes or {}
-    bias, residual = _present(rest, (has_bias, has_residual))
-    sizes = _local_sizes(group_sizes, lhs.shape[0], axes)
+    bias, residual = present_operands(rest, (has_bias, has_residual))
+    sizes = local_sizes(group_sizes, lhs.shape[0], axes)
     m, k, n, g = lhs.shape[0], lhs.shape[1], rhs.shape[2], rhs.shape[0]
-    if not axes.get("k") and _fused_kernel_runs(lhs.dtype, out_dtype, platform, g, k, n):
+    if not axes.get("k") and fused_kernel_runs(lhs.dtype, out_dtype, platform, g, k, n):
         aux_shape = (m, n) if want_aux else (0,)
         call = jax.ffi.ffi_call("jaxgemm_ragged_epilogue", (jax.ShapeDtypeStruct((m, n), out_dtype),
                                                             jax.ShapeDtypeStruct(aux_shape, out_dtype)))  # fmt: skip
@@ -292,11 +292,11 @@ def _epi_local(lhs, rhs, group_sizes, *rest, out_dtype, precision, activation, w
         return [y, aux] if want_aux else [y]
     # XLA's ragged dot, or k split: the epilogue acts once, on the summed product, whose
     # rows may come reduce-scattered (a sequence-parallel output).
-    (z,) = _dot_local(lhs, rhs, group_sizes, out_dtype=out_dtype, precision=precision, platform=platform, axes=axes)
-    return _epilogue_in_jax(z, _result_sizes(group_sizes, z.shape[0], axes), bias, activation, residual, want_aux)
+    (z,) = dot_local(lhs, rhs, group_sizes, out_dtype=out_dtype, precision=precision, platform=platform, axes=axes)
+    return epilogue_in_jax(z, result_sizes(group_sizes, z.shape[0], axes), bias, activation, residual, want_aux)
 
 
-def _fused_kernel_runs(dtype, out_dtype, platform, groups, k, n) -> bool:
+def fused_kernel_runs(dtype, out_dtype, platform, groups, k, n) -> bool:
     """The grouped GEMM's epilogue: k >= 1, and on a GPU 16-bit outputs of the inputs' type
     (float32 ones take the product from the kernel and the epilogue in JAX)."""
     same = jnp.dtype(out_dtype) == jnp.dtype(dtype) or platform == "cpu"
@@ -309,14 +309,14 @@ def _epi_batch(args, dims, *, want_aux, **params):
 
     def one(lhs, rhs, group_sizes, *rest):
         (z,) = ragged_dot_op.bind(lhs, rhs, group_sizes, out_dtype=params["out_dtype"], precision=params["precision"])
-        bias, residual = _present(rest, (params["has_bias"], params["has_residual"]))
-        return _epilogue_in_jax(z, group_sizes, bias, params["activation"], residual, want_aux)
+        bias, residual = present_operands(rest, (params["has_bias"], params["has_residual"]))
+        return epilogue_in_jax(z, group_sizes, bias, params["activation"], residual, want_aux)
 
     outs = jax.vmap(one)(*all_to_front(args, dims))
     return outs, [0] * len(outs)
 
 
-def _affine_tangent(lhs, dlhs, w, dw, dbias, group_sizes, out_dtype, precision):
+def affine_tangent(lhs, dlhs, w, dw, dbias, group_sizes, out_dtype, precision):
     """The tangent of lhs @ w[group] + bias[group] (bilinear, then linear in the bias): the
     sum of the parts whose tangents are given, or None where none is."""
     product = dict(out_dtype=out_dtype, precision=precision)
@@ -334,15 +334,15 @@ def _epi_jvp(primals, tangents, *, out_dtype, precision, activation, want_aux, h
              out_sharding=None):  # fmt: skip
     lhs, rhs, group_sizes, *rest = primals
     dlhs, drhs, _, *drest = (None if type(t) is ad.Zero else t for t in tangents)
-    bias, residual = _present(rest, (has_bias, has_residual))
-    dbias, dres = _present(drest, (has_bias, has_residual))
+    bias, residual = present_operands(rest, (has_bias, has_residual))
+    dbias, dres = present_operands(drest, (has_bias, has_residual))
     from_output = activations.derivative_from_output(activation) and residual is None
     keep_z = want_aux or (activation is not None and not from_output)
     outs = ragged_epilogue_op.bind(*primals, out_dtype=out_dtype, precision=precision, activation=activation,
                                    want_aux=keep_z, has_bias=has_bias, has_residual=has_residual,
                                    out_sharding=out_sharding)  # fmt: skip
     y, z = outs[0], (outs[1] if keep_z else None)
-    t = _affine_tangent(lhs, dlhs, rhs, drhs, dbias, group_sizes, out_dtype, precision)
+    t = affine_tangent(lhs, dlhs, rhs, drhs, dbias, group_sizes, out_dtype, precision)
     if t is None and dres is None:
         zero = ad.Zero.from_primal_value(y)
         return [y, z] if want_aux else [y], [zero] * (2 if want_aux else 1)
@@ -462,7 +462,7 @@ def ragged_dot(lhs, rhs, group_sizes, precision=None, preferred_element_type=Non
     out_dtype = jnp.dtype(preferred_element_type) if preferred_element_type is not None else dtype
     lhs, rhs = lhs.astype(dtype), rhs.astype(dtype)
     group_sizes = group_sizes_for(group_sizes, lhs.shape[0], "jaxgemm.ragged_dot")
-    params = dict(out_dtype=out_dtype, precision=_precision(dtype, precision), out_sharding=out_sharding)
+    params = dict(out_dtype=out_dtype, precision=product_precision(dtype, precision), out_sharding=out_sharding)
     if bias is None and activation is None and residual is None:
         (out,) = ragged_dot_op.bind(lhs, rhs, group_sizes, **params)
     else:

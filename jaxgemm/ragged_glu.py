@@ -26,17 +26,17 @@ import numpy as np
 from jax.interpreters import ad
 
 from jaxgemm import activations
-from jaxgemm.epilogue import _present
+from jaxgemm.epilogue import present_operands
 from jaxgemm.gemm import SUPPORTED_DTYPES
 from jaxgemm.primitive import Op, Result, Rule, all_to_front, canonical_out_sharding, constrain_output, define
-from jaxgemm.ragged import (_REPLICATED, _affine_tangent, _biased, _dot_local, _fused_kernel_runs, _local_sizes,
-                            _precision, _result_sizes, group_sizes_for, ragged_dot_op)  # fmt: skip
+from jaxgemm.ragged import (REPLICATED_DIMS, affine_tangent, biased, dot_local, fused_kernel_runs, group_sizes_for,
+                            local_sizes, product_precision, ragged_dot_op, result_sizes)  # fmt: skip
 
 
 def _glu_in_jax(p_gate, p_up, group_sizes, bias_gate, bias_up, activation, want_aux):
     """[out] or [out, z_gate, z_up] from the two products (this device's rows), as the kernel."""
     out_dtype = p_gate.dtype
-    z_gate, z_up = _biased(p_gate, bias_gate, group_sizes), _biased(p_up, bias_up, group_sizes)
+    z_gate, z_up = biased(p_gate, bias_gate, group_sizes), biased(p_up, bias_up, group_sizes)
     out = (activations.apply(activation, z_gate) * z_up).astype(out_dtype)
     return [out] + ([z_gate.astype(out_dtype), z_up.astype(out_dtype)] if want_aux else [])
 
@@ -48,28 +48,28 @@ def _abstract(lhs, w_gate, w_up, group_sizes, *rest, out_dtype, want_aux, **para
 
 def _rule(lhs, w_gate, w_up, group_sizes, *rest, want_aux, has_bias_gate, has_bias_up, **params):
     operands = [("m", "k"), ("g", "k", "n"), ("g", "k", "n"), ("g",)] + [("g", "n")] * (has_bias_gate + has_bias_up)
-    return Rule(tuple(operands), (("m", "n"),) * (3 if want_aux else 1), _REPLICATED)
+    return Rule(tuple(operands), (("m", "n"),) * (3 if want_aux else 1), REPLICATED_DIMS)
 
 
 def _local(lhs, w_gate, w_up, group_sizes, *rest, out_dtype, precision, activation, want_aux, has_bias_gate,
            has_bias_up, platform, out_sharding=None, axes=None):  # fmt: skip
     axes = axes or {}
-    bias_gate, bias_up = _present(rest, (has_bias_gate, has_bias_up))
+    bias_gate, bias_up = present_operands(rest, (has_bias_gate, has_bias_up))
     m, k, n, g = lhs.shape[0], lhs.shape[1], w_gate.shape[2], w_gate.shape[0]
-    if not axes.get("k") and _fused_kernel_runs(lhs.dtype, out_dtype, platform, g, k, n):
+    if not axes.get("k") and fused_kernel_runs(lhs.dtype, out_dtype, platform, g, k, n):
         aux = jax.ShapeDtypeStruct((m, n) if want_aux else (0,), out_dtype)
         call = jax.ffi.ffi_call("jaxgemm_ragged_glu", (jax.ShapeDtypeStruct((m, n), out_dtype), aux, aux))
         f32 = lambda b: jnp.zeros((0,), jnp.float32) if b is None else b.astype(jnp.float32)  # noqa: E731
-        sizes = _local_sizes(group_sizes, m, axes)
+        sizes = local_sizes(group_sizes, m, axes)
         outs = call(lhs, w_gate, w_up, sizes, f32(bias_gate), f32(bias_up),
                     activation=np.int64(activations.activation_id(activation)))  # fmt: skip
         return list(outs) if want_aux else [outs[0]]
     # XLA's ragged dot, or k split: the combination acts once, on the summed products, whose
     # rows may come reduce-scattered.
     product = dict(out_dtype=out_dtype, precision=precision, platform=platform, axes=axes)
-    (p_gate,) = _dot_local(lhs, w_gate, group_sizes, **product)
-    (p_up,) = _dot_local(lhs, w_up, group_sizes, **product)
-    sizes = _result_sizes(group_sizes, p_gate.shape[0], axes)
+    (p_gate,) = dot_local(lhs, w_gate, group_sizes, **product)
+    (p_up,) = dot_local(lhs, w_up, group_sizes, **product)
+    sizes = result_sizes(group_sizes, p_gate.shape[0], axes)
     return _glu_in_jax(p_gate, p_up, sizes, bias_gate, bias_up, activation, want_aux)
 
 
@@ -80,7 +80,7 @@ def _batch(args, dims, *, want_aux, **params):
         product = dict(out_dtype=params["out_dtype"], precision=params["precision"])
         (p_gate,) = ragged_dot_op.bind(lhs, w_gate, group_sizes, **product)
         (p_up,) = ragged_dot_op.bind(lhs, w_up, group_sizes, **product)
-        bias_gate, bias_up = _present(rest, (params["has_bias_gate"], params["has_bias_up"]))
+        bias_gate, bias_up = present_operands(rest, (params["has_bias_gate"], params["has_bias_up"]))
         return _glu_in_jax(p_gate, p_up, group_sizes, bias_gate, bias_up, params["activation"], want_aux)
 
     outs = jax.vmap(one)(*all_to_front(args, dims))
@@ -91,11 +91,11 @@ def _jvp(primals, tangents, *, out_dtype, precision, activation, want_aux, has_b
          out_sharding=None):  # fmt: skip
     lhs, w_gate, w_up, group_sizes, *rest = primals
     dlhs, dw_gate, dw_up, _, *drest = (None if type(t) is ad.Zero else t for t in tangents)
-    dbias_gate, dbias_up = _present(drest, (has_bias_gate, has_bias_up))
+    dbias_gate, dbias_up = present_operands(drest, (has_bias_gate, has_bias_up))
     out, z_gate, z_up = ragged_glu_op.bind(*primals, out_dtype=out_dtype, precision=precision, activation=activation,
                                            want_aux=True, has_bias_gate=has_bias_gate, has_bias_up=has_bias_up,
                                            out_sharding=out_sharding)  # fmt: skip
-    tangent = functools.partial(_affine_tangent, lhs, dlhs, group_sizes=group_sizes, out_dtype=out_dtype,
+    tangent = functools.partial(affine_tangent, lhs, dlhs, group_sizes=group_sizes, out_dtype=out_dtype,
                                 precision=precision)  # fmt: skip
     t_gate, t_up = tangent(w_gate, dw_gate, dbias_gate), tangent(w_up, dw_up, dbias_up)
     primal_out = [out, z_gate, z_up] if want_aux else [out]
@@ -170,7 +170,7 @@ def ragged_glu(lhs, w_gate, w_up, group_sizes, activation="silu", *, bias_gate=N
     extra = [b for b in (bias_gate, bias_up) if b is not None]
     group_sizes = group_sizes_for(group_sizes, lhs.shape[0], "jaxgemm.ragged_glu")
     (out,) = ragged_glu_op.bind(lhs.astype(dtype), w_gate.astype(dtype), w_up.astype(dtype), group_sizes, *extra,
-                                out_dtype=out_dtype, precision=_precision(dtype, precision), activation=activation,
-                                want_aux=False, has_bias_gate=bias_gate is not None,
+                                out_dtype=out_dtype, precision=product_precision(dtype, precision),
+                                activation=activation, want_aux=False, has_bias_gate=bias_gate is not None,
                                 has_bias_up=bias_up is not None, out_sharding=out_sharding)  # fmt: skip
     return constrain_output(out, out_sharding)

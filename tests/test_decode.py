@@ -18,10 +18,10 @@ needs_cuda_build = pytest.mark.skipif(not _ffi.WITH_CUDA, reason="built without 
 
 
 def _decode_gemm(a, b, ta, tb, out_dtype, split_k=1):
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     config = GemmConfig(ta, tb, False, jnp.dtype(out_dtype), split_k=split_k, kernel="decode")
-    return jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
+    return jax.jit(lambda a, b: gemm_product(a, b, config))(a, b)
 
 
 def _skip_unless_hopper():

@@ -14,7 +14,7 @@ import pytest
 
 import jaxgemm
 from jaxgemm import _ffi
-from jaxgemm.gemm import KERNEL_FAMILIES, GemmConfig, _gemm, uses_dynamic_tiles
+from jaxgemm.gemm import KERNEL_FAMILIES, GemmConfig, gemm_product, uses_dynamic_tiles
 from reference import TF32_TOLERANCE, TOLERANCE, random, rel_error, to64
 from reference import matmul_operands as _operands
 from reference import matmul_reference as _reference
@@ -91,7 +91,7 @@ def test_gpu_dynamic_walk_on_every_sm90_tile(monkeypatch, tile, dtype):
         out_dtype = jnp.dtype(jnp.float32) if tf32 or i % 2 else jnp.dtype(dtype)
         a, b = _operands(rng, m, n, k, dtype, ta, tb, *batch)
         config = GemmConfig(ta, tb, tf32, out_dtype, split_k=split_k, kernel="sm90", tile=tile)
-        static, dynamic = _both_walks(monkeypatch, lambda a, b: _gemm(a, b, config), a, b)
+        static, dynamic = _both_walks(monkeypatch, lambda a, b: gemm_product(a, b, config), a, b)
         case = (m, n, k, ta, tb, batch, split_k, out_dtype)
         np.testing.assert_array_equal(np.asarray(dynamic), np.asarray(static), err_msg=str(case))
         assert rel_error(dynamic, _reference(a, b, ta, tb)) <= tolerance, case

@@ -132,14 +132,14 @@ def test_tf32_operand_layouts(ta, tb, m, n, tile, plain, expected):
     """Which stored operands the lowering transposes for the sm90 tf32 kernel (B unless it is
     K-major or the product runs transposed; A only when it cannot come from registers), and
     what it hands the kernel: K padded to a multiple of 4."""
-    from jaxgemm.gemm import GemmConfig, _tf32_operands, _tf32_transposes
+    from jaxgemm.gemm import GemmConfig, tf32_operands, _tf32_transposes
 
     config = GemmConfig(ta, tb, True, jnp.dtype(jnp.float32), tile=tile)
     assert _tf32_transposes(m, n, config, plain) == expected
     k = 203
     a = jnp.ones((k, m) if ta else (m, k), jnp.float32)
     b = jnp.ones((n, k) if tb else (k, n), jnp.float32)
-    ka, kb, kconfig = _tf32_operands(a, b, config, plain)
+    ka, kb, kconfig = tf32_operands(a, b, config, plain)
     assert (kconfig.transpose_a, kconfig.transpose_b) == (ta != expected[0], tb != expected[1])
     assert ka.shape == ((204, m) if kconfig.transpose_a else (m, 204))
     assert kb.shape == ((n, 204) if kconfig.transpose_b else (204, n))
@@ -384,14 +384,14 @@ SIMT_TILES = [(256, 128), (128, 128), (128, 64), (64, 64)]
 @pytest.mark.parametrize("m,n,k", [(1, 1, 1), (129, 67, 1001), (300, 257, 64)])
 def test_gpu_every_simt_tile(tile, dtype, m, n, k):
     """Every SIMT kernel (16-bit inputs have one: they use it when rows are unaligned)."""
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     rng = np.random.default_rng(hash((tile, m, n, k)) % 2**32)
     for ta, tb in LAYOUTS:
         for batch_a, batch_b in [((), ()), ((3,), (3,)), ((), (2,))]:
             a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_a, batch_b)
             config = GemmConfig(ta, tb, False, jnp.dtype(dtype), split_k=1, kernel="simt", tile=tile)
-            out = _gemm(a, b, config)
+            out = gemm_product(a, b, config)
             err = rel_error(out, _reference(a, b, ta, tb))
             assert err <= TOLERANCE[jnp.dtype(dtype)], (ta, tb, batch_a, batch_b, err)
 
@@ -402,23 +402,23 @@ def test_gpu_simt_256x128_over_many_tiles(m, n, k):
     """The 16x8-per-thread float32 tile over several tiles each way, with partial ones, every
     layout, aligned (16-byte copies) and not: each of a thread's four row fragments lands
     in its own rows."""
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     rng = np.random.default_rng(hash((m, n, k, "256x128")) % 2**32)
     for ta, tb in LAYOUTS:
         a, b = _operands(rng, m, n, k, jnp.float32, ta, tb)
         config = GemmConfig(ta, tb, split_k=1, kernel="simt", tile=(256, 128))
-        err = rel_error(_gemm(a, b, config), _reference(a, b, ta, tb))
+        err = rel_error(gemm_product(a, b, config), _reference(a, b, ta, tb))
         assert err <= 1e-5, (ta, tb, err)
 
 
 @pytest.mark.gpu
 def test_gpu_unknown_tile_is_an_error_not_a_crash():
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     a = jnp.ones((8, 8), jnp.float32)
     with pytest.raises(Exception, match="no SIMT tile 96x96"):
-        jax.block_until_ready(_gemm(a, a, GemmConfig(kernel="simt", tile=(96, 96))))
+        jax.block_until_ready(gemm_product(a, a, GemmConfig(kernel="simt", tile=(96, 96))))
 
 
 @pytest.mark.parametrize("ta,tb", LAYOUTS)
@@ -440,15 +440,15 @@ def test_padding_for_tensor_cores_keeps_the_product(ta, tb):
 @pytest.mark.parametrize("ta,tb", LAYOUTS)
 @pytest.mark.parametrize("m,n,k", [(2049, 2050, 2048), (2048, 2052, 2047), (2047, 2048, 2048), (16, 4097, 4095)])
 def test_simt_layout_and_padding_keep_the_product(m, n, k, ta, tb):
-    """The GPU lowering's SIMT float32 rewrites (_mn_major_for_simt, then
+    """The GPU lowering's SIMT float32 rewrites (mn_major_for_simt, then
     _aligned_rows_for_simt): operands stored (k, m) / (k, n) where the GEMM is wide enough,
     m and n zero-padded to multiples of 4 only when the whole GEMM is large, and op(a) / op(b)
     unchanged but for zero rows / columns (which only add output rows / columns)."""
-    from jaxgemm.gemm import GemmConfig, _aligned_rows_for_simt, _mn_major_for_simt
+    from jaxgemm.gemm import GemmConfig, _aligned_rows_for_simt, mn_major_for_simt
 
     rng = np.random.default_rng(hash((m, n, k, ta, tb, "simt rows")) % 2**32)
     a, b = _operands(rng, m, n, k, jnp.float32, ta, tb)
-    pa, pb, config = _mn_major_for_simt(a, b, GemmConfig(ta, tb))
+    pa, pb, config = mn_major_for_simt(a, b, GemmConfig(ta, tb))
     assert config.transpose_a == (ta or n >= 2048) and config.transpose_b == (tb and m < 2048), config
     pa, pb, m_pad, n_pad = _aligned_rows_for_simt(pa, pb, config)
     if min(m, n, k) >= 2048:
@@ -484,7 +484,7 @@ SM90_A_MK_ONLY_TILES = {s.tile for s in kernels.SM90_SCHEDULES if s.swapped}
 def test_gpu_every_tensor_core_kernel(kernel, tile, dtype):
     """Each tensor-core kernel, forced, over layouts x shapes ragged against its tiles x
     batching (incl. a broadcast operand) x output dtype x split-K."""
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     _skip_unless_hopper(kernel)
     rng = np.random.default_rng(hash((kernel, tile, str(dtype))) % 2**32)
@@ -500,7 +500,7 @@ def test_gpu_every_tensor_core_kernel(kernel, tile, dtype):
         split_k = 3 if i % 3 == 2 else 1
         a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_a, batch_b)
         config = GemmConfig(ta, tb, False, out_dtype, split_k=split_k, kernel=kernel, tile=tile)
-        out = _gemm(a, b, config)
+        out = gemm_product(a, b, config)
         assert out.dtype == out_dtype
         err = rel_error(out, _reference(a, b, ta, tb))
         assert err <= TOLERANCE[jnp.dtype(dtype)], (m, n, k, ta, tb, batch_a, batch_b, out_dtype, split_k, err)
@@ -519,7 +519,7 @@ def test_gpu_few_rows_on_every_sm90_tile(tile, dtype):
     would read hold stale values. Every row < M must still be right and written (poisoned
     outputs), in every layout, with split-K and batches, with a fused epilogue too; float32
     runs as tf32 (A from shared memory or, stored (k, m), from registers)."""
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     _skip_unless_hopper("sm90")
     if dtype == jnp.float32 and tile in SM90_16BIT_ONLY_TILES:
@@ -538,7 +538,7 @@ def test_gpu_few_rows_on_every_sm90_tile(tile, dtype):
         split_k = 3 if i % 3 == 1 else 1
         a, b = _operands(rng, m, n, k, dtype, ta, tb, *batch)
         config = GemmConfig(ta, tb, tf32, jnp.dtype(dtype), split_k=split_k, kernel="sm90", tile=tile)
-        out = jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
+        out = jax.jit(lambda a, b: gemm_product(a, b, config))(a, b)
         err = rel_error(out, _reference(a, b, ta, tb))
         assert err <= tolerance, (m, n, k, ta, tb, batch, split_k, err)
     # The fused TMA-store epilogue (bias, activation, Aux) on a few-row product.
@@ -558,7 +558,7 @@ def test_gpu_tf32_on_every_sm90_tile(tile):
     tiles A stored (k, m) comes from registers; the pingpong tiles get K-major operands), K
     not a multiple of 4 (padded), ragged tiles, batches (one operand broadcast), split-K. The
     error must be tf32's: above exact fp32's, so the tensor cores ran."""
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     _skip_unless_hopper("sm90")
     rng = np.random.default_rng(hash(tile) % 2**32)
@@ -569,7 +569,7 @@ def test_gpu_tf32_on_every_sm90_tile(tile):
         split_k = 3 if i % 3 == 2 else 1
         a, b = _operands(rng, m, n, k, jnp.float32, ta, tb, batch_a, batch_b)
         config = GemmConfig(ta, tb, True, jnp.dtype(jnp.float32), split_k=split_k, kernel="sm90", tile=tile)
-        out = jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
+        out = jax.jit(lambda a, b: gemm_product(a, b, config))(a, b)
         err = rel_error(out, _reference(a, b, ta, tb))
         assert 1e-6 < err <= TF32_TOLERANCE, (m, n, k, ta, tb, batch_a, batch_b, split_k, err)
 
@@ -659,7 +659,7 @@ def test_gpu_sm90_tma_stores_scale_by_alpha(tile):
     """alpha != 1 with no other epilogue: the plain TMA-store epilogue scales the values as it
     packs them, for 16-bit and float outputs (tf32 with A from shared memory and from
     registers too), with several tiles per block and ragged edges."""
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     _skip_unless_hopper("sm90")
     rng = np.random.default_rng(hash(("alpha", tile)) % 2**32)
@@ -671,7 +671,7 @@ def test_gpu_sm90_tma_stores_scale_by_alpha(tile):
             continue
         a, b = _operands(rng, m, n, k, dtype, ta, False)
         config = GemmConfig(ta, False, tf32, jnp.dtype(out_dtype), kernel="sm90", tile=tile, alpha=-0.75)
-        out = jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
+        out = jax.jit(lambda a, b: gemm_product(a, b, config))(a, b)
         assert out.dtype == jnp.dtype(out_dtype)
         err = rel_error(out, -0.75 * _reference(a, b, ta, False))
         tolerance = TF32_TOLERANCE if tf32 else TOLERANCE[jnp.dtype(dtype)]
@@ -771,25 +771,26 @@ def test_gpu_float32_outputs_of_shallow_products_on_the_heuristic():
 @pytest.mark.gpu
 def test_gpu_forced_kernel_that_cannot_run_is_an_error():
     from jaxgemm import _ffi
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     a = jnp.ones((8, 12), jnp.bfloat16)  # rows of 24 bytes: no TMA, no 16-byte cp.async
     for kernel in ("sm80", "sm90"):
         with pytest.raises(Exception, match=f"the {kernel} kernel cannot take"):
-            jax.block_until_ready(_gemm(a, a, GemmConfig(transpose_b=True, out_dtype=jnp.dtype(jnp.bfloat16), kernel=kernel)))
+            config = GemmConfig(transpose_b=True, out_dtype=jnp.dtype(jnp.bfloat16), kernel=kernel)
+            jax.block_until_ready(gemm_product(a, a, config))
     if _ffi.cuda_compute_capability() == 90:  # a tile built for 16-bit inputs only, asked for tf32
         f = jnp.ones((256, 256), jnp.float32)
         config = GemmConfig(transpose_b=True, tf32=True, out_dtype=jnp.dtype(jnp.float32), kernel="sm90", tile=(192, 128))
         with pytest.raises(Exception, match="the 192x128 tile takes 16-bit inputs only"):
-            jax.block_until_ready(_gemm(f, f, config))
+            jax.block_until_ready(gemm_product(f, f, config))
         config = GemmConfig(transpose_b=True, tf32=True, out_dtype=jnp.dtype(jnp.float32), kernel="sm90", tile=(160, 128))
         with pytest.raises(Exception, match="the 160x128 tile takes 16-bit inputs only"):
-            jax.block_until_ready(_gemm(f, f, config))
+            jax.block_until_ready(gemm_product(f, f, config))
         # The swapped tile multiplies A^T as its K-major B: A stored (k, m) is refused.
         h = jnp.ones((64, 64), jnp.bfloat16)
         config = GemmConfig(transpose_a=True, out_dtype=jnp.dtype(jnp.bfloat16), kernel="sm90", tile=(160, 128))
         with pytest.raises(Exception, match=r"the 160x128 tile takes A stored \(m, k\) only"):
-            jax.block_until_ready(_gemm(h, h, config))
+            jax.block_until_ready(gemm_product(h, h, config))
 
 
 def test_unknown_kernel_family_is_a_value_error():
@@ -818,15 +819,15 @@ def test_runs_on_expected_backend():
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_split_k_partials_sum_to_product(split_k, ta, tb, dtype):
     """Forced split-K (the GPU heuristic picks it for small outputs with long K)."""
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     rng = np.random.default_rng(18)
     a, b = _operands(rng, 9, 13, 203, dtype, ta, tb, batch_a=(2,))
     config = GemmConfig(ta, tb, False, jnp.dtype(dtype), split_k=split_k)
-    out = jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
+    out = jax.jit(lambda a, b: gemm_product(a, b, config))(a, b)
     assert out.dtype == jnp.dtype(dtype)
     assert rel_error(out, _reference(a, b, ta, tb)) <= TOLERANCE[jnp.dtype(dtype)]
-    text = jax.jit(lambda a, b: _gemm(a, b, config)).lower(a, b).as_text()
+    text = jax.jit(lambda a, b: gemm_product(a, b, config)).lower(a, b).as_text()
     assert f"split_k = {split_k}" in text
 
 
@@ -848,9 +849,9 @@ def test_gpu_tensor_core_path(m, n, k, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("split_k", [2, 5])
 def test_gpu_tensor_core_split_k(split_k):
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     rng = np.random.default_rng(19)
     a, b = _operands(rng, 128, 256, 4000, jnp.bfloat16, False, False)
-    out = _gemm(a, b, GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), split_k=split_k))
+    out = gemm_product(a, b, GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), split_k=split_k))
     assert rel_error(out, _reference(a, b)) <= 1e-2

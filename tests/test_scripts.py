@@ -7,6 +7,7 @@ tools/gpu_examples.sh's."""
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -77,7 +78,10 @@ def test_bench_ragged_tiny_case_then_plot_from_its_json(tmp_path):
                        "--iterations", "1", "--no-xla", "--json", str(rows))  # fmt: skip
     assert rc == 0, err
     assert [(r["case"], r["routing"]) for r in json.loads(rows.read_text())] == [("tiny", "balanced"), ("tiny", "empty")]
-    assert "(error vs padded 0.0e+00)" in out
+    # Grouped and padded products agree to float32 rounding (XLA's CPU dot may fuse
+    # differently from one run of shapes to the other: not always bit for bit).
+    error = re.search(r"\(error vs padded ([0-9.e+-]+)\)", out)
+    assert error and float(error.group(1)) <= 1e-5, out
     rc, out, err = run("-m", "jaxgemm.bench.ragged", "--from", str(rows), "--plot", str(png))
     assert rc == 0 and "tiny" in out and png.stat().st_size > 0, err
 

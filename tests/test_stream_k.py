@@ -265,7 +265,7 @@ def test_gpu_stream_k_on_every_sm90_tile(tile, dtype, monkeypatch):
     2-block clusters, where alone tf32 shares a last wave out). Outputs are poisoned
     (JAXGEMM_POISON_OUTPUTS in the GPU run): an unwritten tile shows. Runs twice:
     stream-K's fixed summation order gives the same bits."""
-    from jaxgemm.gemm import GemmConfig, _gemm, _tf32_operands
+    from jaxgemm.gemm import GemmConfig, gemm_product, tf32_operands
 
     _skip_unless_hopper()
     # The mechanism on small problems and every schedule: past the rule that keeps it to
@@ -287,11 +287,11 @@ def test_gpu_stream_k_on_every_sm90_tile(tile, dtype, monkeypatch):
             batch_dims = (batch,) if batch > 1 else ()
             a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_dims, batch_dims)
             # The call as the kernel gets it (tf32 NN computes D^T, over n x m tiles).
-            ka, kb, kconfig = _tf32_operands(a, b, config, plain=True) if tf32 else (a, b, config)
+            ka, kb, kconfig = tf32_operands(a, b, config, plain=True) if tf32 else (a, b, config)
             sms = [s for s in range(3, 40) if _kernel_workspace(ka, kb, kconfig, s, monkeypatch) > 0]
             assert len(sms) > nth, (m, n, k, ta, tb, batch)
             monkeypatch.setenv("JAXGEMM_SM_COUNT", str(sms[nth]))
-            fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+            fn = jax.jit(lambda a, b, config=config: gemm_product(a, b, config))
             out = fn(a, b)
             err = rel_error(out, _reference(a, b, ta, tb))
             assert err <= tolerance, (m, n, k, sms, ta, tb, batch, err)
@@ -347,7 +347,7 @@ def test_gpu_stream_k_single_shared_wave(tile, dtype, monkeypatch):
     pieces; a head adds up to four partial tiles). Per shape, three grids: from barely more
     workers than items to two to four times as many. Ragged M / N / K, layouts, a batch; outputs
     poisoned; the same bits twice."""
-    from jaxgemm.gemm import GemmConfig, _gemm, _tf32_operands
+    from jaxgemm.gemm import GemmConfig, gemm_product, tf32_operands
 
     _skip_unless_hopper()
     monkeypatch.setenv("JAXGEMM_STREAM_K_MAX_FILL", "100")  # any fill: the mechanism on small grids
@@ -359,14 +359,14 @@ def test_gpu_stream_k_single_shared_wave(tile, dtype, monkeypatch):
         config = GemmConfig(ta, tb, tf32, jnp.dtype(dtype), split_k=1, kernel="sm90", tile=tile)
         batch_dims = (batch,) if batch > 1 else ()
         a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_dims, batch_dims)
-        ka, kb, kconfig = _tf32_operands(a, b, config, plain=True) if tf32 else (a, b, config)
+        ka, kb, kconfig = tf32_operands(a, b, config, plain=True) if tf32 else (a, b, config)
         items, cluster = _items(ka.shape[-1] if kconfig.transpose_a else ka.shape[-2],
                                 kb.shape[-2] if kconfig.transpose_b else kb.shape[-1], tile, batch)
         sms = [s for s in range(3, 133) if s // cluster > items and _kernel_workspace(ka, kb, kconfig, s, monkeypatch) > 0]
         assert len(sms) >= 3 and sms[-1] // cluster >= min(2 * items, 132 // cluster), (m, n, k, tile, items, sms)
         for count in (sms[0], sms[len(sms) // 2], sms[-1]):
             monkeypatch.setenv("JAXGEMM_SM_COUNT", str(count))
-            fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+            fn = jax.jit(lambda a, b, config=config: gemm_product(a, b, config))
             out = fn(a, b)
             err = rel_error(out, _reference(a, b, ta, tb))
             assert err <= tolerance, (m, n, k, count, ta, tb, batch, err)
@@ -383,7 +383,7 @@ def test_gpu_few_rows_shared_wave(dtype):
     heuristic's pick below K = 8192, and any one-slab call's (a fused epilogue's). Every
     layout, ragged N and K, a batch, 4 workers per tile, the fused epilogue with Aux; outputs
     poisoned; the same bits twice."""
-    from jaxgemm.gemm import GemmConfig, _gemm
+    from jaxgemm.gemm import GemmConfig, gemm_product
 
     _skip_unless_hopper()
     sms = _ffi.cuda_sm_count()
@@ -399,7 +399,7 @@ def test_gpu_few_rows_shared_wave(dtype):
         batch_dims = (batch,) if batch > 1 else ()
         a, b = _operands(rng, m, n, k, dtype, ta, tb, batch_dims, batch_dims)
         config = GemmConfig(ta, tb, False, jnp.dtype(dtype), split_k=1)
-        fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+        fn = jax.jit(lambda a, b, config=config: gemm_product(a, b, config))
         out = fn(a, b)
         err = rel_error(out, _reference(a, b, ta, tb))
         assert err <= tolerance, (m, n, k, batch, ta, tb, err)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import jaxgemm
 from jaxgemm import _ffi
 from jaxgemm.bench import time_alternating_ms
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (8192, 8192), (1024, 4096), (4096, 64))
 
@@ -33,7 +33,7 @@ def main():
         a = jax.random.normal(ka, (m, k), jnp.bfloat16)
         b = jax.random.normal(kb, (n, k) if tb else (k, n), jnp.bfloat16)
         config = GemmConfig(False, tb, False, jnp.dtype(jnp.bfloat16), split_k=1, kernel="decode")
-        fns = {"decode": jax.jit(lambda a, b, config=config: _gemm(a, b, config)),
+        fns = {"decode": jax.jit(lambda a, b, config=config: gemm_product(a, b, config)),
                "ours": jax.jit(lambda a, b, tb=tb: jaxgemm.matmul(a, b, transpose_b=tb)),
                "xla": jax.jit(lambda a, b, tb=tb: a @ (b.T if tb else b))}
         if cap == "-":

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 import jaxgemm
 from jaxgemm.bench import time_samples
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 DEFAULT = [(8192, 8192, 8192), (16384, 4096, 14336), (4096, 8192, 4096), (4096, 4096, 4096), (2048, 2048, 2048)]
 
@@ -28,7 +28,7 @@ def main(var, values, shapes, fused=False, rounds=4, per_round=20):
             bias = jax.random.normal(kc, (n,), jnp.bfloat16)  # as bench's bias+gelu+aux case
             ours = jax.jit(lambda a, b: jaxgemm.matmul(a, b, bias=bias, activation="gelu", return_pre_activation=True))
         else:
-            ours = jax.jit(lambda a, b: _gemm(a, b, config))
+            ours = jax.jit(lambda a, b: gemm_product(a, b, config))
         xla = jax.jit(lambda a, b: a @ b)
         runs = [(v, ours) for v in values] + [(None, xla)]
         samples = {v: [] for v, _ in runs}

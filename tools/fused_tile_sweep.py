@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from jaxgemm.bench import time_ms
 from jaxgemm.epilogue import EpilogueConfig, fused_matmul
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096)]
 TILES = {"cluster 256x256": (256, 256), "coop 128x256": (128, 256), "pingpong 128x128": (128, 128)}
@@ -19,7 +19,7 @@ for m, n, k in SHAPES:
     a, b = jax.random.normal(ka, (m, k), jnp.bfloat16), jax.random.normal(kb, (k, n), jnp.bfloat16)
     bias = jax.random.normal(kc, (n,), jnp.bfloat16)
     base = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), split_k=1)
-    plain_ms, _ = time_ms(jax.jit(lambda a, b: _gemm(a, b, base)), (a, b), 30)
+    plain_ms, _ = time_ms(jax.jit(lambda a, b: gemm_product(a, b, base)), (a, b), 30)
     cells = []
     for tile in TILES.values():
         config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), split_k=1, kernel="sm90", tile=tile)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental.mosaic.gpu import profiler
 
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 
 def breakdown(fn, args, iterations=50):
@@ -42,7 +42,7 @@ def main(shapes):
             for t, s in (((64, 64), 1), ((64, 64), 2), ((64, 64), 4), ((64, 128), 1), ((64, 128), 2), ((128, 64), 1),
                          ((128, 64), 2), ((128, 128), 1))]
         for label, config in configs:
-            t = show(label, breakdown(lambda a, b, config=config: _gemm(a, b, config), (a, b)))
+            t = show(label, breakdown(lambda a, b, config=config: gemm_product(a, b, config), (a, b)))
             print(f"  {'':<24} XLA/ours {xla / t:.3f}, B at {b.nbytes / t / 1e9:.2f} TB/s")
 
 

@@ -12,7 +12,7 @@ mkdir -p "$out"
 ncu --clock-control none -k regex:Sm90Gemm -c 1 --section SourceCounters --section WarpStateStats \
   --page source --print-source sass --csv python3 -P -c "
 import jax, jax.numpy as jnp, jaxgemm
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 ka, kb, kc = jax.random.split(jax.random.key(0), 3)
 a = jax.random.normal(ka, ($m, $k), jnp.bfloat16)
 b = jax.random.normal(kb, ($k, $n), jnp.bfloat16)
@@ -21,7 +21,7 @@ if '$fused':
     out = jaxgemm.matmul(a, b, bias=bias, activation='gelu', return_pre_activation=True)
 elif '$tile':
     config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), kernel='sm90', tile=tuple(int(v) for v in '$tile'.split('x')))
-    out = jax.jit(lambda a, b: _gemm(a, b, config))(a, b)
+    out = jax.jit(lambda a, b: gemm_product(a, b, config))(a, b)
 else:
     out = jaxgemm.matmul(a, b)
 jax.block_until_ready(out)

@@ -26,13 +26,13 @@ XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=" ncu --csv --page raw
   python3 -P -c "
 import ctypes
 import jax, jax.numpy as jnp
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 ka, kb = jax.random.split(jax.random.key(0))
 a = jax.random.normal(ka, ($m, $k), jnp.bfloat16); b = jax.random.normal(kb, ($k, $n), jnp.bfloat16)
 tiles = [None] + [tuple(int(v) for v in t.split('x')) for t in '$tiles'.split(',') if t != '-']
 def ours(tile):
     config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), split_k=1, kernel='sm90', tile=tile)
-    return jax.jit(lambda a, b: _gemm(a, b, config))
+    return jax.jit(lambda a, b: gemm_product(a, b, config))
 fns = [ours(t) for t in tiles] + [jax.jit(jnp.matmul)]
 for f in fns:
     jax.block_until_ready(f(a, b))

@@ -11,13 +11,13 @@ ncu --clock-control none -k "regex:Sm90Gemm|nvjet|xmma|gemm|Gemm" -c 4 \
   --section LaunchStats --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
   python3 -P -c "
 import jax, jax.numpy as jnp
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 ka, kb = jax.random.split(jax.random.key(0))
 a = jax.random.normal(ka, ($m, $k), jnp.bfloat16); b = jax.random.normal(kb, ($k, $n), jnp.bfloat16)
 jax.block_until_ready((a, b))
 for tile in (None, (128, 128), (128, 256)):
     config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), split_k=1, kernel='sm90', tile=tile)
-    jax.block_until_ready(jax.jit(lambda a, b: _gemm(a, b, config))(a, b))
+    jax.block_until_ready(jax.jit(lambda a, b: gemm_product(a, b, config))(a, b))
 jax.block_until_ready(jax.jit(jnp.matmul)(a, b))
 " >"$out/ncu_vs_xla.txt" 2>&1
 grep -E "^  [A-Za-z_].*\(|Cluster Size|Grid Size|Registers Per|SM Frequency|Duration|Compute \(SM\) Throughput|DRAM Throughput|L2 Hit Rate|L2 Cache Throughput|L1/TEX Cache Throughput|Issue Slots Busy|Warp Cycles Per Issued" "$out/ncu_vs_xla.txt" | cut -c1-110

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental.mosaic.gpu import profiler
 
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 
 class Nvml:
@@ -145,11 +145,11 @@ def main(shapes, tiles, f32=False, seconds=3.0):
             if f32 and tile:
                 config = GemmConfig(transpose_a=True, split_k=1, kernel="simt", tile=tile)
                 runs.append((label, jax.jit(lambda a_list, a_t_list, b_list, c=config: [
-                    _gemm(a, b, c) for a, b in zip(a_t_list, b_list)])))
+                    gemm_product(a, b, c) for a, b in zip(a_t_list, b_list)])))
                 continue
             config = GemmConfig(out_dtype=jnp.dtype(dtype), kernel="sm90" if tile else None, tile=tile)
             runs.append((label, jax.jit(lambda a_list, a_t_list, b_list, c=config: [
-                _gemm(a, b, c) for a, b in zip(a_list, b_list)])))
+                gemm_product(a, b, c) for a, b in zip(a_list, b_list)])))
         probe(nvml, f"{m}x{n}x{k}", runs, (a_list, a_t_list, b_list), seconds, repeats, m * n * k)
 
 

@@ -11,7 +11,7 @@ cat >"$out/sanitize_case.py" <<'PY'
 import itertools
 import jax, jax.numpy as jnp
 import jaxgemm
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 key = jax.random.key(0)
 families = [("simt", (128, 128), "float32"), ("simt", (128, 64), "float32"), ("sm80", None, "bfloat16")]
 families += [("sm90", t, "bfloat16")
@@ -29,7 +29,7 @@ for (kernel, tile, dtype), (ta, tb), m in itertools.product(families, [(False, F
     b = jax.random.normal(key, (n, k) if tb else (k, n), dtype)
     for split in (1, 2):
         cfg = GemmConfig(ta, tb, tf32, jnp.dtype(dtype), split_k=split, kernel=kernel, tile=tile)
-        jax.block_until_ready(jax.jit(lambda a, b: _gemm(a, b, cfg))(a, b))
+        jax.block_until_ready(jax.jit(lambda a, b: gemm_product(a, b, cfg))(a, b))
 # The fused TMA-store epilogue (bias, gelu, aux) and the bias-activation backward.
 x = jax.random.normal(key, (136, 200), jnp.bfloat16)
 w = jax.random.normal(key, (200, 264), jnp.bfloat16)

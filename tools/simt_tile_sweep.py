@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 import jaxgemm
 from jaxgemm.bench import time_alternating_ms
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 1024), (4096, 4096, 1024), (4095, 4097, 4093),
           (128, 8192, 8192)]
@@ -29,7 +29,7 @@ def main(shapes, rounds=4, per_round=10):
         runs = [("XLA", jax.jit(lambda a, a_t, b: jnp.dot(a, b, precision="highest")))]
         for name, tile in TILES.items():
             config = GemmConfig(transpose_a=True, split_k=1, kernel="simt", tile=tile)
-            runs.append((name, jax.jit(lambda a, a_t, b, config=config: _gemm(a_t, b, config))))
+            runs.append((name, jax.jit(lambda a, a_t, b, config=config: gemm_product(a_t, b, config))))
         runs.append(("heuristic NN", jax.jit(lambda a, a_t, b: jaxgemm.matmul(a, b))))
         ms, _ = time_alternating_ms(dict(runs), (a, a_t, b), per_round, rounds)
         cells = [f"{flops / ms[name] / 1e9:6.1f} ({ms['XLA'] / ms[name]:.3f}x)" for name in names]

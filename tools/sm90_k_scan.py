@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxgemm.bench import time_ms
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 KS = (512, 1024, 2048, 4096, 8192)
 # 12 x 11 128 x 128 tiles; 2048^2: 128 tiles of 128 x 256 (the bench's 2048^3 is one wave).
@@ -39,7 +39,7 @@ for grid, (m, n) in GRIDS.items():
                 fn = jax.jit(jnp.matmul)
             else:
                 config = GemmConfig(out_dtype=jnp.dtype(jnp.bfloat16), **kernel)
-                fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+                fn = jax.jit(lambda a, b, config=config: gemm_product(a, b, config))
             ms, _ = time_ms(fn, (a, b), 30)
             times.append(ms)
         slope, intercept = fit(KS, times)

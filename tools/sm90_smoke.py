@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 failed = False
 for tile in ((128, 128), (128, 256), (256, 256)):
@@ -19,7 +19,7 @@ for tile in ((128, 128), (128, 256), (256, 256)):
             a = jax.random.normal(ka, (m, k), jnp.bfloat16)
             b = jax.random.normal(kb, (n, k) if trans_b else (k, n), jnp.bfloat16)
             config = GemmConfig(False, trans_b, False, jnp.dtype(jnp.bfloat16), split_k=1, kernel="sm90", tile=tile)
-            out = np.asarray(jax.block_until_ready(_gemm(a, b, config)), np.float32)
+            out = np.asarray(jax.block_until_ready(gemm_product(a, b, config)), np.float32)
             bb = b.T if trans_b else b
             ref = np.asarray(jnp.matmul(a.astype(jnp.float32), bb.astype(jnp.float32), precision="highest"))
             err = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))

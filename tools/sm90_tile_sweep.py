@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgemm.bench import time_alternating_ms
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 SHAPES = [(8192, 8192, 8192), (4096, 8192, 4096), (4096, 4096, 4096), (2048, 2048, 2048), (16384, 4096, 14336)]
 DEFAULT_TILES = "256x256,128x256,128x128"
@@ -30,12 +30,12 @@ def main(shapes, tiles, out_dtype="bfloat16", rounds=4, per_round=15):
         flops = 2.0 * m * n * k * (batch[0] if batch else 1)
         base = GemmConfig(out_dtype=jnp.dtype(out_dtype), transpose_a=ta, transpose_b=tb)
         xla = lambda a, b: jnp.matmul(a.mT if ta else a, b.mT if tb else b, preferred_element_type=out_dtype)
-        runs = {"XLA": jax.jit(xla), "heuristic": jax.jit(lambda a, b: _gemm(a, b, base))}
+        runs = {"XLA": jax.jit(xla), "heuristic": jax.jit(lambda a, b: gemm_product(a, b, base))}
         for name in tiles:
             shape, _, split = name.partition("/")
             tile = tuple(map(int, shape.split("x")))
             config = dataclasses.replace(base, split_k=int(split or 1), kernel="sm90", tile=tile)
-            run = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+            run = jax.jit(lambda a, b, config=config: gemm_product(a, b, config))
             try:  # a forced tile the kernel refuses (e.g. rows off 16 bytes) is left out, not fatal
                 jax.block_until_ready(run(a, b))
                 runs[name] = run

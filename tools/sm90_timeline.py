@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from jaxgemm.bench import time_ms
 from jaxgemm.epilogue import EpilogueConfig, fused_matmul
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 # (M, N, K, kernel, tile, epilogue); kernel None: the heuristic; epilogue "fused": + bias,
 # gelu and aux; "f32": float32 output (TMA stores of 64 x 32 boxes); "tf32": float32 inputs
@@ -58,7 +58,7 @@ for m, n, k, kernel, tile, epilogue in picked:
         fn = jax.jit(lambda a, b, config=config, epi=epi, bias=bias: fused_matmul(
             a, b, None, bias, None, config, epi))  # fmt: skip
     else:
-        fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+        fn = jax.jit(lambda a, b, config=config: gemm_product(a, b, config))
     ours, _ = time_ms(fn, (a, b), 30)
     xla, _ = time_ms(jax.jit(jnp.matmul), (a, b), 30)
     label = f"{kernel or 'heuristic'} {tile or ''} {epilogue}"

@@ -13,14 +13,14 @@ import jax
 import jax.numpy as jnp
 
 from jaxgemm.bench import time_ms
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 
 def sweep(name, a, b, xla, base: GemmConfig, configs):
     xla_ms = time_ms(jax.jit(xla), (a, b), 50)[0]
     print(f"{name}: XLA {xla_ms * 1e3:.1f} us")
     for label, config in [("heuristic", base)] + configs:
-        fn = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+        fn = jax.jit(lambda a, b, config=config: gemm_product(a, b, config))
         ms = time_ms(fn, (a, b), 50)[0]
         print(f"  {label:<26} {ms * 1e3:8.1f} us  XLA/ours {xla_ms / ms:.3f}")
 

@@ -23,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from jaxgemm import _ffi  # noqa: E402
 from jaxgemm.bench import time_alternating_ms  # noqa: E402
-from jaxgemm.gemm import GemmConfig, _gemm  # noqa: E402
+from jaxgemm.gemm import GemmConfig, gemm_product  # noqa: E402
 
 DEFAULT = [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 8192, 4096), (16384, 4096, 14336), (6144, 6144, 6144),
            (8192, 8192, 4096), (8192, 8192, 16384), (3072, 8192, 8192), (5120, 5120, 5120), (2048, 8192, 8192)]
@@ -31,7 +31,7 @@ DEFAULT = [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 8192, 4096), (16384, 4
 
 def lowered(a, b, config, stream_k):
     os.environ["JAXGEMM_STREAM_K"] = "1" if stream_k else "0"
-    fn = jax.jit(lambda a, b: _gemm(a, b, config)).lower(a, b).compile()
+    fn = jax.jit(lambda a, b: gemm_product(a, b, config)).lower(a, b).compile()
     os.environ.pop("JAXGEMM_STREAM_K")
     return fn
 

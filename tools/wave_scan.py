@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxgemm.bench import time_pair_ms
-from jaxgemm.gemm import GemmConfig, _gemm
+from jaxgemm.gemm import GemmConfig, gemm_product
 
 
 def main(n, ms):
@@ -27,7 +27,7 @@ def main(n, ms):
         flops = 2.0 * m * n * n
         xla = jax.jit(jnp.matmul)
         for label, config in configs:
-            ours = jax.jit(lambda a, b, config=config: _gemm(a, b, config))
+            ours = jax.jit(lambda a, b, config=config: gemm_product(a, b, config))
             t_ours, t_xla, _ = time_pair_ms(ours, xla, (a, b), 50)
             print(f"M={m:6d} N=K={n} {label:<10} ours {t_ours:.4f} ms ({flops / t_ours / 1e9:6.1f} TF/s)"
                   f"  XLA {t_xla:.4f} ms ({flops / t_xla / 1e9:6.1f})  ratio {t_xla / t_ours:.3f}", flush=True)

@@ -30,7 +30,7 @@ from jax import lax
 
 import jaxgemm
 from jaxgemm.bench import rel_error, time_alternating_ms
-from jaxgemm.ragged import _epilogue_in_jax
+from jaxgemm.ragged import epilogue_in_jax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +117,7 @@ def _unfused_epilogue(activation):
 
     def dot(x, w, sizes, bias):
         z = jaxgemm.ragged_dot(x, w, sizes)
-        return _epilogue_in_jax(z, sizes, bias, activation, None, want_aux=False)[0]
+        return epilogue_in_jax(z, sizes, bias, activation, None, want_aux=False)[0]
 
     return dot
 
