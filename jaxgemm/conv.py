@@ -39,8 +39,8 @@ from jax.interpreters import ad
 from jaxgemm import _ffi, _jaxgemm, activations, conv_windows, xla_cpu
 from jaxgemm._compat import cotangent_sharding
 from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax, epilogue_tangent
-from jaxgemm.gemm import SUPPORTED_DTYPES, kernel_out_dtype, collective_sm_margin
-from jaxgemm.kernels import CONV_KERNEL_FAMILIES, HALF_DTYPES
+from jaxgemm.gemm import collective_sm_margin, kernel_out_dtype
+from jaxgemm.kernels import CONV_KERNEL_FAMILIES, HALF_DTYPES, SUPPORTED_DTYPES
 from jaxgemm.matmul import matmul
 from jaxgemm.primitive import (
     BILINEAR,

@@ -25,11 +25,9 @@ from jax.interpreters import ad
 from jaxgemm import _ffi  # noqa: F401  (registers the FFI targets)
 from jaxgemm import _jaxgemm, xla_cpu
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
-from jaxgemm import kernels
-from jaxgemm.kernels import KERNEL_FAMILIES, SM90_PINGPONG_TILES
+from jaxgemm.kernels import HALF_DTYPES, KERNEL_FAMILIES, SM90_PINGPONG_TILES
 from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define, psum_over
 
-SUPPORTED_DTYPES = kernels.SUPPORTED_DTYPES
 _MAX_KERNEL_BATCH_DIMS = _jaxgemm.max_batch_dims  # BatchLayout's limit (gemm/problem.h)
 
 
@@ -400,7 +398,7 @@ def gemm_local(a, b, *, config: GemmConfig, platform: str, axes=None, out_shardi
     m_pad = n_pad = 0
     call_config = config
     # (A forced kernel family gets the operands as they are: tests rely on that.)
-    if platform == "cuda" and a.dtype in kernels.HALF_DTYPES and config.kernel is None:
+    if platform == "cuda" and a.dtype in HALF_DTYPES and config.kernel is None:
         a, b, m_pad, n_pad = pad_rows_for_tensor_cores(a, b, config)
     if runs_as_tf32(a.dtype, config, platform):
         a, b, call_config = tf32_operands(a, b, config, plain=split_k == 1)

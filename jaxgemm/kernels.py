@@ -24,10 +24,9 @@ HALF_DTYPES: frozenset = frozenset(jnp.dtype(e["name"]) for e in _ELEMENT_TYPES 
 
 # The SIMT kernels' float32 tiles (ffi_src/gemm/simt_tiles.h): every tile that runs, and
 # those the heuristic may pick (the others run only when GemmConfig.tile asks).
-SIMT_TILES: tuple[tuple[int, int], ...] = tuple(tuple(row["tile"]) for row in _jaxgemm.simt_tiles())
-SIMT_HEURISTIC_TILES: tuple[tuple[int, int], ...] = tuple(
-    tuple(row["tile"]) for row in _jaxgemm.simt_tiles() if row["heuristic"]
-)
+_SIMT_ROWS = _jaxgemm.simt_tiles()
+SIMT_TILES: tuple[tuple[int, int], ...] = tuple(tuple(row["tile"]) for row in _SIMT_ROWS)
+SIMT_HEURISTIC_TILES: tuple[tuple[int, int], ...] = tuple(tuple(row["tile"]) for row in _SIMT_ROWS if row["heuristic"])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,8 @@ from jax import lax
 
 from jaxgemm import activations, autotune
 from jaxgemm.epilogue import EpilogueConfig, fused_matmul
-from jaxgemm.gemm import SUPPORTED_DTYPES, GemmConfig, broadcast_batch, gemm_product, gemm_dims, traced_sm_margin
+from jaxgemm.gemm import GemmConfig, broadcast_batch, gemm_dims, gemm_product, traced_sm_margin
+from jaxgemm.kernels import SUPPORTED_DTYPES
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 
 _TF32_PRECISIONS = {"tensorfloat32", "tf32", "default", "high"}

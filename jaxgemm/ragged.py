@@ -39,8 +39,7 @@ from jax.interpreters import ad
 from jaxgemm import _ffi, _jaxgemm, activations, xla_cpu
 from jaxgemm._compat import cotangent_sharding, xla_out_sharding
 from jaxgemm.epilogue import present_operands, epilogue_tangent
-from jaxgemm.gemm import SUPPORTED_DTYPES
-from jaxgemm.kernels import HALF_DTYPES
+from jaxgemm.kernels import HALF_DTYPES, SUPPORTED_DTYPES
 from jaxgemm.primitive import (BILINEAR, SCATTER, Op, Result, Rule, all_to_front, canonical_out_sharding,
                                constrain_output, define, psum_over)  # fmt: skip
 

@@ -27,7 +27,7 @@ from jax.interpreters import ad
 
 from jaxgemm import activations
 from jaxgemm.epilogue import present_operands
-from jaxgemm.gemm import SUPPORTED_DTYPES
+from jaxgemm.kernels import SUPPORTED_DTYPES
 from jaxgemm.primitive import Op, Result, Rule, all_to_front, canonical_out_sharding, constrain_output, define
 from jaxgemm.ragged import (REPLICATED_DIMS, affine_tangent, biased, dot_local, fused_kernel_runs, group_sizes_for,
                             local_sizes, product_precision, ragged_dot_op, result_sizes)  # fmt: skip

@@ -31,12 +31,19 @@ struct GemmAttrs {
 }  // namespace jaxgemm
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
-    jaxgemm::GemmAttrs, xla::ffi::StructMember<bool>("transpose_a"), xla::ffi::StructMember<bool>("transpose_b"),
-    xla::ffi::StructMember<bool>("tf32"), xla::ffi::StructMember<float>("alpha"),
-    xla::ffi::StructMember<float>("beta"), xla::ffi::StructMember<int64_t>("activation"),
-    xla::ffi::StructMember<int64_t>("split_k"), xla::ffi::StructMember<int64_t>("tile_m"),
-    xla::ffi::StructMember<int64_t>("tile_n"), xla::ffi::StructMember<int64_t>("kernel"),
-    xla::ffi::StructMember<int64_t>("sm_margin"), xla::ffi::StructMember<bool>("dynamic_tiles"));
+    jaxgemm::GemmAttrs,
+    xla::ffi::StructMember<bool>("transpose_a"),
+    xla::ffi::StructMember<bool>("transpose_b"),
+    xla::ffi::StructMember<bool>("tf32"),
+    xla::ffi::StructMember<float>("alpha"),
+    xla::ffi::StructMember<float>("beta"),
+    xla::ffi::StructMember<int64_t>("activation"),
+    xla::ffi::StructMember<int64_t>("split_k"),
+    xla::ffi::StructMember<int64_t>("tile_m"),
+    xla::ffi::StructMember<int64_t>("tile_n"),
+    xla::ffi::StructMember<int64_t>("kernel"),
+    xla::ffi::StructMember<int64_t>("sm_margin"),
+    xla::ffi::StructMember<bool>("dynamic_tiles"));
 
 namespace jaxgemm {
 

@@ -155,8 +155,8 @@ NB_MODULE(_jaxgemm, m) {
     }
     return families;
   });
-  // The sm90 kernel's schedules (gemm/sm90/schedules.h), one dict per row, in table order.
-  m.def("element_types", []() {  // kElementInfo's rows: Python's dtype sets read them
+  // The element types (common/element_type.h), one dict per row: Python's dtype sets.
+  m.def("element_types", []() {
     nb::list rows;
     for (const jaxgemm::ElementInfo& e : jaxgemm::kElementInfo) {
       nb::dict row;
@@ -167,6 +167,7 @@ NB_MODULE(_jaxgemm, m) {
     }
     return rows;
   });
+  // The SIMT tiles (gemm/simt_tiles.h), one dict per row, in table order.
   m.def("simt_tiles", []() {
     nb::list rows;
     for (const jaxgemm::SimtTile& t : jaxgemm::kSimtTiles) {
@@ -177,6 +178,7 @@ NB_MODULE(_jaxgemm, m) {
     }
     return rows;
   });
+  // The sm90 kernel's schedules (gemm/sm90/schedules.h), one dict per row, in table order.
   m.def("sm90_schedules", []() {
     nb::list rows;
     for (const jaxgemm::Sm90ScheduleRow& s : jaxgemm::kSm90Schedules) {
