@@ -173,6 +173,10 @@ def test_bad_input_names_the_shapes():
         ragged_glu(lhs, w_gate, w_up, sizes.astype(jnp.float32))
     with pytest.raises(ValueError, match="unknown activation"):
         ragged_glu(lhs, w_gate, w_up, sizes, "swish_plus")
+    with pytest.raises(ValueError, match=r"jaxgemm.ragged_glu: group_sizes .* sum to at most m = 53 \(sum 54\)"):
+        ragged_glu(lhs, w_gate, w_up, sizes.at[0].add(1))
+    with pytest.raises(ValueError, match=">= 0"):
+        ragged_glu(lhs, w_gate, w_up, sizes.at[0].set(-1))
 
 
 @pytest.mark.gpu
