@@ -12,7 +12,10 @@
 # tools/gpu_check.sh): B is benchmarked first, then A is built and benchmarked (and stays
 # installed: rebuild B before anything else). AB_ONLY=B or AB_ONLY=A runs one side only
 # (two calls where both do not fit in one; compare here with tools/ab_compare.py on the
-# fetched A*.json and B*.json).
+# fetched A*.json and B*.json). AB_PREBUILT=DIR: no builds; each side imports the jaxgemm
+# installed in DIR/A or DIR/B (pip install --target of wheels built here and carried).
+# Extras "ragged-epilogue": jaxgemm.bench.ragged --epilogue gelu and --glu, without XLA's
+# ragged dot (the grouped kernel's epilogues).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -29,7 +32,9 @@ bench_module() {  # bench_module conv: the installed tree's jaxgemm.bench.conv, 
 
 run() {  # run NAME TREE [skip]: build TREE (unless skip), benchmark it into $out/NAME*.json
   local name=$1 tree=$2 start=$SECONDS
-  if [ "${3:-}" != skip ]; then
+  if [ -n "${AB_PREBUILT:-}" ]; then
+    export PYTHONPATH="$AB_PREBUILT/$name"
+  elif [ "${3:-}" != skip ]; then
     if ! (cd "$tree" && python3 -m pip install --no-build-isolation --no-deps -q . >"$out/$name.build.log" 2>&1); then
       tail -30 "$out/$name.build.log"; echo "$name: BUILD FAILED"; return 1
     fi
@@ -52,6 +57,12 @@ run() {  # run NAME TREE [skip]: build TREE (unless skip), benchmark it into $ou
     (cd /tmp && python3 -P -m "$(bench_module ragged)" --json "$out/${name}_ragged.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
       tail -20 "$out/$name.err"
   fi
+  if [[ $extras == *,ragged-epilogue,* ]]; then
+    for flag in "--epilogue gelu" --glu; do
+      (cd /tmp && python3 -P -m "$(bench_module ragged)" $flag --no-xla >>"$out/${name}_ragged_epilogue.txt" 2>>"$out/$name.err") ||
+        tail -20 "$out/$name.err"
+    done
+  fi
   echo "$name: built and benchmarked in $(( SECONDS - start )) s"
 }
 
@@ -59,7 +70,7 @@ case ${AB_ONLY:-} in
   B) run B . "$([ "${SKIP_BUILD:-0}" = 1 ] && echo skip)" || exit 1; exit 0 ;;
   A) run A "$base" || exit 1; exit 0 ;;
 esac
-if [ "${SKIP_BUILD:-0}" = 1 ]; then
+if [ "${SKIP_BUILD:-0}" = 1 ] || [ -n "${AB_PREBUILT:-}" ]; then
   run B . skip && run A "$base" || exit 1
 else
   run A "$base" && run B . || exit 1
@@ -68,4 +79,5 @@ fi
 [[ $extras == *,conv,* ]] && python3 tools/ab_compare.py "$out/A_conv.json" "$out/B_conv.json"
 [[ $extras == *,zoo,* ]] && python3 tools/ab_compare.py "$out/A_zoo.json" "$out/B_zoo.json"
 [[ $extras == *,ragged,* ]] && grep -hE "^(case|mixtral|fine)" "$out/A.txt" "$out/B.txt"
+[[ $extras == *,ragged-epilogue,* ]] && grep -hE "^(case|mixtral|fine)" "$out/A_ragged_epilogue.txt" "$out/B_ragged_epilogue.txt"
 exit 0

@@ -87,6 +87,53 @@ inline bool ToGemmInputType(ffi::DataType t, ElementType* out) {
   return ToElementType(t, out);
 }
 
+// The output's batch dims (dd, the first batch_rank) and each present operand's strides
+// along them into *batch, innermost first: size-1 output dims dropped, a dim merged into its
+// inner neighbour when every operand is contiguous across the two. Empty, or why not.
+inline std::string DecodeBatchDims(const ffi::AnyBuffer* const (&operands)[kBatchOperands],
+                                   const char* const (&names)[kBatchOperands], const bool (&present)[kBatchOperands],
+                                   ffi::AnyBuffer::Dimensions dd, size_t batch_rank, BatchLayout* batch) {
+  int64_t stride[kBatchOperands];
+  for (int o = 0; o < kBatchOperands; ++o) {
+    if (!present[o]) continue;
+    auto dx = operands[o]->dimensions();
+    stride[o] = o == kOperandBias ? dx[dx.size() - 1] : dx[dx.size() - 2] * dx[dx.size() - 1];
+  }
+  int64_t dims[16], strides[kBatchOperands][16];
+  int n = 0;
+  batch->count = 1;
+  for (int i = static_cast<int>(batch_rank) - 1; i >= 0; --i) {
+    const int64_t out = dd[i];
+    int64_t s[kBatchOperands] = {};
+    for (int o = 0; o < kBatchOperands; ++o) {
+      if (!present[o]) continue;
+      const int64_t x = operands[o]->dimensions()[i];
+      if (x != 1 && x != out) return std::string("batch dims of ") + names[o] + " do not broadcast";
+      s[o] = x == 1 ? 0 : stride[o];
+      stride[o] *= x;
+    }
+    batch->count *= out;
+    if (out == 1 || out == 0) continue;
+    bool merge = n > 0;
+    for (int o = 0; o < kBatchOperands && merge; ++o) merge = s[o] == strides[o][n - 1] * dims[n - 1];
+    if (merge) {
+      dims[n - 1] *= out;
+      continue;
+    }
+    if (n == 16) return "too many batch dims";
+    dims[n] = out;
+    for (int o = 0; o < kBatchOperands; ++o) strides[o][n] = s[o];
+    ++n;
+  }
+  if (n > kMaxBatchDims) return "more than 4 alternating broadcast batch dims";
+  batch->rank = n;
+  for (int j = 0; j < n; ++j) {  // stored outermost first
+    batch->dims[j] = dims[n - 1 - j];
+    for (int o = 0; o < kBatchOperands; ++o) batch->stride[o][j] = strides[o][n - 1 - j];
+  }
+  return "";
+}
+
 inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
                                             const ffi::AnyBuffer& c, const ffi::AnyBuffer& bias,
                                             const ffi::AnyBuffer& residual, const ffi::AnyBuffer& d,
@@ -157,46 +204,8 @@ inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::
     return fail("aux must match the output");
   }
 
-  // Batch dims, innermost first: drop size-1 output dims, merge a dim into its inner
-  // neighbour when every operand is contiguous across the two.
-  int64_t stride[kBatchOperands];
-  for (int o = 0; o < kBatchOperands; ++o) {
-    if (!present[o]) continue;
-    auto dx = operands[o]->dimensions();
-    stride[o] = o == kOperandBias ? dx[dx.size() - 1] : dx[dx.size() - 2] * dx[dx.size() - 1];
-  }
-  int64_t dims[16], strides[kBatchOperands][16];
-  int n = 0;
-  p.batch.count = 1;
-  for (int i = static_cast<int>(batch_rank) - 1; i >= 0; --i) {
-    const int64_t out = dd[i];
-    int64_t s[kBatchOperands] = {};
-    for (int o = 0; o < kBatchOperands; ++o) {
-      if (!present[o]) continue;
-      const int64_t x = operands[o]->dimensions()[i];
-      if (x != 1 && x != out) return fail(std::string("batch dims of ") + names[o] + " do not broadcast");
-      s[o] = x == 1 ? 0 : stride[o];
-      stride[o] *= x;
-    }
-    p.batch.count *= out;
-    if (out == 1 || out == 0) continue;
-    bool merge = n > 0;
-    for (int o = 0; o < kBatchOperands && merge; ++o) merge = s[o] == strides[o][n - 1] * dims[n - 1];
-    if (merge) {
-      dims[n - 1] *= out;
-      continue;
-    }
-    if (n == 16) return fail("too many batch dims");
-    dims[n] = out;
-    for (int o = 0; o < kBatchOperands; ++o) strides[o][n] = s[o];
-    ++n;
-  }
-  if (n > kMaxBatchDims) return fail("more than 4 alternating broadcast batch dims");
-  p.batch.rank = n;
-  for (int j = 0; j < n; ++j) {  // stored outermost first
-    p.batch.dims[j] = dims[n - 1 - j];
-    for (int o = 0; o < kBatchOperands; ++o) p.batch.stride[o][j] = strides[o][n - 1 - j];
-  }
+  const std::string batch_error = DecodeBatchDims(operands, names, present, dd, batch_rank, &p.batch);
+  if (!batch_error.empty()) return fail(batch_error);
 
   p.a = a.untyped_data();
   p.b = b.untyped_data();

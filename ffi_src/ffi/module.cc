@@ -91,9 +91,8 @@ jaxgemm::GemmProblem ShapeOnly(int64_t m, int64_t n, int64_t k, int64_t batch, b
 }
 #endif
 
-}  // namespace
-
-NB_MODULE(_jaxgemm, m) {
+// The FFI handlers of each platform, by call target name.
+void DefineRegistrations(nb::module_& m) {
   m.def("cpu_registrations", []() {
     nb::dict d;
     d["jaxgemm_gemm"] = EncapsulateFfiHandler(JaxgemmGemmCpu);
@@ -106,7 +105,24 @@ NB_MODULE(_jaxgemm, m) {
     d["jaxgemm_block_scaled_gemm"] = EncapsulateFfiHandler(JaxgemmBlockScaledGemmCpu);
     return d;
   });
-  // The FFI contract's ids and limits, so that Python copies none of them by hand.
+  m.def("cuda_registrations", []() {
+    nb::dict d;
+#if defined(JAXGEMM_WITH_CUDA)
+    d["jaxgemm_gemm"] = EncapsulateFfiHandler(JaxgemmGemmCuda);
+    d["jaxgemm_bias_act_grad"] = EncapsulateFfiHandler(JaxgemmBiasActGradCuda);
+    d["jaxgemm_conv"] = EncapsulateFfiHandler(JaxgemmConvCuda);
+    d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCuda);
+    d["jaxgemm_ragged_dot"] = EncapsulateFfiHandler(JaxgemmRaggedDotCuda);
+    d["jaxgemm_ragged_epilogue"] = EncapsulateFfiHandler(JaxgemmRaggedEpilogueCuda);
+    d["jaxgemm_ragged_glu"] = EncapsulateFfiHandler(JaxgemmRaggedGluCuda);
+    d["jaxgemm_block_scaled_gemm"] = EncapsulateFfiHandler(JaxgemmBlockScaledGemmCuda);
+#endif
+    return d;
+  });
+}
+
+// The FFI contract's ids, limits and tables, so that Python copies none of them by hand.
+void DefineContract(nb::module_& m) {
   m.def("activation_ids", []() {
     nb::dict ids;
     for (const jaxgemm::ActivationName& a : jaxgemm::kActivationNames) ids[a.name] = static_cast<int>(a.id);
@@ -131,22 +147,6 @@ NB_MODULE(_jaxgemm, m) {
   });
   m.attr("max_grouped_groups") = jaxgemm::kMaxGroupedGroups;
   m.attr("grouped_tile") = nb::make_tuple(jaxgemm::kGroupedTileM, jaxgemm::kGroupedTileN, jaxgemm::kGroupedTileK);
-  // The grouped kernel's work items for these group sizes (gemm/sm90/grouped_items.h), for
-  // tests: row modes or the contraction (the weight gradient), over `blocks` blocks.
-  m.def("grouped_walk", [](std::vector<int64_t> sizes, int64_t m, int64_t n, int64_t k, bool contraction,
-                           int32_t blocks) {
-    if (sizes.empty() || static_cast<int64_t>(sizes.size()) > jaxgemm::kMaxGroupedGroups || m < 0 || n < 1 ||
-        k < 1 || m >= INT32_MAX || n >= INT32_MAX || k >= INT32_MAX || blocks < 1) {
-      throw nb::value_error("grouped_walk: 1 to max_grouped_groups sizes, m >= 0, n, k >= 1 (int32), blocks >= 1");
-    }
-    const int32_t m32 = static_cast<int32_t>(m), n32 = static_cast<int32_t>(n), k32 = static_cast<int32_t>(k);
-    return contraction ? GroupedWalk<true>(sizes, m32, n32, k32, blocks)
-                       : GroupedWalk<false>(sizes, m32, n32, k32, blocks);
-  });
-  // The sm90 conv weight gradient's split of N*P*Q (conv/sm90_wgrad_split.h).
-  m.def("sm90_conv_wgrad_split", [](int64_t m, int64_t n, int64_t k, int sm_count) {
-    return jaxgemm::Sm90ConvWgradSplit(m, n, k, sm_count);
-  });
   // Kernel family name -> the id the FFI calls' `kernel` attribute takes (gemm/kernel_family.h).
   m.def("kernel_families", []() {
     nb::dict families;
@@ -194,6 +194,26 @@ NB_MODULE(_jaxgemm, m) {
     }
     return rows;
   });
+}
+
+// The kernels' work walks, for tests: the host copies of what the device code computes.
+void DefineWalks(nb::module_& m) {
+  // The grouped kernel's work items for these group sizes (gemm/sm90/grouped_items.h), for
+  // tests: row modes or the contraction (the weight gradient), over `blocks` blocks.
+  m.def("grouped_walk", [](std::vector<int64_t> sizes, int64_t m, int64_t n, int64_t k, bool contraction,
+                           int32_t blocks) {
+    if (sizes.empty() || static_cast<int64_t>(sizes.size()) > jaxgemm::kMaxGroupedGroups || m < 0 || n < 1 ||
+        k < 1 || m >= INT32_MAX || n >= INT32_MAX || k >= INT32_MAX || blocks < 1) {
+      throw nb::value_error("grouped_walk: 1 to max_grouped_groups sizes, m >= 0, n, k >= 1 (int32), blocks >= 1");
+    }
+    const int32_t m32 = static_cast<int32_t>(m), n32 = static_cast<int32_t>(n), k32 = static_cast<int32_t>(k);
+    return contraction ? GroupedWalk<true>(sizes, m32, n32, k32, blocks)
+                       : GroupedWalk<false>(sizes, m32, n32, k32, blocks);
+  });
+  // The sm90 conv weight gradient's split of N*P*Q (conv/sm90_wgrad_split.h).
+  m.def("sm90_conv_wgrad_split", [](int64_t m, int64_t n, int64_t k, int sm_count) {
+    return jaxgemm::Sm90ConvWgradSplit(m, n, k, sm_count);
+  });
   // The sm90 kernel's stream-K walk (sm90/stream_k.h), for tests: every worker's pieces as
   // (worker, item, first k-tile, k-tiles, fixup, partners), for `sk_items` items of
   // `item_k_tiles` k-tiles shared out over `workers`.
@@ -216,23 +236,12 @@ NB_MODULE(_jaxgemm, m) {
     }
     return pieces;
   });
-  m.def("cuda_registrations", []() {
-    nb::dict d;
+}
+
 #if defined(JAXGEMM_WITH_CUDA)
-    d["jaxgemm_gemm"] = EncapsulateFfiHandler(JaxgemmGemmCuda);
-    d["jaxgemm_bias_act_grad"] = EncapsulateFfiHandler(JaxgemmBiasActGradCuda);
-    d["jaxgemm_conv"] = EncapsulateFfiHandler(JaxgemmConvCuda);
-    d["jaxgemm_col2im"] = EncapsulateFfiHandler(JaxgemmCol2imCuda);
-    d["jaxgemm_ragged_dot"] = EncapsulateFfiHandler(JaxgemmRaggedDotCuda);
-    d["jaxgemm_ragged_epilogue"] = EncapsulateFfiHandler(JaxgemmRaggedEpilogueCuda);
-    d["jaxgemm_ragged_glu"] = EncapsulateFfiHandler(JaxgemmRaggedGluCuda);
-    d["jaxgemm_block_scaled_gemm"] = EncapsulateFfiHandler(JaxgemmBlockScaledGemmCuda);
-#endif
-    return d;
-  });
-#if defined(JAXGEMM_WITH_CUDA)
-  // The heuristic's choices, for the lowering (split-K) and for tests that must cover
-  // every kernel it can pick.
+// The heuristic's choices, for the lowering (split-K, workspace) and for tests that must
+// cover every kernel it can pick; the device's properties.
+void DefineHeuristicQueries(nb::module_& m) {
   m.def("simt_config", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count) {
     jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch);
     p.split_k = jaxgemm::ChooseSplitK(p, sm_count);
@@ -280,6 +289,17 @@ NB_MODULE(_jaxgemm, m) {
   m.def("cuda_compute_capability", &jaxgemm::CurrentDeviceComputeCapability);
   m.def("cuda_sm_count", &jaxgemm::CurrentDeviceSmCount);
   m.def("kernel_sm_count", &jaxgemm::KernelSmCount);
+}
+#endif
+
+}  // namespace
+
+NB_MODULE(_jaxgemm, m) {
+  DefineRegistrations(m);
+  DefineContract(m);
+  DefineWalks(m);
+#if defined(JAXGEMM_WITH_CUDA)
+  DefineHeuristicQueries(m);
 #endif
   m.attr("with_cuda") =
 #if defined(JAXGEMM_WITH_CUDA)

@@ -127,6 +127,36 @@ __device__ __forceinline__ void MultiplyChunk(uint32_t stage, int lane, float (&
   }
 }
 
+// The sum of element pair (row, col) of the tile over the warps' K slices of every block of
+// the cluster (in that order): all loads first, one round trip.
+template <int kBN>
+__device__ __forceinline__ float2 SumPartials(const float (&partial)[kDecodeWarpsK][kDecodeMaxRows][kBN], int row,
+                                              int col, int cluster) {
+  float2 x[kDecodeMaxCluster][kDecodeWarpsK];
+#pragma unroll
+  for (int r = 0; r < kDecodeMaxCluster; ++r) {
+#pragma unroll
+    for (int w = 0; w < kDecodeWarpsK; ++w) {
+      if (r < cluster) {
+        x[r][w] = cluster > 1 ? LoadClusterFloat2(&partial[w][row][col], r)
+                              : *reinterpret_cast<const float2*>(&partial[w][row][col]);
+      }
+    }
+  }
+  float2 v = make_float2(0.f, 0.f);
+#pragma unroll
+  for (int r = 0; r < kDecodeMaxCluster; ++r) {
+#pragma unroll
+    for (int w = 0; w < kDecodeWarpsK; ++w) {
+      if (r < cluster) {
+        v.x += x[r][w].x;
+        v.y += x[r][w].y;
+      }
+    }
+  }
+  return v;
+}
+
 #endif  // JG_SM90_ENABLED
 
 }  // namespace decode
@@ -220,28 +250,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kDecodeBlocksPerSm)
     for (int e = rank * per_block + threadIdx.x; e < static_cast<int>(rank + 1) * per_block; e += kDecodeThreads) {
       const int row = e / (kBN / 2), col = 2 * (e % (kBN / 2));
       if (row >= p.m || n0 + col >= p.n) continue;
-      float2 x[kDecodeMaxCluster][kDecodeWarpsK];  // all loads first: one round trip
-#pragma unroll
-      for (int r = 0; r < kDecodeMaxCluster; ++r) {
-#pragma unroll
-        for (int w = 0; w < kDecodeWarpsK; ++w) {
-          if (r < cluster) {
-            x[r][w] = cluster > 1 ? LoadClusterFloat2(&partial[w][row][col], r)
-                                  : *reinterpret_cast<const float2*>(&partial[w][row][col]);
-          }
-        }
-      }
-      float v[2] = {0.f, 0.f};
-#pragma unroll
-      for (int r = 0; r < kDecodeMaxCluster; ++r) {
-#pragma unroll
-        for (int w = 0; w < kDecodeWarpsK; ++w) {
-          if (r < cluster) {
-            v[0] += x[r][w].x;
-            v[1] += x[r][w].y;
-          }
-        }
-      }
+      const float2 sum = SumPartials<kBN>(partial, row, col, cluster);
+      float v[2] = {sum.x, sum.y};
       GemmEpilogue<TOut>::template Store<2>(p, off, row, n0 + col, v, vector_store);
     }
     sync_blocks();  // no block may leave (or refill its ring) while another reads its sums

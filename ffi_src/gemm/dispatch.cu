@@ -218,6 +218,56 @@ size_t GemmWorkspaceBytes(const GemmProblem& p, int sm_count, KernelRequest requ
   return Sm90StreamKBytes(oriented, tile.m, tile.n, Sm90GridSms(oriented, sm_count));
 }
 
+namespace {
+
+// Whether the family `request` forces (if any) can take the problem (else *unsupported says
+// why); *sm90: the sm90 kernel runs (forced, or the heuristic's choice when it can).
+bool CheckForcedFamily(const GemmProblem& p, const KernelRequest& request, bool hopper, bool sm90_ok, bool sm80_ok,
+                       bool* sm90, std::string* unsupported) {
+  using F = KernelFamily;
+  switch (request.family) {
+    case F::kAuto: *sm90 = sm90_ok; return true;
+    case F::kSm90:
+      if (!sm90_ok || (request.tile_n != 0 && !IsSm90Tile(request.tile_m, request.tile_n))) {
+        *unsupported = "the sm90 kernel cannot take this problem, device or tile";
+        return false;
+      }
+      *sm90 = true;
+      return true;
+    case F::kSm80:
+      if (!sm80_ok) *unsupported = "the sm80 kernel cannot take this problem";
+      return sm80_ok;
+    case F::kSimt: return true;
+    case F::kDecode:
+      if (!hopper || !DecodeSupports(p)) {
+        *unsupported =
+            "the decode kernel takes 16-bit inputs with at most 16 rows, A stored (m, k) and 16-byte row starts, "
+            "on Hopper";
+        return false;
+      }
+      return true;
+  }
+  return true;
+}
+
+// The decode kernel, forced (DecodeSupports has passed).
+cudaError_t RunForcedDecode(const GemmProblem& p, int sm_count, cudaStream_t stream, std::string* unsupported) {
+  if (!KernelElementPair(p.in_type, p.out_type)) {
+    *unsupported = "the decode kernel writes the input dtype or float32";
+    return cudaErrorInvalidValue;
+  }
+  return WithElementTypes(p.in_type, p.out_type, [&](auto in, auto out) {
+    using TIn = typename decltype(in)::type;
+    if constexpr (std::is_same_v<TIn, float>) {
+      return cudaErrorInvalidValue;  // (DecodeSupports takes 16-bit inputs only)
+    } else {
+      return LaunchDecodeGemm<TIn, typename decltype(out)::type>(p, sm_count, stream);
+    }
+  });
+}
+
+}  // namespace
+
 cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, std::string* unsupported,
                     Sm90Workspace workspace) {
   if (p.m == 0 || p.n == 0 || p.batch.count == 0) return cudaSuccess;
@@ -242,47 +292,10 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   const bool sm90_ok = hopper && Sm90Supports(oriented);
   const bool sm80_ok = half && Sm80Supports(p);
   bool sm90 = false;
-  switch (request.family) {
-    case F::kAuto: sm90 = sm90_ok; break;
-    case F::kSm90:
-      if (!sm90_ok || (request.tile_n != 0 && !IsSm90Tile(request.tile_m, request.tile_n))) {
-        *unsupported = "the sm90 kernel cannot take this problem, device or tile";
-        return cudaErrorInvalidValue;
-      }
-      sm90 = true;
-      break;
-    case F::kSm80:
-      if (!sm80_ok) {
-        *unsupported = "the sm80 kernel cannot take this problem";
-        return cudaErrorInvalidValue;
-      }
-      break;
-    case F::kSimt: break;
-    case F::kDecode:
-      if (!hopper || !DecodeSupports(p)) {
-        *unsupported =
-            "the decode kernel takes 16-bit inputs with at most 16 rows, A stored (m, k) and 16-byte row starts, "
-            "on Hopper";
-        return cudaErrorInvalidValue;
-      }
-      break;
-  }
+  if (!CheckForcedFamily(p, request, hopper, sm90_ok, sm80_ok, &sm90, unsupported)) return cudaErrorInvalidValue;
   // The decode kernel runs only when asked for: it is slower than the sm90 kernel's
   // few-row schedules (docs/kernels.md, section 5.7).
-  if (request.family == F::kDecode) {
-    if (!KernelElementPair(p.in_type, p.out_type)) {
-      *unsupported = "the decode kernel writes the input dtype or float32";
-      return cudaErrorInvalidValue;
-    }
-    return WithElementTypes(p.in_type, p.out_type, [&](auto in, auto out) {
-      using TIn = typename decltype(in)::type;
-      if constexpr (std::is_same_v<TIn, float>) {
-        return cudaErrorInvalidValue;  // (DecodeSupports takes 16-bit inputs only)
-      } else {
-        return LaunchDecodeGemm<TIn, typename decltype(out)::type>(p, sm_count, stream);
-      }
-    });
-  }
+  if (request.family == F::kDecode) return RunForcedDecode(p, sm_count, stream, unsupported);
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
     const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};
     if (p.in_type == E::kF32 && p.out_type == E::kF32) {

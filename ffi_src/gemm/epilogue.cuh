@@ -1,68 +1,15 @@
-// The GEMM epilogue on the GPU: every mainloop hands it fp32 accumulators, kWidth (2 or 4)
-// consecutive columns of one row at a time, and it applies EpilogueParams (gemm/problem.h):
+// The GEMM epilogue on the GPU for row pieces: every mainloop but the sm90 TMA-store and
+// grouped ones hands it fp32 accumulators, kWidth (2 or 4) consecutive columns of one or
+// more rows at a time, and it applies EpilogueParams (gemm/problem.h) with the shared
+// steps (gemm/epilogue_steps.cuh), then stores the pieces as vectors where it can:
 //   z = alpha * acc + beta * C + bias,  D = act(z) + residual,  Aux = z.
 #pragma once
 #include "common/activation.h"
 #include "common/device_numeric.cuh"
+#include "gemm/epilogue_steps.cuh"
 #include "gemm/problem.h"
 
 namespace jaxgemm {
-
-// Hardware approximations (MUFU); the host build of this header (the loader emulation in
-// tools/) gets the exact functions. Both keep NaN, as jax.nn does (tanh.approx, ex2.approx
-// and div.approx of NaN are NaN), and give jax.nn's limits at +-inf.
-__device__ __forceinline__ float TanhApprox(float x) {
-#if defined(__CUDA_ARCH__)
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#else
-  return tanhf(x);
-#endif
-}
-
-__device__ __forceinline__ float SigmoidApprox(float z) {
-#if defined(__CUDA_ARCH__)
-  return __fdividef(1.f, 1.f + __expf(-z));
-#else
-  return Sigmoid(z);
-#endif
-}
-
-// act applied to every value, with the switch outside the loops. kApprox (16-bit outputs):
-// hardware tanh and exp approximations, whose relative error (~5e-4, tanh) is below the
-// output's own rounding; float32 outputs get the exact functions.
-template <bool kApprox, int kRows, int kWidth>
-__device__ __forceinline__ void ActivateAll(Activation act, float (&v)[kRows][kWidth]) {
-  auto each = [&](auto f) {
-#pragma unroll
-    for (int i = 0; i < kRows; ++i)
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j) v[i][j] = f(v[i][j]);
-  };
-  auto sigmoid = [](float z) { return kApprox ? SigmoidApprox(z) : Sigmoid(z); };
-  auto tanh = [](float z) { return kApprox ? TanhApprox(z) : tanhf(z); };
-  switch (act) {
-    case Activation::kNone: break;
-    case Activation::kRelu: each([](float z) { return Relu(z); }); break;
-    case Activation::kGelu:
-      if constexpr (kApprox) {
-        // The same function in 5 arithmetic instructions instead of 7 (the epilogue's gelu is
-        // MUFU- and issue-bound): u = z (k + k c z^2), y = z / 2 + (z / 2) tanh(u).
-        each([](float z) {
-          const float half = 0.5f * z;
-          return fmaf(half, TanhApprox(z * fmaf(kSqrt2OverPi * kGeluCubic, z * z, kSqrt2OverPi)), half);
-        });
-      } else {
-        each([&](float z) { return 0.5f * z * (1.f + tanh(kSqrt2OverPi * (z + kGeluCubic * z * z * z))); });
-      }
-      break;
-    case Activation::kGeluExact: each([](float z) { return ApplyActivation(Activation::kGeluExact, z); }); break;
-    case Activation::kSilu: each([&](float z) { return z * sigmoid(z); }); break;
-    case Activation::kSigmoid: each(sigmoid); break;
-    case Activation::kTanh: each(tanh); break;
-  }
-}
 
 template <class TOut>
 struct GemmEpilogue {
@@ -89,6 +36,38 @@ struct GemmEpilogue {
     StoreRows(p, off, rows, live, col, v, vector_ok);
   }
 
+  // The steps' source (epilogue_steps.cuh) for kRows row pieces of kWidth columns from
+  // `col`: row piece i starts at element idx[i] of each operand's slab and has valid[i]
+  // columns inside D (0: a dead row).
+  template <int kRows, int kWidth>
+  struct RowPieces : EpilogueSourceDefaults {
+    const EpilogueParams& e;
+    int64_t c_at, bias_at, residual_at, out_at;  // the operands' slabs (Offsets; bias: + col)
+    int64_t idx[kRows];
+    int valid[kRows];
+    int cols;        // columns of the pieces inside D
+    bool vector_ok;  // Write's
+
+    __device__ __forceinline__ bool Inside(int i, int j) const { return j < valid[i]; }
+    __device__ __forceinline__ float At(const void* x, int64_t at, int i, int j) const {
+      return ToFloat(static_cast<const TOut*>(x)[at + idx[i] + j]);
+    }
+    __device__ __forceinline__ bool HasC() const { return e.c != nullptr; }
+    __device__ __forceinline__ float C(int i, int j) const { return At(e.c, c_at, i, j); }
+    __device__ __forceinline__ bool HasBias() const { return e.bias != nullptr; }
+    __device__ __forceinline__ float2 Bias(int u) const {
+      const TOut* b = static_cast<const TOut*>(e.bias) + bias_at + 2 * u;
+      return make_float2(2 * u < cols ? ToFloat(b[0]) : 0.f, 2 * u + 1 < cols ? ToFloat(b[1]) : 0.f);
+    }
+    __device__ __forceinline__ bool HasResidual() const { return e.residual != nullptr; }
+    __device__ __forceinline__ float Residual(int i, int j) const { return At(e.residual, residual_at, i, j); }
+    __device__ __forceinline__ bool HasAux() const { return e.aux != nullptr; }
+    __device__ __forceinline__ void StoreAux(const float (&v)[kRows][kWidth]) const {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) Write(static_cast<TOut*>(e.aux) + out_at + idx[i], v[i], valid[i], vector_ok);
+    }
+  };
+
   // The same columns of kRows rows at once: their loads and arithmetic are independent, so
   // a thread keeps several in flight (the epilogue runs with few warps per scheduler), and
   // the activation's switch is taken once for all kRows * kWidth values. Rows whose `live`
@@ -100,48 +79,18 @@ struct GemmEpilogue {
                                                    bool vector_ok) {
     const EpilogueParams& e = p.epilogue;
     const int64_t n = p.transposed_d ? p.m : p.n;  // D's columns
-    const int cols = n - col < kWidth ? static_cast<int>(n - col) : kWidth;
-    int valid[kRows];
-    int64_t idx[kRows];
+    RowPieces<kRows, kWidth> source{{}, e, off.c, off.bias + col, off.residual, off.out};
+    source.cols = n - col < kWidth ? static_cast<int>(n - col) : kWidth;
+    source.vector_ok = vector_ok;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
-      valid[i] = live[i] ? cols : 0;
-      idx[i] = row[i] * p.ldd + col;
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j) v[i][j] *= e.alpha;
+      source.valid[i] = live[i] ? source.cols : 0;
+      source.idx[i] = row[i] * p.ldd + col;
     }
-    if (e.c) {
-      const TOut* c = static_cast<const TOut*>(e.c) + off.c;
+    ApplyEpilogue<TOut>({e.alpha, e.beta, e.activation}, source, v);
+    TOut* d = static_cast<TOut*>(p.d) + off.out;
 #pragma unroll
-      for (int i = 0; i < kRows; ++i)
-#pragma unroll
-        for (int j = 0; j < kWidth; ++j)
-          if (j < valid[i]) v[i][j] += e.beta * ToFloat(c[idx[i] + j]);
-    }
-    if (e.bias) {
-      const TOut* bias = static_cast<const TOut*>(e.bias) + off.bias + col;
-#pragma unroll
-      for (int j = 0; j < kWidth; ++j) {
-        const float b = j < cols ? ToFloat(bias[j]) : 0.f;
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) v[i][j] += b;
-      }
-    }
-    if (e.aux) {
-#pragma unroll
-      for (int i = 0; i < kRows; ++i) Write(static_cast<TOut*>(e.aux) + off.out + idx[i], v[i], valid[i], vector_ok);
-    }
-    ActivateAll<sizeof(TOut) == 2>(e.activation, v);
-    if (e.residual) {
-      const TOut* residual = static_cast<const TOut*>(e.residual) + off.residual;
-#pragma unroll
-      for (int i = 0; i < kRows; ++i)
-#pragma unroll
-        for (int j = 0; j < kWidth; ++j)
-          if (j < valid[i]) v[i][j] += ToFloat(residual[idx[i] + j]);
-    }
-#pragma unroll
-    for (int i = 0; i < kRows; ++i) Write(static_cast<TOut*>(p.d) + off.out + idx[i], v[i], valid[i], vector_ok);
+    for (int i = 0; i < kRows; ++i) Write(d + source.idx[i], v[i], source.valid[i], vector_ok);
   }
 
   template <int kWidth>
