@@ -12,6 +12,10 @@
 // EpilogueSourceDefaults (every operand absent) and provides those it takes:
 //   kRoundProduct                  round alpha * acc + beta * C before the bias (the
 //                                  grouped kernel's; its CPU reference does the same)
+//   kSkipUnitAlpha                 branch around alpha's multiply when alpha is 1 (the
+//                                  fused TMA store's; where registers are short, as in
+//                                  the general epilogue of the 128-register kernels, the
+//                                  branch cost a spill and the plain multiply did not)
 //   Inside(i, j)                   value (i, j) lies inside the output (C and the residual
 //                                  are read there only)
 //   HasC(), C(i, j)                C's value (i, j)
@@ -91,6 +95,7 @@ __device__ __forceinline__ void ActivateAll(Activation act, float (&v)[kRows][kW
 // operands the kernel takes (the steps of an absent one compile away).
 struct EpilogueSourceDefaults {
   static constexpr bool kRoundProduct = false;
+  static constexpr bool kSkipUnitAlpha = false;
   __device__ __forceinline__ static constexpr bool Inside(int, int) { return true; }
   __device__ __forceinline__ static constexpr bool HasC() { return false; }
   __device__ __forceinline__ static constexpr float C(int, int) { return 0.f; }
@@ -144,10 +149,17 @@ __device__ __forceinline__ void EpilogueLinear(const EpilogueScalars& s, const S
     ForEachPair<kRows, kWidth>([&](int i, int u) { v[i][2 * u] = v[i][2 * u + 1] = 0.f; });
     return;
   }
-  if (s.alpha != 1.f) {  // skipped in the common case: 1 x acc is acc
+  if constexpr (Source::kSkipUnitAlpha) {
+    if (s.alpha != 1.f) {  // 1 x acc is acc
+      ForEachPair<kRows, kWidth>([&](int i, int u) {
+        v[i][2 * u] = __fmul_rn(v[i][2 * u], s.alpha);
+        v[i][2 * u + 1] = __fmul_rn(v[i][2 * u + 1], s.alpha);
+      });
+    }
+  } else {
     ForEachPair<kRows, kWidth>([&](int i, int u) {
-      v[i][2 * u] = __fmul_rn(v[i][2 * u], s.alpha);
-      v[i][2 * u + 1] = __fmul_rn(v[i][2 * u + 1], s.alpha);
+      v[i][2 * u] *= s.alpha;
+      v[i][2 * u + 1] *= s.alpha;
     });
   }
   if (source.HasC()) {

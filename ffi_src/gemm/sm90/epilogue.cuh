@@ -86,6 +86,7 @@ __device__ __forceinline__ void Sm90TakeColumns(const float (&acc)[kMmaM][P::kBN
 // block nb), Aux = z into box 0.
 template <class TOut>
 struct Sm90FusedSource : EpilogueSourceDefaults {
+  static constexpr bool kSkipUnitAlpha = true;
   uint32_t stage;    // the bias stage's shared address
   uint32_t aux_row;  // this lane's row in box 0 (Sm90BoxLane)
   uint32_t unit_xor;
