@@ -1,10 +1,24 @@
 // Decodes jaxgemm_bias_act_grad: dy, z, extra (empty: none) of shape (*batch, rows, cols);
 // results dz like dy and fp32 dbias partials (*batch, chunks, cols).
 #pragma once
+#include <utility>
+
 #include "elementwise/bias_act_grad.h"
 #include "ffi/gemm_decode.h"
 
 namespace jaxgemm {
+
+// The operands, results and attribute of jaxgemm_bias_act_grad, after any context the
+// platform's handler binds first.
+template <class Binding>
+auto BindBiasActGradCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // dy
+      .template Arg<ffi::AnyBuffer>()            // z
+      .template Arg<ffi::AnyBuffer>()            // extra (empty: none)
+      .template Ret<ffi::AnyBuffer>()            // dz
+      .template Ret<ffi::AnyBuffer>()            // dbias partials
+      .template Attr<int64_t>("activation");
+}
 
 inline ffi::ErrorOr<BiasActGradProblem> DecodeBiasActGrad(const ffi::AnyBuffer& dy, const ffi::AnyBuffer& z,
                                                           const ffi::AnyBuffer& extra, const ffi::AnyBuffer& dz,

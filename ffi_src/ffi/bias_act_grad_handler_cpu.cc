@@ -17,10 +17,4 @@ ffi::Error BiasActGradCpuImpl(ffi::AnyBuffer dy, ffi::AnyBuffer z, ffi::AnyBuffe
 }  // namespace jaxgemm
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmBiasActGradCpu, jaxgemm::BiasActGradCpuImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Arg<xla::ffi::AnyBuffer>()  // dy
-                                  .Arg<xla::ffi::AnyBuffer>()  // z
-                                  .Arg<xla::ffi::AnyBuffer>()  // extra (empty: none)
-                                  .Ret<xla::ffi::AnyBuffer>()  // dz
-                                  .Ret<xla::ffi::AnyBuffer>()  // dbias partials
-                                  .Attr<int64_t>("activation"));
+                              jaxgemm::BindBiasActGradCall(xla::ffi::Ffi::Bind()));

@@ -20,12 +20,5 @@ ffi::Error BiasActGradCudaImpl(cudaStream_t stream, ffi::AnyBuffer dy, ffi::AnyB
 }  // namespace jaxgemm
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmBiasActGradCuda, jaxgemm::BiasActGradCudaImpl,
-                              xla::ffi::Ffi::Bind()
-                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
-                                  .Arg<xla::ffi::AnyBuffer>()  // dy
-                                  .Arg<xla::ffi::AnyBuffer>()  // z
-                                  .Arg<xla::ffi::AnyBuffer>()  // extra (empty: none)
-                                  .Ret<xla::ffi::AnyBuffer>()  // dz
-                                  .Ret<xla::ffi::AnyBuffer>()  // dbias partials
-                                  .Attr<int64_t>("activation"),
+                              jaxgemm::BindBiasActGradCall(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
                               {xla::ffi::Traits::kCmdBufferCompatible});
