@@ -336,7 +336,7 @@ def fused_gemm_call(config, epi, a, b, c, bias, residual, platform):
             a, b, call_config = mn_major_for_simt(a, b, config)
     padded_shape = out_shape[:-2] + (out_shape[-2] + m_pad, out_shape[-1] + n_pad)
     outs = call_gemm_ffi(
-        a, b, c, bias, residual, config=call_config, out_shape=padded_shape,
+        a, b, c=c, bias=bias, residual=residual, config=call_config, out_shape=padded_shape,
         activation=activations.activation_id(epi.activation), beta=epi.beta, want_aux=epi.want_aux,
         workspace_bytes=gemm_workspace_bytes(a.shape, b.shape, a.dtype, call_config, 1, platform),
     )  # fmt: skip

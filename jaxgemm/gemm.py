@@ -25,7 +25,7 @@ from jax.interpreters import ad
 from jaxgemm import _ffi  # noqa: F401  (registers the FFI targets)
 from jaxgemm import _jaxgemm, xla_cpu
 from jaxgemm._compat import cotangent_sharding, explicit_sharding
-from jaxgemm.kernels import HALF_DTYPES, KERNEL_FAMILIES, SM90_PINGPONG_TILES
+from jaxgemm.kernels import EPILOGUE_OPERANDS, HALF_DTYPES, KERNEL_FAMILIES, SM90_PINGPONG_TILES
 from jaxgemm.primitive import BILINEAR, Op, Result, Rule, define, psum_over
 
 _MAX_KERNEL_BATCH_DIMS = _jaxgemm.max_batch_dims  # BatchLayout's limit (gemm/problem.h)
@@ -131,12 +131,17 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
                                          uses_dynamic_tiles(config), jnp.dtype(dtype) == jnp.float8_e4m3fn))
 
 
-def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig, out_shape, split_k: int = 1,
-                  activation: int = 0, beta: float = 0.0, want_aux: bool = False, workspace_bytes: int = 0):
+def call_gemm_ffi(a, b, *, config: GemmConfig, out_shape, split_k: int = 1, activation: int = 0, beta: float = 0.0,
+                  want_aux: bool = False, workspace_bytes: int = 0, **operands):
     """The jaxgemm_gemm FFI call (ffi_src/ffi/gemm_decode.h has the contract): returns
-    (out, aux); absent operands and an unwanted aux travel as empty arrays. Unbatched
-    operands get a size-1 batch dim under vmap, which the kernels read with stride 0.
-    `workspace_bytes`: scratch for the kernel (gemm_workspace_bytes), allocated by XLA."""
+    (out, aux). `operands`: the epilogue's, by the names of kernels.EPILOGUE_OPERANDS (c,
+    bias, residual, ...); absent ones (None or not given) and an unwanted aux travel as
+    empty arrays. Unbatched operands get a size-1 batch dim under vmap, which the kernels
+    read with stride 0. `workspace_bytes`: scratch for the kernel (gemm_workspace_bytes),
+    allocated by XLA."""
+    unknown = set(operands) - set(EPILOGUE_OPERANDS)
+    if unknown:
+        raise TypeError(f"call_gemm_ffi: no epilogue operand {sorted(unknown)}; the table has {list(EPILOGUE_OPERANDS)}")
     out_dtype = jnp.float32 if split_k > 1 else config.out_dtype
     empty = jnp.zeros((0,), out_dtype)
     results = (
@@ -147,9 +152,7 @@ def call_gemm_ffi(a, b, c=None, bias=None, residual=None, *, config: GemmConfig,
     return jax.ffi.ffi_call("jaxgemm_gemm", results, vmap_method="expand_dims")(
         a,
         b,
-        empty if c is None else c,
-        empty if bias is None else bias,
-        empty if residual is None else residual,
+        *(empty if operands.get(name) is None else operands[name] for name in EPILOGUE_OPERANDS),
         transpose_a=bool(config.transpose_a),
         transpose_b=bool(config.transpose_b),
         tf32=bool(config.tf32),

@@ -1,5 +1,6 @@
 """Which CUDA kernel families and Hopper (sm90) schedules exist, as the C++ side declares
-them (ffi_src/gemm/kernel_family.h, simt_tiles.h, sm90/schedules.h), read once from the
+them (ffi_src/gemm/kernel_family.h, simt_tiles.h, sm90/schedules.h, problem.h's epilogue
+operands), read once from the
 extension: the lowering, the autotuner, tests and tools take them from here."""
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ CONV_KERNEL_FAMILIES: dict[str | None, int] = {k: v for k, v in KERNEL_FAMILIES.
 _ELEMENT_TYPES = _jaxgemm.element_types()
 SUPPORTED_DTYPES: tuple[jnp.dtype, ...] = tuple(jnp.dtype(e["name"]) for e in _ELEMENT_TYPES if not e["float8"])
 HALF_DTYPES: frozenset = frozenset(jnp.dtype(e["name"]) for e in _ELEMENT_TYPES if e["bytes"] == 2)
+
+
+# The GEMM epilogue's operands (ffi_src/gemm/problem.h's table), in the order the
+# jaxgemm_gemm call passes them after a and b: name -> shape ("matrix" (m, n), "columns"
+# (n,), "rows" (m,), after the batch dims).
+EPILOGUE_OPERANDS: dict[str, str] = {row["name"]: row["shape"] for row in _jaxgemm.epilogue_operands()}
 
 
 # The SIMT kernels' float32 tiles (ffi_src/gemm/simt_tiles.h): every tile that runs, and

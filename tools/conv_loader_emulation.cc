@@ -209,8 +209,8 @@ void Check(const Case& cs, ConvKind kind, const char* name, std::mt19937& rng) {
   for (float& v : residual) v = float(dist(rng));
   if (kind == ConvKind::kFprop) {  // fprop carries the whole epilogue: bias, relu, residual, aux
     p.epilogue.activation = Activation::kRelu;
-    p.epilogue.bias = bias.data();
-    p.epilogue.residual = residual.data();
+    p.epilogue.operand[kEpilogueBias] = bias.data();
+    p.epilogue.operand[kEpilogueResidual] = residual.data();
   }
   p.a = kFloat ? static_cast<const void*>(af.data()) : ah.data();
   p.b = kFloat ? static_cast<const void*>(bf.data()) : bh.data();

@@ -37,10 +37,10 @@ EpilogueRow PixelOperands(const ConvProblem& p, int64_t row, const float* acc) {
   r.n = p.k;
   r.type = r.bias_type = t;
   r.z.acc = acc;
-  r.z.bias = e.bias;
+  r.z.bias = e.bias();
   r.z.aux = ElementAt(e.aux, row, t);
   r.activation = e.activation;
-  r.residual = ElementAt(e.residual, row, t);
+  r.operand[kEpilogueResidual] = ElementAt(e.residual(), row, t);
   r.out = ElementAt(p.out, row, t);
   return r;
 }

@@ -133,8 +133,8 @@ inline ffi::ErrorOr<ConvProblem> DecodeConv(const ffi::AnyBuffer& a, const ffi::
   p.b = b.untyped_data();
   p.out = out.untyped_data();
   p.epilogue.activation = static_cast<Activation>(attrs.activation);
-  p.epilogue.bias = has_bias ? bias.untyped_data() : nullptr;
-  p.epilogue.residual = has_residual ? residual.untyped_data() : nullptr;
+  p.epilogue.operand[kEpilogueBias] = has_bias ? bias.untyped_data() : nullptr;
+  p.epilogue.operand[kEpilogueResidual] = has_residual ? residual.untyped_data() : nullptr;
   p.epilogue.aux = has_aux ? aux.untyped_data() : nullptr;
   return p;
 }

@@ -1,11 +1,13 @@
 // Decodes the jaxgemm_gemm call (buffers + attributes) into a GemmProblem; shared by the
 // CPU and CUDA handlers so both check the same contract:
 //   a: (*batch_a, rows, cols), b: (*batch_b, rows, cols), out: (*batch, m, n) [(*batch, S, m, n)
-//   for split_k = S > 1], c and residual: (*batch_x, m, n), bias: (*batch_x, n), aux like out.
+//   for split_k = S > 1], the epilogue's operands by their shapes (gemm/problem.h: c and
+//   residual (*batch_x, m, n), bias (*batch_x, n)), aux like out.
 // Every batch dim of an operand is 1 (broadcast) or the output's. An epilogue operand or
 // aux with no elements is absent.
 #pragma once
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -48,14 +50,13 @@ XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(
 namespace jaxgemm {
 
 // The operands, results and attributes of jaxgemm_gemm, after any context the platform's
-// handler binds first.
+// handler binds first: a, b, then one buffer per epilogue operand in kEpilogueOperandRows'
+// order (gemm/problem.h; empty: absent).
 template <class Binding>
 auto BindGemmCall(Binding binding) {
   return std::move(binding).template Arg<ffi::AnyBuffer>()  // a
       .template Arg<ffi::AnyBuffer>()            // b
-      .template Arg<ffi::AnyBuffer>()            // c (empty: none)
-      .template Arg<ffi::AnyBuffer>()            // bias (empty: none)
-      .template Arg<ffi::AnyBuffer>()            // residual (empty: none)
+      .RemainingArgs()                           // the epilogue's operands
       .template Ret<ffi::AnyBuffer>()            // out
       .template Ret<ffi::AnyBuffer>()            // aux = pre-activation (empty: not wanted)
       .template Ret<ffi::AnyBuffer>()            // workspace (uint8; the CUDA kernels' scratch, may be empty)
@@ -93,11 +94,12 @@ inline bool ToGemmInputType(ffi::DataType t, ElementType* out) {
 inline std::string DecodeBatchDims(const ffi::AnyBuffer* const (&operands)[kBatchOperands],
                                    const char* const (&names)[kBatchOperands], const bool (&present)[kBatchOperands],
                                    ffi::AnyBuffer::Dimensions dd, size_t batch_rank, BatchLayout* batch) {
-  int64_t stride[kBatchOperands];
+  int64_t stride[kBatchOperands];  // elements of one batch index's slab, then of each dim's
   for (int o = 0; o < kBatchOperands; ++o) {
     if (!present[o]) continue;
     auto dx = operands[o]->dimensions();
-    stride[o] = o == kOperandBias ? dx[dx.size() - 1] : dx[dx.size() - 2] * dx[dx.size() - 1];
+    stride[o] = 1;
+    for (size_t i = batch_rank; i < dx.size(); ++i) stride[o] *= dx[i];
   }
   int64_t dims[16], strides[kBatchOperands][16];
   int n = 0;
@@ -134,15 +136,48 @@ inline std::string DecodeBatchDims(const ffi::AnyBuffer* const (&operands)[kBatc
   return "";
 }
 
+// Why epilogue operand `row`'s buffer x cannot serve problem p (empty: it can): the
+// output's dtype, its shape (OperandShape) after the batch dims.
+inline std::string CheckEpilogueOperand(const ffi::AnyBuffer& x, const EpilogueOperandRow& row, const GemmProblem& p,
+                                        size_t batch_rank) {
+  ElementType t;
+  if (!ToElementType(x.element_type(), &t) || t != p.out_type) return std::string(row.name) + " needs the output's dtype";
+  auto dx = x.dimensions();
+  const bool matrix = row.shape == OperandShape::kMatrix;
+  const int64_t last = row.shape == OperandShape::kRows ? p.m : p.n;
+  if (dx.size() != batch_rank + (matrix ? 2 : 1) || dx[dx.size() - 1] != last || (matrix && dx[dx.size() - 2] != p.m)) {
+    return std::string(row.name) + " has shape " + ShapeString(dx);
+  }
+  return "";
+}
+
 inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
-                                            const ffi::AnyBuffer& c, const ffi::AnyBuffer& bias,
-                                            const ffi::AnyBuffer& residual, const ffi::AnyBuffer& d,
+                                            const ffi::RemainingArgs& epilogue, const ffi::AnyBuffer& d,
                                             const ffi::AnyBuffer& aux, const GemmAttrs& attrs) {
   auto da = a.dimensions(), db = b.dimensions(), dd = d.dimensions();
   auto fail = [&](const std::string& why) {
     return ffi::Unexpected(ffi::Error::InvalidArgument("jaxgemm_gemm: " + why + " (a" + ShapeString(da) + ", b" +
                                                        ShapeString(db) + ", out" + ShapeString(dd) + ")"));
   };
+  if (epilogue.size() != kEpilogueOperands) {
+    return fail("needs " + std::to_string(kEpilogueOperands) + " epilogue operand buffers after a and b, got " +
+                std::to_string(epilogue.size()));
+  }
+  // The operands with batch dims (a, b, then the table's), present when non-empty.
+  const ffi::AnyBuffer* operands[kBatchOperands] = {&a, &b};
+  const char* names[kBatchOperands] = {"a", "b"};
+  bool present[kBatchOperands] = {true, true};
+  std::optional<ffi::AnyBuffer> buffers[kEpilogueOperands];
+  bool any_operand = false;
+  for (int o = 0; o < kEpilogueOperands; ++o) {
+    auto x = epilogue.get<ffi::AnyBuffer>(o);
+    if (!x.has_value()) return fail(std::string("epilogue operand ") + kEpilogueOperandRows[o].name + " is no buffer");
+    buffers[o] = *x;
+    operands[BatchOperandOf(o)] = &*buffers[o];
+    names[BatchOperandOf(o)] = kEpilogueOperandRows[o].name;
+    present[BatchOperandOf(o)] = buffers[o]->element_count() > 0;
+    any_operand = any_operand || present[BatchOperandOf(o)];
+  }
   const bool split = attrs.split_k > 1;
   const size_t rank = da.size();
   if (attrs.split_k < 1) return fail("split_k must be >= 1");
@@ -155,8 +190,7 @@ inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::
   }
   if (!ToElementType(d.element_type(), &p.out_type)) return fail("unsupported output dtype");
   if (IsFloat8(p.in_type)) {
-    const bool plain = c.element_count() == 0 && bias.element_count() == 0 && residual.element_count() == 0 &&
-                       aux.element_count() == 0 && attrs.activation == 0 && !split;
+    const bool plain = !any_operand && aux.element_count() == 0 && attrs.activation == 0 && !split;
     if (!plain || p.out_type == ElementType::kF16) {
       return fail("float8 inputs take a bfloat16 or float32 output and no epilogue operands, activation or split-K");
     }
@@ -181,23 +215,13 @@ inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::
   p.ldd = p.n;
   p.split_k = attrs.split_k;
 
-  // Epilogue operands: present when non-empty; the output's dtype and batch-broadcastable.
   const size_t batch_rank = rank - 2;
-  const ffi::AnyBuffer* operands[kBatchOperands] = {&a, &b, &c, &bias, &residual};
-  const char* names[kBatchOperands] = {"a", "b", "c", "bias", "residual"};
-  bool present[kBatchOperands] = {true, true, false, false, false};
-  for (int o = kOperandC; o < kBatchOperands; ++o) {
-    const ffi::AnyBuffer& x = *operands[o];
-    if (x.element_count() == 0) continue;
-    if (split) return fail("split-K takes no epilogue operands");
-    auto dx = x.dimensions();
-    const size_t matrix_rank = o == kOperandBias ? 1 : 2;
-    ElementType t;
-    if (!ToElementType(x.element_type(), &t) || t != p.out_type) return fail(std::string(names[o]) + " needs the output's dtype");
-    if (dx.size() != batch_rank + matrix_rank || dx[dx.size() - 1] != p.n || (matrix_rank == 2 && dx[dx.size() - 2] != p.m)) {
-      return fail(std::string(names[o]) + " has shape " + ShapeString(dx));
-    }
-    present[o] = true;
+  if (split && any_operand) return fail("split-K takes no epilogue operands");
+  for (int o = 0; o < kEpilogueOperands; ++o) {
+    if (!present[BatchOperandOf(o)]) continue;
+    const std::string why = CheckEpilogueOperand(*buffers[o], kEpilogueOperandRows[o], p, batch_rank);
+    if (!why.empty()) return fail(why);
+    p.epilogue.operand[o] = buffers[o]->untyped_data();
   }
   const bool has_aux = aux.element_count() > 0;
   if (has_aux && (aux.element_type() != d.element_type() || aux.dimensions().size() != dd.size() || split)) {
@@ -211,13 +235,9 @@ inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::
   p.b = b.untyped_data();
   p.d = d.untyped_data();
   p.epilogue.alpha = attrs.alpha;
-  p.epilogue.beta = attrs.beta;
+  p.epilogue.beta = p.epilogue.c() ? attrs.beta : 0.f;
   p.epilogue.activation = static_cast<Activation>(attrs.activation);
-  p.epilogue.c = present[kOperandC] ? c.untyped_data() : nullptr;
-  p.epilogue.bias = present[kOperandBias] ? bias.untyped_data() : nullptr;
-  p.epilogue.residual = present[kOperandResidual] ? residual.untyped_data() : nullptr;
   p.epilogue.aux = has_aux ? aux.untyped_data() : nullptr;
-  if (!p.epilogue.c) p.epilogue.beta = 0.f;
   return p;
 }
 

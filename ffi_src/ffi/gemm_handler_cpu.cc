@@ -9,10 +9,10 @@
 namespace jaxgemm {
 namespace {
 
-ffi::Error GemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c, ffi::AnyBuffer bias,
-                       ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> d, ffi::Result<ffi::AnyBuffer> aux,
-                       ffi::Result<ffi::AnyBuffer> /*workspace: GPU only*/, GemmAttrs attrs) {
-  auto problem = DecodeGemm(a, b, c, bias, residual, *d, *aux, attrs);
+ffi::Error GemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::RemainingArgs epilogue, ffi::Result<ffi::AnyBuffer> d,
+                       ffi::Result<ffi::AnyBuffer> aux, ffi::Result<ffi::AnyBuffer> /*workspace: GPU only*/,
+                       GemmAttrs attrs) {
+  auto problem = DecodeGemm(a, b, epilogue, *d, *aux, attrs);
   if (!problem.has_value()) return problem.error();
   if (PoisonOutputs()) {
     std::memset(d->untyped_data(), 0xff, d->size_bytes());

@@ -10,10 +10,10 @@
 namespace jaxgemm {
 namespace {
 
-ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer c,
-                        ffi::AnyBuffer bias, ffi::AnyBuffer residual, ffi::Result<ffi::AnyBuffer> d,
-                        ffi::Result<ffi::AnyBuffer> aux, ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
-  auto problem = DecodeGemm(a, b, c, bias, residual, *d, *aux, attrs);
+ffi::Error GemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::RemainingArgs epilogue,
+                        ffi::Result<ffi::AnyBuffer> d, ffi::Result<ffi::AnyBuffer> aux,
+                        ffi::Result<ffi::AnyBuffer> workspace, GemmAttrs attrs) {
+  auto problem = DecodeGemm(a, b, epilogue, *d, *aux, attrs);
   if (!problem.has_value()) return problem.error();
   if (PoisonOutputs()) {  // 0xff.. is NaN in f32, f16 and bf16: unwritten elements show
     JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(d->untyped_data(), 0xff, d->size_bytes(), stream));

@@ -167,6 +167,19 @@ void DefineContract(nb::module_& m) {
     }
     return rows;
   });
+  // The GEMM epilogue's operands (gemm/problem.h), one dict per row, in table order.
+  m.def("epilogue_operands", []() {
+    nb::list rows;
+    for (const jaxgemm::EpilogueOperandRow& o : jaxgemm::kEpilogueOperandRows) {
+      nb::dict row;
+      row["name"] = o.name;
+      row["shape"] = o.shape == jaxgemm::OperandShape::kMatrix ? "matrix"
+                     : o.shape == jaxgemm::OperandShape::kColumns ? "columns"
+                                                                   : "rows";
+      rows.append(row);
+    }
+    return rows;
+  });
   // The SIMT tiles (gemm/simt_tiles.h), one dict per row, in table order.
   m.def("simt_tiles", []() {
     nb::list rows;

@@ -14,7 +14,7 @@ float RoundTo(float v, ElementType t) {
 // The GLU's up projection takes the same steps with its own acc, bias and aux.
 float PreActivation(const EpilogueRow& r, const EpilogueProduct& p, int64_t col) {
   float v = r.alpha * p.acc[col];
-  if (r.c != nullptr) v += r.beta * LoadAsFloat(r.c, col, r.type);
+  if (const void* c = r.operand[kEpilogueC]) v += r.beta * LoadAsFloat(c, col, r.type);
   if (r.round_product) v = RoundTo(v, r.type);
   if (p.bias != nullptr) v += LoadAsFloat(p.bias, col, r.bias_type);
   if (p.aux != nullptr) StoreFromFloat(p.aux, col, v, r.type);
@@ -28,7 +28,7 @@ void ApplyEpilogue(const EpilogueRow& r) {
   for (int64_t col = 0; col < r.n; ++col) {
     float v = ApplyActivation(r.activation, PreActivation(r, r.z, col));
     if (r.up != nullptr) v *= PreActivation(r, *r.up, col);
-    if (r.residual != nullptr) v += LoadAsFloat(r.residual, col, r.type);
+    if (const void* residual = r.operand[kEpilogueResidual]) v += LoadAsFloat(residual, col, r.type);
     StoreFromFloat(r.out, col, v, r.type);
   }
 }

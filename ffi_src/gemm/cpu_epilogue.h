@@ -1,13 +1,15 @@
 // The CPU reference's element-wise epilogue, one copy for the GEMM, the forward convolution
-// and the grouped GEMM (the GPU kernels' counterpart is gemm/epilogue.cuh). Each caller
+// and the grouped GEMM (the GPU kernels' counterpart is gemm/epilogue_steps.cuh). Each caller
 // describes one output row (its operands' pointers already offset to the row, its batch
 // index or group) and ApplyEpilogue runs the steps in cpu_epilogue.cc's fixed order.
-// Adding an operand (say a per-row scale) is a field here and its step there.
+// Adding an operand (say a per-row scale) is a row of gemm/problem.h's table and its step
+// in cpu_epilogue.cc.
 #pragma once
 #include <cstdint>
 
 #include "common/activation.h"
 #include "common/element_type.h"
+#include "gemm/problem.h"
 
 namespace jaxgemm {
 
@@ -22,19 +24,32 @@ struct EpilogueProduct {
 // One output row of n columns. Every element operand but the bias is of the output's type.
 struct EpilogueRow {
   int64_t n = 0;
-  ElementType type = ElementType::kF32;       // out, c, residual and aux
+  ElementType type = ElementType::kF32;       // out, the operands and aux
   ElementType bias_type = ElementType::kF32;  // the GEMM's and conv's bias: `type`; grouped: f32
   float alpha = 1.f;
   float beta = 0.f;
-  const void* c = nullptr;
+  // The table's operands (gemm/problem.h), each at this row's first value: a matrix
+  // operand at the row, a column operand at column 0, a row operand at the row's value
+  // (OperandAtRow). The bias is read from the product (z.bias, up->bias) instead.
+  const void* operand[kEpilogueOperands] = {};
   // The grouped kernel rounds the product to the output type before its bias is added.
   bool round_product = false;
   EpilogueProduct z;                   // the product the activation takes
   const EpilogueProduct* up = nullptr;  // the GLU's up projection: out = act(z) * z_up
   Activation activation = Activation::kNone;
-  const void* residual = nullptr;
   void* out = nullptr;
 };
+
+// Where operand `o` of a GEMM problem starts for output row `row`, by the operand's shape:
+// `slab` is its batch index's offset, `pitch` a matrix operand's row pitch.
+inline int64_t OperandAtRow(int o, int64_t slab, int64_t row, int64_t pitch) {
+  switch (kEpilogueOperandRows[o].shape) {
+    case OperandShape::kMatrix: return slab + row * pitch;
+    case OperandShape::kColumns: return slab;
+    case OperandShape::kRows: return slab + row;
+  }
+  return slab;
+}
 
 void ApplyEpilogue(const EpilogueRow& row);
 

@@ -33,12 +33,13 @@ EpilogueRow RowOperands(const GemmProblem& p, int64_t z, int64_t row, const floa
   r.type = r.bias_type = t;
   r.alpha = e.alpha;
   r.beta = e.beta;
-  r.c = ElementAt(e.c, p.batch.Offset(z, kOperandC) + row_offset, t);
+  for (int o = 0; o < kEpilogueOperands; ++o) {
+    r.operand[o] = ElementAt(e.operand[o], OperandAtRow(o, p.batch.Offset(z, BatchOperandOf(o)), row, p.ldd), t);
+  }
   r.z.acc = acc;
-  r.z.bias = ElementAt(e.bias, p.batch.Offset(z, kOperandBias), t);
+  r.z.bias = r.operand[kEpilogueBias];
   r.z.aux = ElementAt(e.aux, z * p.m * p.n + row_offset, t);
   r.activation = e.activation;
-  r.residual = ElementAt(e.residual, p.batch.Offset(z, kOperandResidual) + row_offset, t);
   r.out = ElementAt(d, row_offset, t);
   return r;
 }

@@ -82,7 +82,7 @@ EpilogueRow RowOperands(const GroupedProblem& p, int64_t g, int64_t row, const f
   r.z.aux = ElementAt(p.aux, row * p.n, t);
   r.up = up;
   r.activation = g < p.groups ? p.activation : Activation::kNone;
-  if (up == nullptr) r.residual = ElementAt(p.residual, row * p.n, t);
+  if (up == nullptr) r.operand[kEpilogueResidual] = ElementAt(p.residual, row * p.n, t);
   return r;
 }
 

@@ -15,12 +15,15 @@ template <class TOut>
 struct GemmEpilogue {
   // Where batch index z's slabs start in each epilogue operand.
   struct Offsets {
-    int64_t out, c, bias, residual;
+    int64_t out;
+    int64_t operand[kEpilogueOperands];
   };
 
   __device__ __forceinline__ static Offsets ForBatch(const GemmProblem& p, int64_t z) {
-    return {z * p.m * p.n, p.batch.Offset(z, kOperandC), p.batch.Offset(z, kOperandBias),
-            p.batch.Offset(z, kOperandResidual)};
+    Offsets off{z * p.m * p.n, {}};
+#pragma unroll
+    for (int o = 0; o < kEpilogueOperands; ++o) off.operand[o] = p.batch.Offset(z, BatchOperandOf(o));
+    return off;
   }
 
   // Columns [col, col + kWidth) of `row`, those < N; one vector store when `vector_ok`
@@ -37,30 +40,45 @@ struct GemmEpilogue {
   }
 
   // The steps' source (epilogue_steps.cuh) for kRows row pieces of kWidth columns from
-  // `col`: row piece i starts at element idx[i] of each operand's slab and has valid[i]
-  // columns inside D (0: a dead row).
+  // `col`: row piece i is row row[i] of D, starts at element idx[i] of a matrix operand's
+  // slab and has valid[i] columns inside D (0: a dead row). Every operand is read by its
+  // shape (kEpilogueOperandRows), so an operand added to the table is read here as it is.
   template <int kRows, int kWidth>
   struct RowPieces : EpilogueSourceDefaults {
     const EpilogueParams& e;
-    int64_t c_at, bias_at, residual_at, out_at;  // the operands' slabs (Offsets; bias: + col)
-    int64_t idx[kRows];
+    int64_t at[kEpilogueOperands];  // where each operand's values for these pieces start
+    int64_t out_at;                 // D's and Aux's slab
+    int64_t row[kRows], idx[kRows];
     int valid[kRows];
     int cols;        // columns of the pieces inside D
     bool vector_ok;  // Write's
 
-    __device__ __forceinline__ bool Inside(int i, int j) const { return j < valid[i]; }
-    __device__ __forceinline__ float At(const void* x, int64_t at, int i, int j) const {
-      return ToFloat(static_cast<const TOut*>(x)[at + idx[i] + j]);
+    __device__ __forceinline__ RowPieces(const EpilogueParams& params, const Offsets& off, int64_t col)
+        : e(params), out_at(off.out) {
+#pragma unroll
+      for (int o = 0; o < kEpilogueOperands; ++o) at[o] = off.operand[o];
+      at[kEpilogueBias] += col;  // (columns operands: at their first column)
     }
-    __device__ __forceinline__ bool HasC() const { return e.c != nullptr; }
-    __device__ __forceinline__ float C(int i, int j) const { return At(e.c, c_at, i, j); }
-    __device__ __forceinline__ bool HasBias() const { return e.bias != nullptr; }
+    __device__ __forceinline__ bool Has(int o) const { return e.operand[o] != nullptr; }
+    // Operand kOperand's value for value j of row piece i.
+    template <int kOperand>
+    __device__ __forceinline__ float Value(int i, int j) const {
+      const TOut* x = static_cast<const TOut*>(e.operand[kOperand]);
+      constexpr OperandShape kShape = kEpilogueOperandRows[kOperand].shape;
+      if constexpr (kShape == OperandShape::kMatrix) return ToFloat(x[at[kOperand] + idx[i] + j]);
+      if constexpr (kShape == OperandShape::kColumns) return ToFloat(x[at[kOperand] + j]);
+      if constexpr (kShape == OperandShape::kRows) return ToFloat(x[at[kOperand] + row[i]]);
+    }
+    __device__ __forceinline__ bool Inside(int i, int j) const { return j < valid[i]; }
+    __device__ __forceinline__ bool HasC() const { return Has(kEpilogueC); }
+    __device__ __forceinline__ float C(int i, int j) const { return Value<kEpilogueC>(i, j); }
+    __device__ __forceinline__ bool HasBias() const { return Has(kEpilogueBias); }
     __device__ __forceinline__ float2 Bias(int u) const {
-      const TOut* b = static_cast<const TOut*>(e.bias) + bias_at + 2 * u;
+      const TOut* b = static_cast<const TOut*>(e.operand[kEpilogueBias]) + at[kEpilogueBias] + 2 * u;
       return make_float2(2 * u < cols ? ToFloat(b[0]) : 0.f, 2 * u + 1 < cols ? ToFloat(b[1]) : 0.f);
     }
-    __device__ __forceinline__ bool HasResidual() const { return e.residual != nullptr; }
-    __device__ __forceinline__ float Residual(int i, int j) const { return At(e.residual, residual_at, i, j); }
+    __device__ __forceinline__ bool HasResidual() const { return Has(kEpilogueResidual); }
+    __device__ __forceinline__ float Residual(int i, int j) const { return Value<kEpilogueResidual>(i, j); }
     __device__ __forceinline__ bool HasAux() const { return e.aux != nullptr; }
     __device__ __forceinline__ void StoreAux(const float (&v)[kRows][kWidth]) const {
 #pragma unroll
@@ -79,12 +97,13 @@ struct GemmEpilogue {
                                                    bool vector_ok) {
     const EpilogueParams& e = p.epilogue;
     const int64_t n = p.transposed_d ? p.m : p.n;  // D's columns
-    RowPieces<kRows, kWidth> source{{}, e, off.c, off.bias + col, off.residual, off.out};
+    RowPieces<kRows, kWidth> source(e, off, col);
     source.cols = n - col < kWidth ? static_cast<int>(n - col) : kWidth;
     source.vector_ok = vector_ok;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
       source.valid[i] = live[i] ? source.cols : 0;
+      source.row[i] = row[i];
       source.idx[i] = row[i] * p.ldd + col;
     }
     ApplyEpilogue<TOut>({e.alpha, e.beta, e.activation}, source, v);

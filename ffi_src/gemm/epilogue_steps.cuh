@@ -22,11 +22,14 @@
 //   HasBias(), Bias(u)             the bias of column pair u, as a float2 (one load a pair)
 //   HasAux(), StoreAux(v)          stores the block's z
 //   HasResidual(), Residual(i, j)  the residual's value (i, j)
+//   Has(o), Value<o>(i, j)         any operand of gemm/problem.h's table by its id, for
+//                                  value (i, j) (the general epilogue reads all by shape)
 // Values outside the output may hold anything: they are never stored. (Per-value C and
 // residual reads with the Inside guard compile to the same registers and spills as the
 // general epilogue written out; pairs read through a zero-select did not.)
-// Adding an operand (say a per-row scale) is a step here, its accessor in the sources
-// that take it, and the matching step in cpu_epilogue.cc (docs/kernels.md, section 5.6).
+// Adding an operand (say a per-row scale) is a row of gemm/problem.h's table, a step here
+// that reads it through Has / Value, and the matching step in cpu_epilogue.cc
+// (docs/kernels.md, section 5.6).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -103,6 +106,9 @@ struct EpilogueSourceDefaults {
   __device__ __forceinline__ static float2 Bias(int) { return make_float2(0.f, 0.f); }
   __device__ __forceinline__ static constexpr bool HasResidual() { return false; }
   __device__ __forceinline__ static constexpr float Residual(int, int) { return 0.f; }
+  __device__ __forceinline__ static constexpr bool Has(int) { return false; }
+  template <int kOperand>
+  __device__ __forceinline__ static constexpr float Value(int, int) { return 0.f; }
   __device__ __forceinline__ static constexpr bool HasAux() { return false; }
   template <class V>
   __device__ __forceinline__ static void StoreAux(const V&) {}

@@ -16,9 +16,37 @@ namespace jaxgemm {
 
 constexpr int kMaxBatchDims = 4;
 
-// The operands that carry batch dims, in BatchLayout::stride order. D and Aux are dense
-// with the output's batch dims.
-enum BatchOperand : int { kOperandA = 0, kOperandB, kOperandC, kOperandBias, kOperandResidual, kBatchOperands };
+// The epilogue's operands, one row each: the FFI call passes them after a and b in this
+// order (an empty buffer: absent), Python reads the rows (the nanobind module's
+// epilogue_operands), the decoder checks each against its shape, and the kernels find each
+// one's pointer in EpilogueParams::operand. Adding one is a row here, its step in
+// gemm/epilogue_steps.cuh and gemm/cpu_epilogue.cc, and its keyword in Python
+// (docs/kernels.md, section 5.6). All have the output's dtype.
+enum EpilogueOperand : int { kEpilogueC = 0, kEpilogueBias, kEpilogueResidual, kEpilogueOperands };
+enum class OperandShape : int {
+  kMatrix,   // (*batch, m, n), laid out as D
+  kColumns,  // (*batch, n): one value per column
+  kRows,     // (*batch, m): one value per row
+};
+struct EpilogueOperandRow {
+  EpilogueOperand id;
+  const char* name;
+  OperandShape shape;
+};
+inline constexpr EpilogueOperandRow kEpilogueOperandRows[kEpilogueOperands] = {
+    {kEpilogueC, "c", OperandShape::kMatrix},
+    {kEpilogueBias, "bias", OperandShape::kColumns},
+    {kEpilogueResidual, "residual", OperandShape::kMatrix},
+};
+
+// The operands that carry batch dims, in BatchLayout::stride order: A, B, then the
+// epilogue's (BatchOperandOf). D and Aux are dense with the output's batch dims.
+enum BatchOperand : int { kOperandA = 0, kOperandB, kOperandC, kOperandBias, kOperandResidual };
+constexpr int kBatchOperands = 2 + kEpilogueOperands;
+JG_HOST_DEVICE constexpr int BatchOperandOf(int epilogue_operand) { return 2 + epilogue_operand; }
+static_assert(kOperandC == BatchOperandOf(kEpilogueC) && kOperandBias == BatchOperandOf(kEpilogueBias) &&
+                  kOperandResidual == BatchOperandOf(kEpilogueResidual),
+              "the named batch operands are the table's");
 
 // Batch dims broadcast like jnp.matmul: an operand's stride is 0 along a dim it lacks.
 struct BatchLayout {
@@ -38,18 +66,22 @@ struct BatchLayout {
   }
 };
 
-// What the epilogue adds to alpha * op(A) op(B); all pointers have the output's dtype.
+// What the epilogue adds to alpha * op(A) op(B); all pointers have the output's dtype, and
+// a null one is an absent operand.
 struct EpilogueParams {
   float alpha = 1.f;
   float beta = 0.f;
   Activation activation = Activation::kNone;
-  const void* c = nullptr;
-  const void* bias = nullptr;
-  const void* residual = nullptr;
+  const void* operand[kEpilogueOperands] = {};  // kEpilogueOperandRows' order
   void* aux = nullptr;
 
+  JG_HOST_DEVICE const void* c() const { return operand[kEpilogueC]; }
+  JG_HOST_DEVICE const void* bias() const { return operand[kEpilogueBias]; }
+  JG_HOST_DEVICE const void* residual() const { return operand[kEpilogueResidual]; }
   bool IsIdentity() const {
-    return beta == 0.f && activation == Activation::kNone && !c && !bias && !residual && !aux;
+    bool none = beta == 0.f && activation == Activation::kNone && !aux;
+    for (const void* x : operand) none = none && x == nullptr;
+    return none;
   }
 };
 

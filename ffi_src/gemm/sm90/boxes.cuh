@@ -235,7 +235,8 @@ __device__ __forceinline__ void Sm90WriteBoxWords(const Sm90BoxWriter<TOut>& wri
 #endif  // JG_SM90_ENABLED
 
 // Whether D (and Aux) can take the TMA-store epilogue, and the tensor maps: an epilogue
-// without C or residual (those stay on the general epilogue), and for a float output without
+// with no operand but the bias (C, the residual and any other stay on the general
+// epilogue, which reads every operand of the table), and for a float output without
 // bias, activation or Aux (the fused path packs 16-bit pairs); TMA-addressable D and Aux
 // (16-byte aligned rows; Aux is laid out like D: pitch ldd, slabs m * n apart).
 template <class TOut>
@@ -245,10 +246,12 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   Sm90Store store{};
   const EpilogueParams& e = p.epilogue;
   const int64_t slabs = p.batch.count * p.split_k;
-  const bool fused = e.bias || e.aux || e.activation != Activation::kNone;
+  const bool fused = e.bias() || e.aux || e.activation != Activation::kNone;
+  bool others = false;  // operands the fused path does not read
+  for (int o = 0; o < kEpilogueOperands; ++o) others = others || (o != kEpilogueBias && e.operand[o] != nullptr);
   // A bias's batch offsets must be one stride times the batch index (no divisions per tile).
-  if (e.c || e.residual || (sizeof(TOut) == 4 && fused) || (p.transposed_d && sizeof(TOut) != 4) ||
-      (e.bias && !SingleBatchStride(p.batch, kOperandBias, &store.bias_stride)) || p.ldd % kRowUnit != 0 ||
+  if (others || (sizeof(TOut) == 4 && fused) || (p.transposed_d && sizeof(TOut) != 4) ||
+      (e.bias() && !SingleBatchStride(p.batch, kOperandBias, &store.bias_stride)) || p.ldd % kRowUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.d) % 16 != 0 || reinterpret_cast<uintptr_t>(e.aux) % 16 != 0 ||
       (slabs > 1 && (p.m * p.n) % kRowUnit != 0) || p.m >= INT32_MAX || p.n >= INT32_MAX || slabs >= INT32_MAX) {
     return store;
@@ -267,7 +270,7 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   }
   store.fused = fused;
   store.transposed = p.transposed_d;
-  store.bias = e.bias;
+  store.bias = e.bias();
   store.n = p.n;
   store.alpha = e.alpha;
   store.activation = e.activation;
