@@ -15,11 +15,12 @@
 namespace jaxgemm {
 namespace {
 
-// 128 x 256 tiles, cooperative: the dense kernel's schedule for large products.
-using GroupedPolicy = Sm90Policy<256>;
+// The sm90 table's cooperative 128 x 256 schedule (the dense kernel's for large products),
+// 16-bit inputs: the tile grouped_items.h names.
+using GroupedPolicy = Sm90TilePolicy<kGroupedTileM, kGroupedTileN, 2>;
 static_assert(GroupedPolicy::kBM == kGroupedTileM && GroupedPolicy::kBN == kGroupedTileN &&
-                  GroupedPolicy::kBK == kGroupedTileK,
-              "the tile grouped_items.h names (the module's grouped_walk walks it)");
+                  GroupedPolicy::kBK == kGroupedTileK && !GroupedPolicy::kPingpong && GroupedPolicy::kConsumers == 2,
+              "the tile grouped_items.h names (the module's grouped_walk walks it), cooperative");
 
 template <class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction, bool kGated = false>
 cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
