@@ -4,6 +4,8 @@
 // steps (gemm/epilogue_steps.cuh), then stores the pieces as vectors where it can:
 //   z = alpha * acc + beta * C + bias,  D = act(z) + residual,  Aux = z.
 #pragma once
+#include <utility>
+
 #include "common/activation.h"
 #include "common/device_numeric.cuh"
 #include "gemm/epilogue_steps.cuh"
@@ -55,9 +57,12 @@ struct GemmEpilogue {
 
     __device__ __forceinline__ RowPieces(const EpilogueParams& params, const Offsets& off, int64_t col)
         : e(params), out_at(off.out) {
-#pragma unroll
-      for (int o = 0; o < kEpilogueOperands; ++o) at[o] = off.operand[o];
-      at[kEpilogueBias] += col;  // (columns operands: at their first column)
+      Start(off, col, std::make_index_sequence<kEpilogueOperands>());
+    }
+    // at[o]: operand o's batch offset, plus `col` for a column operand (at its first column).
+    template <size_t... kOperand>
+    __device__ __forceinline__ void Start(const Offsets& off, int64_t col, std::index_sequence<kOperand...>) {
+      ((at[kOperand] = off.operand[kOperand] + (kEpilogueOperandIsColumns<kOperand> ? col : 0)), ...);
     }
     __device__ __forceinline__ bool Has(int o) const { return e.operand[o] != nullptr; }
     // Operand kOperand's value for value j of row piece i.
@@ -66,7 +71,7 @@ struct GemmEpilogue {
       const TOut* x = static_cast<const TOut*>(e.operand[kOperand]);
       constexpr OperandShape kShape = kEpilogueOperandRows[kOperand].shape;
       if constexpr (kShape == OperandShape::kMatrix) return ToFloat(x[at[kOperand] + idx[i] + j]);
-      if constexpr (kShape == OperandShape::kColumns) return ToFloat(x[at[kOperand] + j]);
+      if constexpr (kShape == OperandShape::kColumns) return ToFloat(x[at[kOperand] + j]);  // (at: col's)
       if constexpr (kShape == OperandShape::kRows) return ToFloat(x[at[kOperand] + row[i]]);
     }
     __device__ __forceinline__ bool Inside(int i, int j) const { return j < valid[i]; }

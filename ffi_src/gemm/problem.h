@@ -39,6 +39,10 @@ inline constexpr EpilogueOperandRow kEpilogueOperandRows[kEpilogueOperands] = {
     {kEpilogueResidual, "residual", OperandShape::kMatrix},
 };
 
+// Whether operand o has one value per column (a compile-time constant, usable in device code).
+template <int o>
+inline constexpr bool kEpilogueOperandIsColumns = kEpilogueOperandRows[o].shape == OperandShape::kColumns;
+
 // The operands that carry batch dims, in BatchLayout::stride order: A, B, then the
 // epilogue's (BatchOperandOf). D and Aux are dense with the output's batch dims.
 enum BatchOperand : int { kOperandA = 0, kOperandB, kOperandC, kOperandBias, kOperandResidual };
