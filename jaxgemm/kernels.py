@@ -1,7 +1,7 @@
 """Which CUDA kernel families and Hopper (sm90) schedules exist, as the C++ side declares
 them (ffi_src/gemm/kernel_family.h, simt_tiles.h, sm90/schedules.h, problem.h's epilogue
-operands), read once from the
-extension: the lowering, the autotuner, tests and tools take them from here."""
+operands), read once from the extension: the lowering, the autotuner, tests and tools take
+them from here."""
 
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ struct EpilogueRow {
   float alpha = 1.f;
   float beta = 0.f;
   // The table's operands (gemm/problem.h), each at this row's first value: a matrix
-  // operand at the row, a column operand at column 0, a row operand at the row's value
-  // (OperandAtRow). The bias is read from the product (z.bias, up->bias) instead.
+  // operand at the row, a column operand at column 0, a row operand at the row's value.
+  // The bias is read from the product (z.bias, up->bias) instead.
   const void* operand[kEpilogueOperands] = {};
   // The grouped kernel rounds the product to the output type before its bias is added.
   bool round_product = false;
@@ -39,17 +39,6 @@ struct EpilogueRow {
   Activation activation = Activation::kNone;
   void* out = nullptr;
 };
-
-// Where operand `o` of a GEMM problem starts for output row `row`, by the operand's shape:
-// `slab` is its batch index's offset, `pitch` a matrix operand's row pitch.
-inline int64_t OperandAtRow(int o, int64_t slab, int64_t row, int64_t pitch) {
-  switch (kEpilogueOperandRows[o].shape) {
-    case OperandShape::kMatrix: return slab + row * pitch;
-    case OperandShape::kColumns: return slab;
-    case OperandShape::kRows: return slab + row;
-  }
-  return slab;
-}
 
 void ApplyEpilogue(const EpilogueRow& row);
 

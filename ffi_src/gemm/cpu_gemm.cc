@@ -22,6 +22,17 @@ void PackPanel(const void* x, ElementType t, bool trans, int64_t ld, int64_t r0,
   }
 }
 
+// Where operand `o` of a GEMM problem starts for output row `row`, by the operand's shape:
+// `slab` is its batch index's offset, `pitch` a matrix operand's row pitch.
+int64_t OperandAtRow(int o, int64_t slab, int64_t row, int64_t pitch) {
+  switch (kEpilogueOperandRows[o].shape) {
+    case OperandShape::kMatrix: return slab + row * pitch;
+    case OperandShape::kColumns: return slab;
+    case OperandShape::kRows: return slab + row;
+  }
+  return slab;
+}
+
 // The epilogue of row `row` of batch z (d: this batch index's and split's D):
 // z = alpha*acc + beta*C + bias; D = act(z) + residual; Aux = z.
 EpilogueRow RowOperands(const GemmProblem& p, int64_t z, int64_t row, const float* acc, char* d) {

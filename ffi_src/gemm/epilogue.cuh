@@ -75,15 +75,10 @@ struct GemmEpilogue {
       if constexpr (kShape == OperandShape::kRows) return ToFloat(x[at[kOperand] + row[i]]);
     }
     __device__ __forceinline__ bool Inside(int i, int j) const { return j < valid[i]; }
-    __device__ __forceinline__ bool HasC() const { return Has(kEpilogueC); }
-    __device__ __forceinline__ float C(int i, int j) const { return Value<kEpilogueC>(i, j); }
-    __device__ __forceinline__ bool HasBias() const { return Has(kEpilogueBias); }
     __device__ __forceinline__ float2 Bias(int u) const {
       const TOut* b = static_cast<const TOut*>(e.operand[kEpilogueBias]) + at[kEpilogueBias] + 2 * u;
       return make_float2(2 * u < cols ? ToFloat(b[0]) : 0.f, 2 * u + 1 < cols ? ToFloat(b[1]) : 0.f);
     }
-    __device__ __forceinline__ bool HasResidual() const { return Has(kEpilogueResidual); }
-    __device__ __forceinline__ float Residual(int i, int j) const { return Value<kEpilogueResidual>(i, j); }
     __device__ __forceinline__ bool HasAux() const { return e.aux != nullptr; }
     __device__ __forceinline__ void StoreAux(const float (&v)[kRows][kWidth]) const {
 #pragma unroll

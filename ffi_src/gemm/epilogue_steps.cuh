@@ -16,14 +16,13 @@
 //                                  fused TMA store's; where registers are short, as in
 //                                  the general epilogue of the 128-register kernels, the
 //                                  branch cost a spill and the plain multiply did not)
+//   Has(o)                         operand o of gemm/problem.h's table is present
+//   Value<o>(i, j)                 its value for value (i, j) of the block (C and the
+//                                  residual; the general epilogue reads any by its shape)
 //   Inside(i, j)                   value (i, j) lies inside the output (C and the residual
 //                                  are read there only)
-//   HasC(), C(i, j)                C's value (i, j)
-//   HasBias(), Bias(u)             the bias of column pair u, as a float2 (one load a pair)
+//   Bias(u)                        the bias of column pair u, as a float2 (one load a pair)
 //   HasAux(), StoreAux(v)          stores the block's z
-//   HasResidual(), Residual(i, j)  the residual's value (i, j)
-//   Has(o), Value<o>(i, j)         any operand of gemm/problem.h's table by its id, for
-//                                  value (i, j) (the general epilogue reads all by shape)
 // Values outside the output may hold anything: they are never stored. (Per-value C and
 // residual reads with the Inside guard compile to the same registers and spills as the
 // general epilogue written out; pairs read through a zero-select did not.)
@@ -35,6 +34,7 @@
 
 #include "common/activation.h"
 #include "common/device_numeric.cuh"
+#include "gemm/problem.h"
 
 namespace jaxgemm {
 
@@ -99,16 +99,11 @@ __device__ __forceinline__ void ActivateAll(Activation act, float (&v)[kRows][kW
 struct EpilogueSourceDefaults {
   static constexpr bool kRoundProduct = false;
   static constexpr bool kSkipUnitAlpha = false;
-  __device__ __forceinline__ static constexpr bool Inside(int, int) { return true; }
-  __device__ __forceinline__ static constexpr bool HasC() { return false; }
-  __device__ __forceinline__ static constexpr float C(int, int) { return 0.f; }
-  __device__ __forceinline__ static constexpr bool HasBias() { return false; }
-  __device__ __forceinline__ static float2 Bias(int) { return make_float2(0.f, 0.f); }
-  __device__ __forceinline__ static constexpr bool HasResidual() { return false; }
-  __device__ __forceinline__ static constexpr float Residual(int, int) { return 0.f; }
   __device__ __forceinline__ static constexpr bool Has(int) { return false; }
   template <int kOperand>
   __device__ __forceinline__ static constexpr float Value(int, int) { return 0.f; }
+  __device__ __forceinline__ static constexpr bool Inside(int, int) { return true; }
+  __device__ __forceinline__ static float2 Bias(int) { return make_float2(0.f, 0.f); }
   __device__ __forceinline__ static constexpr bool HasAux() { return false; }
   template <class V>
   __device__ __forceinline__ static void StoreAux(const V&) {}
@@ -120,15 +115,6 @@ struct EpilogueScalars {
   Activation activation = Activation::kNone;
 };
 
-// f(i, u) for every row piece i and column pair u of a block of kWidth columns.
-template <int kRows, int kWidth, class F>
-__device__ __forceinline__ void ForEachPair(F f) {
-#pragma unroll
-  for (int i = 0; i < kRows; ++i)
-#pragma unroll
-    for (int u = 0; u < kWidth / 2; ++u) f(i, u);
-}
-
 // f(i, j) for every value of the block.
 template <int kRows, int kWidth, class F>
 __device__ __forceinline__ void ForEachValue(F f) {
@@ -138,13 +124,6 @@ __device__ __forceinline__ void ForEachValue(F f) {
     for (int j = 0; j < kWidth; ++j) f(i, j);
 }
 
-// row[2 u + x] += s * pair's x-th value.
-template <int kWidth>
-__device__ __forceinline__ void AddPair(float (&row)[kWidth], int u, float2 pair, float s = 1.f) {
-  row[2 * u] += s * pair.x;
-  row[2 * u + 1] += s * pair.y;
-}
-
 // z = alpha * acc + beta * C (rounded where the source asks) + bias, on one product's
 // values. `product` false: the values belong to no product (a grouped kernel's rows past
 // its groups): z = 0.
@@ -152,39 +131,30 @@ template <class TOut, class Source, int kRows, int kWidth>
 __device__ __forceinline__ void EpilogueLinear(const EpilogueScalars& s, const Source& source,
                                                float (&v)[kRows][kWidth], bool product = true) {
   if (!product) {
-    ForEachPair<kRows, kWidth>([&](int i, int u) { v[i][2 * u] = v[i][2 * u + 1] = 0.f; });
+    ForEachValue<kRows, kWidth>([&](int i, int j) { v[i][j] = 0.f; });
     return;
   }
   if constexpr (Source::kSkipUnitAlpha) {
     if (s.alpha != 1.f) {  // 1 x acc is acc
-      ForEachPair<kRows, kWidth>([&](int i, int u) {
-        v[i][2 * u] = __fmul_rn(v[i][2 * u], s.alpha);
-        v[i][2 * u + 1] = __fmul_rn(v[i][2 * u + 1], s.alpha);
-      });
+      ForEachValue<kRows, kWidth>([&](int i, int j) { v[i][j] = __fmul_rn(v[i][j], s.alpha); });
     }
   } else {
-    ForEachPair<kRows, kWidth>([&](int i, int u) {
-      v[i][2 * u] *= s.alpha;
-      v[i][2 * u + 1] *= s.alpha;
-    });
+    ForEachValue<kRows, kWidth>([&](int i, int j) { v[i][j] *= s.alpha; });
   }
-  if (source.HasC()) {
+  if (source.Has(kEpilogueC)) {
     ForEachValue<kRows, kWidth>([&](int i, int j) {
-      if (source.Inside(i, j)) v[i][j] += s.beta * source.C(i, j);
+      if (source.Inside(i, j)) v[i][j] += s.beta * source.template Value<kEpilogueC>(i, j);
     });
   }
   if constexpr (Source::kRoundProduct) {
-    ForEachPair<kRows, kWidth>([&](int i, int u) {
-      v[i][2 * u] = ToFloat(FromFloat<TOut>(v[i][2 * u]));
-      v[i][2 * u + 1] = ToFloat(FromFloat<TOut>(v[i][2 * u + 1]));
-    });
+    ForEachValue<kRows, kWidth>([&](int i, int j) { v[i][j] = ToFloat(FromFloat<TOut>(v[i][j])); });
   }
-  if (source.HasBias()) {
+  if (source.Has(kEpilogueBias)) {
 #pragma unroll
     for (int u = 0; u < kWidth / 2; ++u) {
       const float2 b = source.Bias(u);
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) AddPair(v[i], u, b);
+      for (int i = 0; i < kRows; ++i) v[i][2 * u] += b.x, v[i][2 * u + 1] += b.y;
     }
   }
 }
@@ -205,9 +175,9 @@ __device__ __forceinline__ void EpilogueActivation(const EpilogueScalars& s, flo
 // y += residual.
 template <class Source, int kRows, int kWidth>
 __device__ __forceinline__ void EpilogueResidual(const Source& source, float (&v)[kRows][kWidth]) {
-  if (source.HasResidual()) {
+  if (source.Has(kEpilogueResidual)) {
     ForEachValue<kRows, kWidth>([&](int i, int j) {
-      if (source.Inside(i, j)) v[i][j] += source.Residual(i, j);
+      if (source.Inside(i, j)) v[i][j] += source.template Value<kEpilogueResidual>(i, j);
     });
   }
 }
@@ -227,10 +197,7 @@ __device__ __forceinline__ void ApplyEpilogue(const EpilogueScalars& s, const So
 // EpilogueAux, the gate's then through EpilogueActivation).
 template <int kRows, int kWidth>
 __device__ __forceinline__ void EpilogueGate(float (&gate)[kRows][kWidth], const float (&up)[kRows][kWidth]) {
-  ForEachPair<kRows, kWidth>([&](int i, int u) {
-    gate[i][2 * u] *= up[i][2 * u];
-    gate[i][2 * u + 1] *= up[i][2 * u + 1];
-  });
+  ForEachValue<kRows, kWidth>([&](int i, int j) { gate[i][j] *= up[i][j]; });
 }
 
 }  // namespace jaxgemm

@@ -45,12 +45,9 @@ inline constexpr bool kEpilogueOperandIsColumns = kEpilogueOperandRows[o].shape 
 
 // The operands that carry batch dims, in BatchLayout::stride order: A, B, then the
 // epilogue's (BatchOperandOf). D and Aux are dense with the output's batch dims.
-enum BatchOperand : int { kOperandA = 0, kOperandB, kOperandC, kOperandBias, kOperandResidual };
+enum BatchOperand : int { kOperandA = 0, kOperandB };
 constexpr int kBatchOperands = 2 + kEpilogueOperands;
 JG_HOST_DEVICE constexpr int BatchOperandOf(int epilogue_operand) { return 2 + epilogue_operand; }
-static_assert(kOperandC == BatchOperandOf(kEpilogueC) && kOperandBias == BatchOperandOf(kEpilogueBias) &&
-                  kOperandResidual == BatchOperandOf(kEpilogueResidual),
-              "the named batch operands are the table's");
 
 // Batch dims broadcast like jnp.matmul: an operand's stride is 0 along a dim it lacks.
 struct BatchLayout {

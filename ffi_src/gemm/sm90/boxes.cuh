@@ -64,6 +64,13 @@ __device__ __forceinline__ void Sm90WriteBox(uint32_t row_address, uint32_t unit
   }
 }
 
+// Sm90WriteBox of a block's 32 values per thread (v[h][2 u + x]: the fragment layout), each
+// pair rounded to TOut.
+template <class TOut>
+__device__ __forceinline__ void Sm90WriteBoxValues(uint32_t row_address, uint32_t unit_xor, const float (&v)[2][16]) {
+  Sm90WriteBox(row_address, unit_xor, [&](int h, int u) { return PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]); });
+}
+
 // A TMA store of a box at (col, row) of `map`, in slab `slab` when the maps are 3-D.
 __device__ __forceinline__ void Sm90TmaStoreBox(const Sm90Store& store, const CUtensorMap* map, const void* box,
                                                 int col, int row, int slab) {
@@ -251,7 +258,7 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   for (int o = 0; o < kEpilogueOperands; ++o) others = others || (o != kEpilogueBias && e.operand[o] != nullptr);
   // A bias's batch offsets must be one stride times the batch index (no divisions per tile).
   if (others || (sizeof(TOut) == 4 && fused) || (p.transposed_d && sizeof(TOut) != 4) ||
-      (e.bias() && !SingleBatchStride(p.batch, kOperandBias, &store.bias_stride)) || p.ldd % kRowUnit != 0 ||
+      (e.bias() && !SingleBatchStride(p.batch, BatchOperandOf(kEpilogueBias), &store.bias_stride)) || p.ldd % kRowUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.d) % 16 != 0 || reinterpret_cast<uintptr_t>(e.aux) % 16 != 0 ||
       (slabs > 1 && (p.m * p.n) % kRowUnit != 0) || p.m >= INT32_MAX || p.n >= INT32_MAX || slabs >= INT32_MAX) {
     return store;

@@ -93,7 +93,7 @@ struct Sm90FusedSource : EpilogueSourceDefaults {
   int word0;
   bool with_bias, with_aux;
 
-  __device__ __forceinline__ bool HasBias() const { return with_bias; }
+  __device__ __forceinline__ bool Has(int o) const { return o == kEpilogueBias && with_bias; }
   __device__ __forceinline__ float2 Bias(int u) const {
     // Columns 64 nb + 8 u + 2 (lane % 4) + {0, 1}: word 32 nb + 4 u + lane % 4.
     const uint32_t word = LoadShared32(stage + 4 * (word0 + 4 * u));
@@ -102,9 +102,7 @@ struct Sm90FusedSource : EpilogueSourceDefaults {
     return make_float2(ToFloat(b[0]), ToFloat(b[1]));
   }
   __device__ __forceinline__ bool HasAux() const { return with_aux; }
-  __device__ __forceinline__ void StoreAux(const float (&v)[2][16]) const {
-    Sm90WriteBox(aux_row, unit_xor, [&](int h, int u) { return PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]); });
-  }
+  __device__ __forceinline__ void StoreAux(const float (&v)[2][16]) const { Sm90WriteBoxValues<TOut>(aux_row, unit_xor, v); }
 };
 
 // The fused TMA-store epilogue of one consumer's tile: the epilogue's steps
@@ -178,7 +176,7 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
     }
     EpilogueAux(source, v);  // into box 0
     EpilogueActivation<TOut>(scalars, v);
-    Sm90WriteBox(SharedAddress(d_box) + row_offset, unit_xor, [&](int h, int u) { return PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]); });
+    Sm90WriteBoxValues<TOut>(SharedAddress(d_box) + row_offset, unit_xor, v);
     FenceProxyAsyncShared();
     if constexpr (kHanded) {
       NamedBarrierArrive(H::Written(wg, slot), H::kThreads);

@@ -128,10 +128,15 @@ struct Sm90GroupedSource : EpilogueSourceDefaults {
   bool pairs;  // even n: pairs are 4-byte aligned
 
   __device__ __forceinline__ int32_t Col(int u) const { return col0 + 8 * u; }
-  __device__ __forceinline__ bool Live(int h, int u) const { return rows[h] < row_end && Col(u) < n; }
-  // Value j of the pairs: column Col(j / 2) + j % 2.
+  // Value j of the pairs: column Col(j / 2) + j % 2 (the pair's first: Inside(h, 2 u)).
   __device__ __forceinline__ bool Inside(int h, int j) const { return rows[h] < row_end && Col(j / 2) + j % 2 < n; }
-  __device__ __forceinline__ bool HasBias() const { return with_bias; }
+  __device__ __forceinline__ bool Has(int o) const {
+    return o == kEpilogueBias ? with_bias : o == kEpilogueResidual && residual != nullptr;
+  }
+  template <int kOperand>  // (the residual)
+  __device__ __forceinline__ float Value(int h, int j) const {
+    return ToFloat(residual[int64_t{rows[h]} * n + Col(j / 2) + j % 2]);
+  }
   __device__ __forceinline__ float2 Bias(int u) const { return StagedPair(stage, bias0 + 4 * u); }
   __device__ __forceinline__ bool HasAux() const { return aux != nullptr; }
   template <int kWidth>
@@ -140,14 +145,10 @@ struct Sm90GroupedSource : EpilogueSourceDefaults {
     for (int u = 0; u < kWidth / 2; ++u)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (Live(h, u)) {
+        if (Inside(h, 2 * u)) {
           Sm90StorePair<TOut>(aux + int64_t{rows[h]} * n + Col(u), v[h][2 * u], v[h][2 * u + 1], pairs, Col(u) + 1 < n);
         }
       }
-  }
-  __device__ __forceinline__ bool HasResidual() const { return residual != nullptr; }
-  __device__ __forceinline__ float Residual(int h, int j) const {
-    return ToFloat(residual[int64_t{rows[h]} * n + Col(j / 2) + j % 2]);
   }
 
   // y's pairs (v) to global memory where live and `direct`, and packed into words for a box.
@@ -158,7 +159,7 @@ struct Sm90GroupedSource : EpilogueSourceDefaults {
     for (int u = 0; u < kWidth / 2; ++u)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (direct && Live(h, u)) {
+        if (direct && Inside(h, 2 * u)) {
           Sm90StorePair<TOut>(out + int64_t{rows[h]} * n + Col(u), v[h][2 * u], v[h][2 * u + 1], pairs, Col(u) + 1 < n);
         }
         words[2 * u + h] = PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]);
