@@ -89,7 +89,7 @@ def test_grouped_wgmmas_are_pipelined(tmp_path):
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-4000:]
-    compiled = re.findall(r"Compiling entry function '(\w*Sm90GroupedKernel\w*)'", log)
+    compiled = re.findall(r"Compiling entry function '(\w*Sm90GemmKernel\w*Sm90GroupedLoads\w*)'", log)
     assert len(compiled) == 14, log[-4000:]
     serialized = [line for line in log.splitlines() if re.search(r"\(C75\d\d\)", line)]
     assert not serialized, "\n".join(serialized)

@@ -7,38 +7,35 @@
 
 namespace jaxgemm {
 
-// Launches the conv as the persistent sm90 kernel: `p` is the GEMM the consumers see
-// (m = N*P*Q, n = K, k = R*S*ceil(C/64)*64, D = y with pitch K and the conv's epilogue).
-// tile_n 256: the cooperative 128 x 256 schedule; 128 and 64: the pingpong 128 x 128 and
-// 128 x 64 (sm90/schedules.h).
+// Launches the conv as the persistent sm90 kernel with the 128 x tile_n schedule of
+// kSm90Schedules that is built for it (kBuilt: the table's conv_fprop or conv_wgrad);
+// `p` is the GEMM the consumers see (fprop: m = N*P*Q, n = K, k = R*S*ceil(C/64)*64, D = y
+// with pitch K and the conv's epilogue; wgrad: A read MN-major, fp32 partials).
+template <class TIn, class TOut, bool kTransA, bool Sm90ScheduleRow::*kBuilt, class Loads>
+cudaError_t LaunchSm90ConvRow(const Loads& loads, const GemmProblem& p, int tile_n, int sm_count, cudaStream_t stream) {
+  cudaError_t status = cudaErrorInvalidValue;
+  ForEachSm90Schedule([&](auto row) {
+    constexpr int kRow = decltype(row)::value;
+    if constexpr (kSm90Schedules[kRow].*kBuilt) {
+      if (kSm90Schedules[kRow].Is(128, tile_n)) {
+        status = LaunchSm90Kernel<Sm90RowPolicy<kRow, sizeof(TIn)>, TIn, TOut, kTransA, false>(loads, p, sm_count,
+                                                                                              stream);
+      }
+    }
+  });
+  return status;
+}
+
 template <class TIn, class TOut>
 cudaError_t LaunchSm90ConvFprop(const Sm90ConvFpropLoads& loads, const GemmProblem& p, int tile_n, int sm_count,
                                 cudaStream_t stream) {
-  constexpr int kBytes = sizeof(TIn);
-  if (tile_n == 256) {
-    return LaunchSm90Kernel<Sm90TilePolicy<128, 256, kBytes>, TIn, TOut, false, false>(loads, p, sm_count, stream);
-  }
-  if (tile_n == 128) {
-    return LaunchSm90Kernel<Sm90TilePolicy<128, 128, kBytes>, TIn, TOut, false, false>(loads, p, sm_count, stream);
-  }
-  if (tile_n == 64) {
-    return LaunchSm90Kernel<Sm90TilePolicy<128, 64, kBytes>, TIn, TOut, false, false>(loads, p, sm_count, stream);
-  }
-  return cudaErrorInvalidValue;
+  return LaunchSm90ConvRow<TIn, TOut, false, &Sm90ScheduleRow::conv_fprop>(loads, p, tile_n, sm_count, stream);
 }
 
-// tile_n 128 and 64: the pingpong 128 x 128 and 128 x 64 schedules.
 template <class TIn>
 cudaError_t LaunchSm90ConvWgrad(const Sm90ConvWgradLoads& loads, const GemmProblem& p, int tile_n, int sm_count,
                                 cudaStream_t stream) {
-  constexpr int kBytes = sizeof(TIn);
-  if (tile_n == 128) {
-    return LaunchSm90Kernel<Sm90TilePolicy<128, 128, kBytes>, TIn, float, true, false>(loads, p, sm_count, stream);
-  }
-  if (tile_n == 64) {
-    return LaunchSm90Kernel<Sm90TilePolicy<128, 64, kBytes>, TIn, float, true, false>(loads, p, sm_count, stream);
-  }
-  return cudaErrorInvalidValue;
+  return LaunchSm90ConvRow<TIn, float, true, &Sm90ScheduleRow::conv_wgrad>(loads, p, tile_n, sm_count, stream);
 }
 
 }  // namespace jaxgemm

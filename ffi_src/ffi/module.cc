@@ -39,7 +39,7 @@ nb::list GroupedWalk(const std::vector<int64_t>& sizes, int32_t m, int32_t n, in
   std::vector<int32_t> row_end(groups + 1), item_end(groups + 1);
   jaxgemm::GroupedRowEnds(sizes.data(), groups, m, row_end.data());
   Items items(row_end.data(), item_end.data(), groups, m, n, k);
-  if constexpr (kContraction) {  // the groups longest first, ties in order (Sm90GroupTable::Order)
+  if constexpr (kContraction) {  // the groups longest first, ties in order (Sm90GroupedSchedule::Order)
     std::iota(item_end.begin(), item_end.begin() + groups, 0);
     auto length = [&](int32_t g) { return row_end[g] - items.RowBegin(g); };
     std::stable_sort(item_end.begin(), item_end.begin() + groups,

@@ -44,6 +44,18 @@ struct Sm90Store {
   int64_t n;
   float alpha;
   Activation activation;
+
+  // Where Sm90GemmKernel's barriers start: behind the stages, the epilogue scratch and the
+  // bias stage (Sm90Policy).
+  template <class P>
+  static constexpr int kBarrierOffset = P::kBarrierOffset;
+
+#if defined(JG_SM90_ENABLED)
+  __device__ __forceinline__ void Prefetch() const {
+    if (enabled) PrefetchTensorMap(&d);
+    if (with_aux) PrefetchTensorMap(&aux);
+  }
+#endif
 };
 
 #if defined(JG_SM90_ENABLED)

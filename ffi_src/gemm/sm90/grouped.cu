@@ -1,5 +1,5 @@
 // Host side of the grouped Hopper GEMM (grouped.cuh): the tensor maps, the persistent grid
-// and one kernel instance per (mode, input type, output type).
+// and one instance of Sm90GemmKernel per (mode, input type, output type).
 #include "gemm/sm90/grouped.h"
 
 #include <cuda_bf16.h>
@@ -10,6 +10,7 @@
 
 #include "gemm/dispatch.h"
 #include "gemm/sm90/grouped.cuh"
+#include "gemm/sm90/kernel.cuh"
 #include "gemm/sm90/tensor_map.h"
 
 namespace jaxgemm {
@@ -22,71 +23,77 @@ static_assert(GroupedPolicy::kBM == kGroupedTileM && GroupedPolicy::kBN == kGrou
                   GroupedPolicy::kBK == kGroupedTileK && !GroupedPolicy::kPingpong && GroupedPolicy::kConsumers == 2,
               "the tile grouped_items.h names (the module's grouped_walk walks it), cooperative");
 
-template <class TIn, class TOut, bool kTransA, bool kTransB, bool kContraction, bool kGated = false>
+template <class TIn, class TOut, GroupedMode kMode>
 cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
   using P = GroupedPolicy;
-  Sm90GroupedArgs args{};
-  args.group_sizes = p.group_sizes;
-  args.out = p.out;
-  args.m = static_cast<int32_t>(p.m);
-  args.n = static_cast<int32_t>(p.n);
-  args.k = static_cast<int32_t>(p.k);
-  args.groups = static_cast<int32_t>(p.groups);
-  args.one = 1.f;
+  constexpr bool kContraction = kMode == GroupedMode::kContraction, kGated = kMode == GroupedMode::kRowsGated;
+  constexpr bool kTransA = kContraction, kTransB = kMode == GroupedMode::kRowsRhsT;
+  using Loads = Sm90GroupedLoads<kMode>;
+  Loads loads{};
   TmaMatrix a{p.lhs, p.in_type, p.k, p.m, p.k};  // lhs (m, k)
-  cudaError_t status = EncodeTmaMap(&args.a, a, kTransA ? 64 : P::kBK, kTransA ? P::kBK : P::kBM);
+  cudaError_t status = EncodeTmaMap(&loads.a, a, kTransA ? 64 : P::kBK, kTransA ? P::kBK : P::kBM);
   if (status != cudaSuccess) return status;
   if constexpr (kContraction) {  // rhs (m, n), read in (k = rows, n) boxes of 64-wide blocks
     TmaMatrix b{p.rhs, p.in_type, p.n, p.m, p.n};
-    status = EncodeTmaMap(&args.b, b, 64, P::kBK);
+    status = EncodeTmaMap(&loads.b, b, 64, P::kBK);
   } else {  // rhs (g, k, n), or (g, n, k) for kTransB
     const int64_t cols = kTransB ? p.k : p.n, rows = kTransB ? p.n : p.k;
     TmaMatrix b{p.rhs, p.in_type, cols, rows, cols, p.groups, rows * cols};
-    args.b_per_group = p.groups > 1;
-    status = EncodeTmaMap(&args.b, b, kTransB ? P::kBK : 64, kTransB ? P::kBN : P::kBK);
+    loads.b_per_group = p.groups > 1;
+    status = EncodeTmaMap(&loads.b, b, kTransB ? P::kBK : 64, kTransB ? P::kBN : P::kBK);
     if (kGated && status == cudaSuccess) {  // the up weights, read as the gate's
       TmaMatrix up{p.rhs_up, p.in_type, cols, rows, cols, p.groups, rows * cols};
-      status = EncodeTmaMap(&args.b_up, up, 64, P::kBK);
+      status = EncodeTmaMap(&loads.b_up, up, 64, P::kBK);
     }
   }
   if (status != cudaSuccess) return status;
+  const auto schedule = Sm90GroupedSchedule<P, kMode>{p.group_sizes, static_cast<int32_t>(p.groups),
+                                                      static_cast<int32_t>(p.m), static_cast<int32_t>(p.n),
+                                                      static_cast<int32_t>(p.k)};
+  Sm90GroupedStore store{};
   // D as rows of n for the TMA-store epilogue: 64 rows x 128 bytes a box, as the dense
   // kernel's (MakeSm90Store); without it (a pitch TMA rejects) every store is direct.
   const int64_t d_rows = kContraction ? p.groups * p.k : p.m;
   TmaMatrix d{p.out, p.out_type, p.n, d_rows, p.n};
-  args.tma_store = EncodeTmaMap(&args.d, d, kSm90BoxCols<TOut>, 64) == cudaSuccess;
-  args.epilogue = p.HasEpilogue();
-  args.activation = p.activation;
-  args.bias = p.bias;
-  args.residual = p.residual;
-  args.aux = p.aux;
-  args.bias_up = p.bias_up;
-  args.aux_up = p.aux_up;
+  store.tma_store = EncodeTmaMap(&store.d, d, kSm90BoxCols<TOut>, 64) == cudaSuccess;
+  store.one = 1.f;
+  store.out = p.out;
+  store.n = static_cast<int32_t>(p.n);
+  store.groups = static_cast<int32_t>(p.groups);
+  store.k = static_cast<int32_t>(p.k);
+  store.epilogue = p.HasEpilogue();
+  store.activation = p.activation;
+  store.bias = p.bias;
+  store.residual = p.residual;
+  store.aux = p.aux;
+  store.bias_up = p.bias_up;
+  store.aux_up = p.aux_up;
 
-  using Layout = Sm90GroupedLayout<P>;
-  auto kernel = Sm90GroupedKernel<P, TIn, TOut, kTransA, kTransB, kContraction, kGated>;
-  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kSmemBytes);
+  constexpr int kSmemBytes = Sm90GroupedLayout<P>::kSmemBytes;
+  auto kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kAll>;
+  status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (status != cudaSuccess) return status;
   // Items: at most every group's rows in whole tiles (one partial tile per group, and the
   // rows of no group), by column tiles (kGated: of half the tile); or every group's (k, n)
   // tiles.
-  constexpr int kItemCols = kGated ? P::kBN / 2 : P::kBN;
+  constexpr int kItemCols = Sm90GroupedSchedule<P, kMode>::kItemCols;
   const int64_t tiles_n = (p.n + kItemCols - 1) / kItemCols;
   const int64_t items = kContraction ? p.groups * ((p.k + P::kBM - 1) / P::kBM) * tiles_n
                                      : ((p.m + P::kBM - 1) / P::kBM + p.groups + 1) * tiles_n;
   const int blocks = static_cast<int>(std::min<int64_t>(std::max(CurrentDeviceSmCount(), 1), items));
-  kernel<<<blocks, P::kThreads, Layout::kSmemBytes, stream>>>(args);
+  kernel<<<blocks, P::kThreads, kSmemBytes, stream>>>(loads, GemmProblem{}, schedule, store, Sm90StreamK{},
+                                                      Sm90Timeline{});
   return cudaGetLastError();
 }
 
 template <class TIn, class TOut>
 cudaError_t LaunchMode(const GroupedProblem& p, cudaStream_t stream) {
   switch (p.mode) {
-    case GroupedMode::kRows: return Launch<TIn, TOut, false, false, false>(p, stream);
-    case GroupedMode::kRowsRhsT: return Launch<TIn, TOut, false, true, false>(p, stream);
-    case GroupedMode::kContraction: return Launch<TIn, TOut, true, false, true>(p, stream);
+    case GroupedMode::kRows: return Launch<TIn, TOut, GroupedMode::kRows>(p, stream);
+    case GroupedMode::kRowsRhsT: return Launch<TIn, TOut, GroupedMode::kRowsRhsT>(p, stream);
+    case GroupedMode::kContraction: return Launch<TIn, TOut, GroupedMode::kContraction>(p, stream);
     case GroupedMode::kRowsGated:  // 16-bit outputs only (GroupedUnsupported)
-      if constexpr (sizeof(TOut) == 2) return Launch<TIn, TOut, false, false, false, true>(p, stream);
+      if constexpr (sizeof(TOut) == 2) return Launch<TIn, TOut, GroupedMode::kRowsGated>(p, stream);
       return cudaErrorInvalidValue;
   }
   return cudaErrorInvalidValue;

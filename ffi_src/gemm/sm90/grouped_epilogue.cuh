@@ -1,20 +1,55 @@
-// The grouped (ragged) Hopper GEMM's stores and epilogues (grouped.cuh): a consumer's rows
-// of an item through a TMA box or straight to global memory, and the row and gated modes'
-// epilogues on the steps of gemm/epilogue_steps.cuh.
+// The grouped (ragged) GEMM's stores and epilogues (Sm90GroupedStoreItem, for
+// Sm90GemmKernel's consumers; grouped.cuh): a consumer's rows of an item through a TMA box
+// or straight to global memory, and the row and gated modes' epilogues on the steps of
+// gemm/epilogue_steps.cuh.
 #pragma once
 #include <cuda.h>
 
 #include <cstdint>
 #include <cstring>
 
+#include "common/activation.h"
 #include "common/device_numeric.cuh"
 #include "common/ptx_sm90.cuh"
 #include "gemm/epilogue_steps.cuh"
 #include "gemm/sm90/epilogue.cuh"
 #include "gemm/sm90/grouped_items.h"
-#include "gemm/sm90/grouped_table.cuh"
+#include "gemm/sm90/grouped_problem.h"
+#include "gemm/sm90/grouped_schedule.cuh"
 
 namespace jaxgemm {
+
+// Where the grouped kernel's items go, and the row modes' epilogue: Sm90GemmKernel's store
+// parameter for the grouped loads (as Sm90Store is the GEMM's).
+struct Sm90GroupedStore {
+  CUtensorMap d;  // D as (rows, n): row modes (m, n); contraction (groups x k, n)
+  bool tma_store;  // d is valid (D's rows are 16-byte multiples)
+  // 1, as a kernel parameter: the boxes' words are then products, not the accumulators'
+  // own registers, which the float boxes' register pairs would otherwise move in a
+  // divergent path, and ptxas would serialize every wgmma (C7520).
+  float one;
+  void* out;
+  int32_t n, groups;
+  int32_t k;  // contraction: D's rows per group
+  // The epilogue (row modes, 16-bit outputs: GroupedProblem's; Sm90GroupedEpilogue).
+  bool epilogue;
+  Activation activation;
+  const float* bias;
+  const void* residual;
+  void* aux;
+  const float* bias_up;  // kRowsGated (Sm90GroupedGluEpilogue)
+  void* aux_up;
+
+  // Where Sm90GemmKernel's barriers start (Sm90GroupedLayout).
+  template <class P>
+  static constexpr int kBarrierOffset = Sm90GroupedLayout<P>::kBarrierOffset;
+
+#if defined(JG_SM90_ENABLED)
+  __device__ __forceinline__ void Prefetch() const {
+    if (tma_store) PrefetchTensorMap(&d);
+  }
+#endif
+};
 
 #if defined(JG_SM90_ENABLED)
 
@@ -39,7 +74,7 @@ __device__ __forceinline__ void Sm90StorePair(TOut* dst, float x, float y, bool 
 // consumer: the shared memory the stages leave holds no second one), the warpgroup writes
 // it, and thread 0 stores it.
 template <class TOut>
-__device__ __forceinline__ void Sm90GroupedStoreBox(const Sm90GroupedArgs& args, const Sm90BoxWriter<TOut>& writer,
+__device__ __forceinline__ void Sm90GroupedStoreBox(const Sm90GroupedStore& store, const Sm90BoxWriter<TOut>& writer,
                                                     const uint32_t (&words)[16], int32_t row, int32_t col,
                                                     unsigned char* box, int wg) {
   const int tid = threadIdx.x % 128;
@@ -49,26 +84,22 @@ __device__ __forceinline__ void Sm90GroupedStoreBox(const Sm90GroupedArgs& args,
   FenceProxyAsyncShared();
   NamedBarrierSync(1 + wg, 128);
   if (tid == 0) {
-    TmaStore2d(&args.d, box, col, row);
+    TmaStore2d(&store.d, box, col, row);
     BulkCommitGroup();
   }
 }
 
 // A consumer's 64 rows of a tile, box after box (Sm90PackBox's words), at (col0, row).
 template <class P, class TOut>
-__device__ __forceinline__ void Sm90GroupedStoreBoxes(const Sm90GroupedArgs& args,
-                                                      const float (&acc)[1][P::kBN / 2], bool zeros, int32_t row,
-                                                      int32_t col0, unsigned char* box, int wg) {
+__device__ __forceinline__ void Sm90GroupedStoreBoxes(const Sm90GroupedStore& store,
+                                                      const float (&acc)[1][P::kBN / 2], int32_t row, int32_t col0,
+                                                      unsigned char* box, int wg) {
   const Sm90BoxWriter<TOut> writer(Sm90BoxWriter<TOut>::FragmentRow(0), Sm90BoxWriter<TOut>::FragmentRow(1));
 #pragma unroll
   for (int c = 0; c < P::kBN / kSm90BoxCols<TOut>; ++c) {
     uint32_t words[16];
-    Sm90PackBox<P, TOut>(acc, c, args.one, words);
-    if (zeros) {  // an item of no k-tiles (its accumulators hold the last item's sums)
-#pragma unroll
-      for (int i = 0; i < 16; ++i) words[i] = 0;
-    }
-    Sm90GroupedStoreBox<TOut>(args, writer, words, row, col0 + kSm90BoxCols<TOut> * c, box, wg);
+    Sm90PackBox<P, TOut>(acc, c, store.one, words);
+    Sm90GroupedStoreBox<TOut>(store, writer, words, row, col0 + kSm90BoxCols<TOut> * c, box, wg);
   }
 }
 
@@ -169,10 +200,10 @@ struct Sm90GroupedSource : EpilogueSourceDefaults {
 
 // A grouped source for this thread's rows of a consumer's 64 rows of item w.
 template <class TOut>
-__device__ __forceinline__ Sm90GroupedSource<TOut> Sm90GroupedRows(const Sm90GroupedArgs& args, const GroupedWork& w,
+__device__ __forceinline__ Sm90GroupedSource<TOut> Sm90GroupedRows(const Sm90GroupedStore& store, const GroupedWork& w,
                                                                    int first_row, uint32_t stage, bool with_bias) {
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-  Sm90GroupedSource<TOut> s{{}, stage, 0, with_bias, nullptr, nullptr, {}, 0, w.row_end, args.n, args.n % 2 == 0};
+  Sm90GroupedSource<TOut> s{{}, stage, 0, with_bias, nullptr, nullptr, {}, 0, w.row_end, store.n, store.n % 2 == 0};
 #pragma unroll
   for (int h = 0; h < 2; ++h) s.rows[h] = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
   return s;
@@ -181,26 +212,26 @@ __device__ __forceinline__ Sm90GroupedSource<TOut> Sm90GroupedRows(const Sm90Gro
 // The row modes' epilogue (GroupedProblem's, 16-bit outputs) on a consumer's 64 rows of an
 // item: the steps of gemm/epilogue_steps.cuh with z = round(product) + bias[group],
 // out = act(z) + residual, aux = z; rows of no group (the item past the groups, whose
-// accumulators hold stale sums) out = residual, aux = 0. One 64-column block per iteration
+// accumulators hold zeros) out = residual, aux = 0. One 64-column block per iteration
 // of a runtime loop, so that the activation's code exists once (Sm90TakeColumns brings the
 // block's 32 values out of the accumulators with compile-time indices). The bias comes
 // from the item's stage (Sm90GroupedStageBias). A block of 64 rows that all lie in the item
 // goes out through the box (one box is 64 columns); other rows, and aux, go straight to
 // global memory, masked by row and column.
 template <class P, class TOut>
-__device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args, const float (&acc)[1][P::kBN / 2],
+__device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedStore& store, const float (&acc)[1][P::kBN / 2],
                                                     const GroupedWork& w, int first_row, unsigned char* box, int wg) {
   static_assert(sizeof(TOut) == 2 && kSm90BoxCols<TOut> == 64, "the epilogue's blocks are its boxes");
   const int lane = threadIdx.x % 32;
-  const bool in_group = w.group < args.groups;
-  const bool boxed = args.tma_store && w.row0 + first_row + 64 <= w.row_end;
-  const bool with_bias = args.bias != nullptr && in_group;
+  const bool in_group = w.group < store.groups;
+  const bool boxed = store.tma_store && w.row0 + first_row + 64 <= w.row_end;
+  const bool with_bias = store.bias != nullptr && in_group;
   const uint32_t stage = Sm90GroupedBiasStage<P>(box, wg);
-  if (with_bias) Sm90GroupedStageBias<P, 1>(stage, {args.bias + int64_t{w.group} * args.n}, w.n0, args.n, wg);
-  const EpilogueScalars scalars{1.f, 0.f, args.activation};
-  Sm90GroupedSource<TOut> source = Sm90GroupedRows<TOut>(args, w, first_row, stage, with_bias);
-  source.aux = static_cast<TOut*>(args.aux);
-  source.residual = static_cast<const TOut*>(args.residual);
+  if (with_bias) Sm90GroupedStageBias<P, 1>(stage, {store.bias + int64_t{w.group} * store.n}, w.n0, store.n, wg);
+  const EpilogueScalars scalars{1.f, 0.f, store.activation};
+  Sm90GroupedSource<TOut> source = Sm90GroupedRows<TOut>(store, w, first_row, stage, with_bias);
+  source.aux = static_cast<TOut*>(store.aux);
+  source.residual = static_cast<const TOut*>(store.residual);
   const Sm90BoxWriter<TOut> writer(Sm90BoxWriter<TOut>::FragmentRow(0), Sm90BoxWriter<TOut>::FragmentRow(1));
 #pragma unroll 1
   for (int b = 0; b < P::kBN / 64; ++b) {
@@ -210,8 +241,8 @@ __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args,
     source.col0 = w.n0 + 64 * b + 2 * (lane % 4);
     ApplyEpilogue<TOut>(scalars, source, v, in_group);
     uint32_t words[16];
-    source.StoreOut(static_cast<TOut*>(args.out), v, !boxed, words);
-    if (boxed) Sm90GroupedStoreBox<TOut>(args, writer, words, w.row0 + first_row, w.n0 + 64 * b, box, wg);
+    source.StoreOut(static_cast<TOut*>(store.out), v, !boxed, words);
+    if (boxed) Sm90GroupedStoreBox<TOut>(store, writer, words, w.row0 + first_row, w.n0 + 64 * b, box, wg);
   }
 }
 
@@ -223,38 +254,38 @@ __device__ __forceinline__ void Sm90GroupedEpilogue(const Sm90GroupedArgs& args,
 // z = round(product) + bias for each and out = act(z_gate) * z_up; rows of no group 0.
 // Aux and aux_up (the two z) go first, in a pass of their own (beside y's, they spilled).
 template <class P, class TOut>
-__device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedArgs& args,
+__device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedStore& store,
                                                        const float (&acc)[1][P::kBN / 2], const GroupedWork& w,
                                                        int first_row, unsigned char* box, int wg) {
   static_assert(sizeof(TOut) == 2 && kSm90BoxCols<TOut> == 64, "the epilogue's blocks are its boxes");
   const uint32_t stage = Sm90GroupedBiasStage<P>(box, wg);
   constexpr int kHalfChunks = P::kBN / 64;  // 32-column chunks per half of the tile
   const int lane = threadIdx.x % 32;
-  const bool in_group = w.group < args.groups;
-  const bool boxed = args.tma_store && w.row0 + first_row + 64 <= w.row_end;
-  const int64_t bias_row = int64_t{w.group} * args.n;
-  const bool with_bias = (args.bias != nullptr || args.bias_up != nullptr) && in_group;
+  const bool in_group = w.group < store.groups;
+  const bool boxed = store.tma_store && w.row0 + first_row + 64 <= w.row_end;
+  const int64_t bias_row = int64_t{w.group} * store.n;
+  const bool with_bias = (store.bias != nullptr || store.bias_up != nullptr) && in_group;
   if (with_bias) {
-    const float* gate = args.bias != nullptr ? args.bias + bias_row : nullptr;
-    const float* up = args.bias_up != nullptr ? args.bias_up + bias_row : nullptr;
-    Sm90GroupedStageBias<P, 2>(stage, {gate, up}, w.n0, args.n, wg);
+    const float* gate = store.bias != nullptr ? store.bias + bias_row : nullptr;
+    const float* up = store.bias_up != nullptr ? store.bias_up + bias_row : nullptr;
+    Sm90GroupedStageBias<P, 2>(stage, {gate, up}, w.n0, store.n, wg);
   }
-  const EpilogueScalars scalars{1.f, 0.f, args.activation};
-  Sm90GroupedSource<TOut> source = Sm90GroupedRows<TOut>(args, w, first_row, stage, with_bias);
+  const EpilogueScalars scalars{1.f, 0.f, store.activation};
+  Sm90GroupedSource<TOut> source = Sm90GroupedRows<TOut>(store, w, first_row, stage, with_bias);
   // Chunk c (of the 32 columns of D from w.n0 + 32 c) of `part` (0: the gate's, 1: the up
   // weights' product and bias).
   auto aim = [&](int c, int part) {
     source.bias0 = P::kBN / 4 * part + 16 * c + lane % 4;
     source.col0 = w.n0 + 32 * c + 2 * (lane % 4);
   };
-  if (args.aux != nullptr) {  // first the two z, one chunk at a time
+  if (store.aux != nullptr) {  // first the two z, one chunk at a time
 #pragma unroll 1
     for (int c = 0; c < 2 * kHalfChunks; ++c) {
       float v[2][8];
       Sm90TakeColumns<P, 32>(acc, c, v);
       const bool up = c >= kHalfChunks;
       aim(up ? c - kHalfChunks : c, up);
-      source.aux = static_cast<TOut*>(up ? args.aux_up : args.aux);
+      source.aux = static_cast<TOut*>(up ? store.aux_up : store.aux);
       EpilogueLinear<TOut>(scalars, source, v, in_group);
       EpilogueAux(source, v);
     }
@@ -276,9 +307,50 @@ __device__ __forceinline__ void Sm90GroupedGluEpilogue(const Sm90GroupedArgs& ar
       EpilogueLinear<TOut>(scalars, source, up, in_group);
       EpilogueActivation<TOut>(scalars, gate, in_group);
       EpilogueGate(gate, up);
-      source.StoreOut(static_cast<TOut*>(args.out), gate, !boxed, words + 8 * half);
+      source.StoreOut(static_cast<TOut*>(store.out), gate, !boxed, words + 8 * half);
     }
-    if (boxed) Sm90GroupedStoreBox<TOut>(args, writer, words, w.row0 + first_row, w.n0 + 64 * b, box, wg);
+    if (boxed) Sm90GroupedStoreBox<TOut>(store, writer, words, w.row0 + first_row, w.n0 + 64 * b, box, wg);
+  }
+}
+
+// A consumer's 64 rows of item w once multiplied (acc: zeros for an item of no k-tiles):
+// the gated or the row modes' epilogue; else through the box when all 64 rows lie inside
+// the item, or straight to global memory, masked by row and column.
+template <class P, class TOut, GroupedMode kMode>
+__device__ __forceinline__ void Sm90GroupedStoreItem(const Sm90GroupedStore& store, const float (&acc)[1][P::kBN / 2],
+                                                     const GroupedWork& w, int first_row, unsigned char* box, int wg) {
+  constexpr bool kContraction = kMode == GroupedMode::kContraction;
+  if constexpr (kMode == GroupedMode::kRowsGated) {
+    Sm90GroupedGluEpilogue<P, TOut>(store, acc, w, first_row, box, wg);
+    return;
+  } else if constexpr (!kContraction && sizeof(TOut) == 2) {
+    if (store.epilogue) {
+      Sm90GroupedEpilogue<P, TOut>(store, acc, w, first_row, box, wg);
+      return;
+    }
+  }
+  if (store.tma_store && w.row0 + first_row + 64 <= w.row_end) {
+    const int32_t d_row = (kContraction ? w.group * store.k : 0) + w.row0 + first_row;
+    Sm90GroupedStoreBoxes<P, TOut>(store, acc, d_row, w.n0, box, wg);
+    return;
+  }
+  // acc[4 j + 2 h + e]: row 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e.
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
+  TOut* out = static_cast<TOut*>(store.out);
+  if constexpr (kContraction) out += int64_t{w.group} * store.k * store.n;
+  const bool pairs = store.n % 2 == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int32_t row = w.row0 + first_row + 16 * warp + lane / 4 + 8 * h;
+    if (row >= w.row_end) continue;
+    TOut* out_row = out + int64_t{row} * store.n;
+#pragma unroll
+    for (int j = 0; j < P::kBN / 8; ++j) {
+      const int32_t col = w.n0 + 8 * j + 2 * (lane % 4);
+      if (col < store.n) {
+        Sm90StorePair<TOut>(out_row + col, acc[0][4 * j + 2 * h], acc[0][4 * j + 2 * h + 1], pairs, col + 1 < store.n);
+      }
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 // The grouped GEMM's work items (grouped.cuh): which rows, columns and contraction range
 // each item covers, and which block takes it. Plain C++ on the host and the device, so
 // that the module walks them for tests (grouped_walk) exactly as the kernel does; the
-// kernel builds the tables in shared memory (Sm90GroupTable).
+// kernel builds the tables in shared memory (Sm90GroupedSchedule::Prepare).
 #pragma once
 #include <cstdint>
 
@@ -13,7 +13,7 @@ namespace jaxgemm {
 // 128-byte swizzle row).
 inline constexpr int kGroupedTileM = 128, kGroupedTileN = 256, kGroupedTileK = 64;
 
-// The row_end table on the host (the kernel scans it on the device: Sm90GroupTable::Build):
+// The row_end table on the host (the kernel scans it on the device: Sm90GroupedSchedule::Prepare):
 // row_end[g] = min(rows of groups 0 .. g, m), negative sizes counting as 0; row_end[groups] = m.
 template <class Size, class End>
 inline void GroupedRowEnds(const Size* sizes, int64_t groups, int64_t m, End* row_end) {

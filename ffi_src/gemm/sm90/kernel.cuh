@@ -13,7 +13,8 @@
 // of epilogue.cuh, or the general one through shared memory (epilogue_shared.cuh); on the
 // cooperative schedules the producer warpgroup's warps 1 .. kConsumers issue the
 // consumers' TMA stores (Sm90StoreWarp, Sm90HandedStores). Every role walks the same work
-// items (scheduler.cuh).
+// items (scheduler.cuh). The grouped GEMM runs on this kernel too: its loads type brings
+// its own tile scheduler and stores (grouped.cuh; Sm90KernelParts).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -25,6 +26,7 @@
 #include "gemm/problem.h"
 #include "gemm/sm90/epilogue.cuh"
 #include "gemm/sm90/epilogue_shared.cuh"
+#include "gemm/sm90/grouped.cuh"
 #include "gemm/sm90/mainloop.cuh"
 #include "gemm/sm90/policy.cuh"
 #include "gemm/sm90/scheduler.cuh"
@@ -32,20 +34,40 @@
 
 namespace jaxgemm {
 
+// What the kernel of a loads type walks and how it stores: the GEMM's schedule and stores
+// (Sm90Schedule, Sm90Store; GEMM and convolution loads), or those the loads type names (the
+// grouped GEMM's: Sm90GroupedLoads).
+template <class P, class Loads, class = void>
+struct Sm90KernelParts {
+  using Schedule = Sm90Schedule<P>;
+  using Store = Sm90Store;
+};
+template <class P, class Loads>
+struct Sm90KernelParts<P, Loads, std::void_t<typename Loads::Store>> {
+  using Schedule = typename Loads::template Schedule<P>;
+  using Store = typename Loads::Store;
+};
+
+template <class Store>
+inline constexpr bool kSm90GroupedStore = std::is_same_v<Store, Sm90GroupedStore>;
+
 #if defined(JG_SM90_ENABLED)
 
 // Consumer warpgroup `wg` (0 .. kConsumers - 1): rows [64 wg, 64 wg + 64) of each tile
 // (cooperative), or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
 // kEpilogues: which of the epilogues this instance holds (Sm90Epilogues). Per item: skip
 // it or wait for its turn (pingpong), multiply (Sm90ConsumerMma), fix up a stream-K piece,
-// then store: a TMA-store epilogue (Sm90TmaEpilogue) or the general one (Sm90StoreTileShared).
-template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads, Sm90Epilogues kEpilogues>
-__device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Schedule<P>& schedule, int wg,
+// then store: a TMA-store epilogue (Sm90TmaEpilogue) or the general one (Sm90StoreTileShared);
+// the grouped GEMM's items, Sm90GroupedStoreItem.
+template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads, Sm90Epilogues kEpilogues,
+          class Schedule, class Store>
+__device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Schedule& schedule, int wg,
                                             unsigned char* tiles_a, unsigned char* tiles_b, uint64_t* full,
-                                            uint64_t* empty, uint64_t* order, float* scratch,
-                                            const Sm90Store& store, const Sm90StreamK& stream_k,
-                                            const Loads& loads, const Sm90Timeline& timeline) {
+                                            uint64_t* empty, uint64_t* order, float* scratch, const Store& store,
+                                            const Sm90StreamK& stream_k, const Loads& loads,
+                                            const Sm90Timeline& timeline) {
   using Mma = Sm90ConsumerMma<P, TIn, kTransA, kTransB>;
+  constexpr bool kGrouped = kSm90GroupedStore<Store>;
   // The launcher takes a TMA-store instance only for problems whose store is enabled.
   constexpr bool kTmaStoresOnly = kEpilogues != Sm90Epilogues::kAll;
   constexpr bool kWithFused = kEpilogues != Sm90Epilogues::kPlain;
@@ -54,6 +76,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
                             IsAligned(p.epilogue.aux, 4 * sizeof(TOut));
   uint32_t* bias_stage =
       reinterpret_cast<uint32_t*>(reinterpret_cast<unsigned char*>(scratch) + P::kEpilogueBytes) + wg * (P::kBN / 2);
+  unsigned char* const grouped_box = reinterpret_cast<unsigned char*>(scratch) + wg * P::kOutBoxBytes;
   scratch += wg * P::kEpilogueRegionBytes / 4;
   const int tid = threadIdx.x % 128;
   unsigned char* boxes = reinterpret_cast<unsigned char*>(scratch);
@@ -65,17 +88,20 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
   uint32_t order_phase = 0;
   int64_t i = -1;  // position in the block's tile sequence
   Sm90TmaEpilogue<P, TOut, Mma::kRegisterA, kWithFused> epilogue;
-  auto write_pending = [&] { epilogue.WritePending(wg, boxes); };
-  // Consumer 0 records the timeline's events (Sm90Timeline) on its first two items.
+  auto write_pending = [&] {
+    if constexpr (!kGrouped) epilogue.WritePending(wg, boxes);
+  };
+  // Consumer 0 records the timeline's events (Sm90Timeline) on its first two items (the
+  // GEMM's: the grouped kernel has no timeline).
   int own = 0;  // items this consumer has taken
   auto note = [&](int event, int second_event = -1) {
-    if (wg == 0 && tid == 0) {
+    if (!kGrouped && wg == 0 && tid == 0) {
       if (own == 1) timeline.Record(event);
       if (own == 2 && second_event >= 0) timeline.Record(second_event);
     }
   };
-  Sm90Work w;
-  for (Sm90Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
+  typename Schedule::Work w;
+  for (typename Schedule::Cursor cursor = schedule.Start(); schedule.Next(p, cursor, &w);) {
     ++i;
     if (P::kPingpong && i % 2 != wg) {  // the other consumer's tile
       ring.Skip(w.k_tiles);
@@ -91,7 +117,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     ++own;
     note(kTimelineConsumerItem);
     uint32_t bias_word = 0;
-    if constexpr (sizeof(TOut) == 2) {
+    if constexpr (sizeof(TOut) == 2 && !kGrouped) {
       if (kWithFused && store.fused && store.bias && tid < P::kBN / 2) {
         bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);
       }
@@ -106,7 +132,13 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
         ring.WaitFull();
         note(kTimelineFirstData);
       }
-      const int previous = mma.template Multiply<kBlocks>(acc, ring, w.k_tiles, lane, write_pending);
+      int previous;
+      if constexpr (kGrouped) {
+        const Sm90GroupedStageReady<P, Schedule::kMode> ready{w, tiles_a + first_row * P::kRowBytes, wg};
+        previous = mma.template Multiply<kBlocks>(acc, ring, w.k_tiles, lane, write_pending, ready);
+      } else {
+        previous = mma.template Multiply<kBlocks>(acc, ring, w.k_tiles, lane, write_pending);
+      }
       write_pending();  // items of fewer than two k-tiles, or no wgmmas
       if (P::kPingpong && threadIdx.x % 128 == 0) MbarrierArrive(&order[1 - wg]);
       Mma::Drain(ring, previous, lane);
@@ -115,7 +147,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
     // loaded, nothing of them is stored): with few rows, half or more of the tensor work.
     // (Unless the schedule multiplies them all: their stage rows hold zeros or stale values,
     // whose products land in rows that are never stored.)
-    const int64_t rows_left = schedule.multiply_empty ? 64 * P::kMmaM : p.m - (w.m0 + first_row);
+    const int64_t rows_left = schedule.RowsLeft(p, w, first_row);
     if (rows_left > 64 * (P::kMmaM - 1)) {
       multiply(std::integral_constant<int, P::kMmaM>{});
     } else if (P::kMmaM == 2 && rows_left > 0) {
@@ -124,23 +156,31 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
       multiply(std::integral_constant<int, 0>{});
     }
     note(kTimelineMainloopDone, kTimelineMainloop2Done);
-    if (w.fixup == kSm90StorePartial) {
-      Sm90StorePartial<P>(stream_k, acc, first_row / 64, wg);
-      note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
-      continue;
-    }
-    if (w.fixup == kSm90AddPartial) Sm90AddPartial<P>(stream_k, acc, first_row / 64, wg, w.partners);
-    if constexpr (!P::kSwapped) {  // (swapped tiles: the general epilogue, transposed)
-      if (kTmaStoresOnly || store.enabled) {
-        epilogue.Store(store, acc, p, w.m0 + first_row, w.n0, w.slab, wg, boxes, bias_word, bias_stage);
+    if constexpr (kGrouped) {
+      Sm90GroupedStoreItem<P, TOut, Schedule::kMode>(store, acc, w, first_row, grouped_box, wg);
+    } else {
+      if (w.fixup == kSm90StorePartial) {
+        Sm90StorePartial<P>(stream_k, acc, first_row / 64, wg);
         note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
         continue;
       }
+      if (w.fixup == kSm90AddPartial) Sm90AddPartial<P>(stream_k, acc, first_row / 64, wg, w.partners);
+      if constexpr (!P::kSwapped) {  // (swapped tiles: the general epilogue, transposed)
+        if (kTmaStoresOnly || store.enabled) {
+          epilogue.Store(store, acc, p, w.m0 + first_row, w.n0, w.slab, wg, boxes, bias_word, bias_stage);
+          note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
+          continue;
+        }
+      }
+      Sm90StoreTileShared<P, TOut, Loads, Mma::kRegisterA>(p, loads, acc, w, first_row, wg, warp, scratch, vector_store);
+      note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
     }
-    Sm90StoreTileShared<P, TOut, Loads, Mma::kRegisterA>(p, loads, acc, w, first_row, wg, warp, scratch, vector_store);
-    note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
   }
-  epilogue.Finish(store, wg, boxes);
+  if constexpr (kGrouped) {
+    if (tid == 0) BulkWaitGroupRead<0>();  // the box outlives its last store's read
+  } else {
+    epilogue.Finish(store, wg, boxes);
+  }
   if (tid == 0 && wg < 2) timeline.Record(wg == 0 ? kTimelineConsumer0Exit : kTimelineConsumer1Exit);
 }
 
@@ -156,17 +196,23 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Sm90Sche
 template <class P, class Loads>
 inline constexpr bool kSm90EpilogueInstances = !P::kSwapped && kSm90GemmLoads<Loads>;
 
-// The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores.
+// The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores, over
+// the items of `schedule` (Sm90KernelParts: the grouped GEMM's loads bring their schedule
+// and stores; `p`, `stream_k` and `timeline` are then unused).
 template <class P, class TIn, class TOut, bool kTransA, bool kTransB, class Loads, Sm90Epilogues kEpilogues>
 __global__ void __launch_bounds__(P::kThreads, 1)
-    Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p, const Sm90Schedule<P> schedule,
-                   const __grid_constant__ Sm90Store store, const Sm90StreamK stream_k, const Sm90Timeline timeline) {
+    Sm90GemmKernel(const __grid_constant__ Loads loads, const GemmProblem p,
+                   const typename Sm90KernelParts<P, Loads>::Schedule schedule,
+                   const __grid_constant__ typename Sm90KernelParts<P, Loads>::Store store,
+                   const Sm90StreamK stream_k, const Sm90Timeline timeline) {
 #if defined(JG_SM90_ENABLED)
+  using Store = typename Sm90KernelParts<P, Loads>::Store;
+  constexpr bool kGrouped = kSm90GroupedStore<Store>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* tiles_a = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   unsigned char* tiles_b = tiles_a + P::kStages * P::kTileABytes;
   float* scratch = reinterpret_cast<float*>(tiles_b + P::kStages * P::kTileBBytes);
-  uint64_t* full = reinterpret_cast<uint64_t*>(tiles_a + P::kBarrierOffset);  // (behind the bias stage)
+  uint64_t* full = reinterpret_cast<uint64_t*>(tiles_a + Store::template kBarrierOffset<P>);  // (behind the bias stage)
   uint64_t* empty = full + P::kStages;
   uint64_t* order = empty + P::kStages;
   const int warpgroup = threadIdx.x / 128;
@@ -174,8 +220,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
   if (threadIdx.x == 0) {
     timeline.Record(kTimelineEntry);
     loads.Prefetch();
-    if (store.enabled) PrefetchTensorMap(&store.d);
-    if (store.with_aux) PrefetchTensorMap(&store.aux);
+    store.Prefetch();
     for (int s = 0; s < P::kStages; ++s) {
       MbarrierInit(&full[s], 1);                    // the producer's expect_tx arrival
       // One arrival per warp of the consumers that read a stage.
@@ -185,17 +230,20 @@ __global__ void __launch_bounds__(P::kThreads, 1)
     MbarrierInit(&order[1], 1);
     // The dynamic walk's queue (Sm90Schedule::Take): its readers are the producer thread, the
     // consumers' warps and, when they store, the store warps, in every block of the cluster.
-    int readers = 1 + 4 * P::kConsumers;
-    if constexpr (Sm90HandedStores<P, TOut>::kUsed) {
-      if (store.enabled) readers += P::kConsumers;
-    }
-    const Sm90TileQueue<P> queue = Sm90TileQueue<P>::At(tiles_a);
-    for (int s = 0; s < P::kQueueDepth; ++s) {
-      MbarrierInit(&queue.full[s], 1);
-      MbarrierInit(&queue.empty[s], readers * P::kClusterM);
+    if constexpr (!kGrouped) {
+      int readers = 1 + 4 * P::kConsumers;
+      if constexpr (Sm90HandedStores<P, TOut>::kUsed) {
+        if (store.enabled) readers += P::kConsumers;
+      }
+      const Sm90TileQueue<P> queue = Sm90TileQueue<P>::At(tiles_a);
+      for (int s = 0; s < P::kQueueDepth; ++s) {
+        MbarrierInit(&queue.full[s], 1);
+        MbarrierInit(&queue.empty[s], readers * P::kClusterM);
+      }
     }
     FenceMbarrierInit();
   }
+  schedule.Prepare();
   // The peers' barriers must be initialized before anything is multicast to them.
   if constexpr (P::kClusterM > 1) {
     ClusterSync();
@@ -215,7 +263,7 @@ __global__ void __launch_bounds__(P::kThreads, 1)
       }
     }
     // Warps 1 .. kConsumers: the consumers' store warps (Sm90HandedStores).
-    if constexpr (Sm90HandedStores<P, TOut>::kUsed) {
+    if constexpr (Sm90HandedStores<P, TOut>::kUsed && !kGrouped) {
       const int warp = threadIdx.x / 32;
       if (warp >= 1 && warp <= P::kConsumers && store.enabled) {
         Sm90StoreWarp<P, TOut>(p, schedule, store, warp - 1,

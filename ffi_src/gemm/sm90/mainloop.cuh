@@ -316,6 +316,11 @@ struct Sm90ConsumerRing {
   }
 };
 
+// What a consumer does to an arrived stage before multiplying it: nothing (Sm90ConsumerMma).
+struct Sm90StageReady {
+  __device__ __forceinline__ void operator()(int, int) const {}
+};
+
 // A consumer warpgroup's k-loop: wgmma on the ring's stages into fp32 accumulators, rows
 // [first_row, first_row + 64 kMmaM) of the tile (tf32 with an MN-major A: A from registers,
 // Sm90RegisterAFragments; with block scales, each k-tile's products promoted into them).
@@ -365,13 +370,15 @@ struct Sm90ConsumerMma {
 
   // The item's k-loop over its first kBlocks m64 blocks (a compile-time count: a wgmma under
   // a runtime condition makes ptxas serialize the wgmmas); with none, the stages are only
-  // handed back. `queued()` runs once two k-tiles of wgmmas are queued. Returns the stage
-  // the last k-tile's wgmmas may still read (-1: none): Drain waits for them and frees it.
-  template <int kBlocks, class Queued>
+  // handed back. `queued()` runs once two k-tiles of wgmmas are queued; `ready(kt, stage)`
+  // once k-tile kt has arrived, before it is multiplied (the grouped contraction zeroes its
+  // rows past the group there). Returns the stage the last k-tile's wgmmas may still read
+  // (-1: none): Drain waits for them and frees it.
+  template <int kBlocks, class Queued, class Ready = Sm90StageReady>
   __device__ __forceinline__ int Multiply(Acc& acc, Sm90ConsumerRing<P>& ring, int k_tiles, int lane,
-                                          Queued queued) const {
+                                          Queued queued, Ready ready = {}) const {
     if constexpr (P::kBlockScaled) {
-      MultiplyBlockScaled<kBlocks>(acc, ring, k_tiles, lane, queued);
+      MultiplyBlockScaled<kBlocks>(acc, ring, k_tiles, lane, queued, ready);
       return -1;
     }
     int previous = -1;
@@ -382,6 +389,9 @@ struct Sm90ConsumerMma {
     [[maybe_unused]] uint32_t a_frags[kRegisterA ? 2 : 1][P::kKSteps][4];
     auto k_tile = [&](int kt, auto set) {
       ring.WaitFull();
+      // (Not even a call of the empty hook: it renumbers the PTX, and ptxas picks other
+      // registers.)
+      if constexpr (!std::is_same_v<Ready, Sm90StageReady>) ready(kt, ring.stage);
       if constexpr (kBlocks > 0) {
         const uint32_t desc_b = desc_b0_lo + ring.stage * (P::kTileBBytes / 16);
         if constexpr (kRegisterA) {
@@ -436,14 +446,15 @@ struct Sm90ConsumerMma {
   // done, is scaled into acc (Sm90PromoteBlock); then the stage is free. The wait leaves
   // this warpgroup's tensor work idle through its promotion, which the other consumer's
   // wgmmas fill.
-  template <int kBlocks, class Queued>
+  template <int kBlocks, class Queued, class Ready>
   __device__ __forceinline__ void MultiplyBlockScaled(Acc& acc, Sm90ConsumerRing<P>& ring, int k_tiles, int lane,
-                                                      Queued queued) const {
+                                                      Queued queued, Ready ready) const {
     [[maybe_unused]] float part[P::kMmaM][P::kBN / 2];
     const uint32_t scales = tiles_a_address + P::kScaleOffset;
     const int row = first_row + 16 * ((threadIdx.x % 128) / 32) + lane / 4;
     for (int kt = 0; kt < k_tiles; ++kt) {
       ring.WaitFull();
+      if constexpr (!std::is_same_v<Ready, Sm90StageReady>) ready(kt, ring.stage);
       if constexpr (kBlocks > 0) {
         const uint32_t desc_a = desc_a0_lo + ring.stage * (P::kTileABytes / 16);
         const uint32_t desc_b = desc_b0_lo + ring.stage * (P::kTileBBytes / 16);

@@ -82,6 +82,8 @@ struct Sm90TileQueue {
 // producer's first TMA load came 1.7 us after the block's start).
 template <class P>
 struct Sm90Schedule {
+  using Work = Sm90Work;
+  using Cursor = Sm90Cursor;
   int32_t total;         // work items (< 2^31: Items() is checked before launch)
   int32_t sk_first;      // the first stream-K item (total: none)
   int32_t item_k_tiles;  // k-tiles of a whole item (stream-K needs split_k == 1)
@@ -139,6 +141,15 @@ struct Sm90Schedule {
 
   __device__ __forceinline__ static int32_t First() { return blockIdx.x / P::kClusterM; }
   __device__ __forceinline__ static int32_t Step() { return gridDim.x / P::kClusterM; }
+
+  // (Every thread, before the roles start: nothing to prepare; Sm90GroupedSchedule's tables.)
+  __device__ __forceinline__ void Prepare() const {}
+
+  // Rows of item w a consumer multiplies from first_row on (Sm90Consume): those below M,
+  // or all of them where the schedule keeps row blocks in step.
+  __device__ __forceinline__ int64_t RowsLeft(const GemmProblem& p, const Sm90Work& w, int first_row) const {
+    return multiply_empty ? 64 * P::kMmaM : p.m - (w.m0 + first_row);
+  }
 
   // Worker First()'s walk: its stream-K range is worked out once, here.
   __device__ __forceinline__ Sm90Cursor Start() const {

@@ -17,6 +17,8 @@ struct Sm90ScheduleRow {
   bool swapped;        // multiplies D^T = B^T A^T (Sm90Swapped): 16-bit, A stored (m, k)
   bool tf32;           // also built for float32 inputs multiplied as tf32
   bool fp8;            // also built for float8_e4m3fn inputs (both K-major)
+  bool conv_fprop;     // also built for the convolutions' forward (and data gradient) as 128 x tile_n
+  bool conv_wgrad;     // also built for the convolutions' weight gradient as 128 x tile_n
 
   constexpr bool Is(int m, int n) const { return tile_m == m && tile_n == n; }
   // One block's rows of D (a cluster's tile_m is shared out along M).
@@ -25,15 +27,15 @@ struct Sm90ScheduleRow {
 
 // Why each exists: docs/kernels.md (section 5) and the heuristic's candidates (heuristic.cu).
 inline constexpr Sm90ScheduleRow kSm90Schedules[] = {
-    // tile      kernel_n cluster consumers pingpong swapped tf32 fp8
-    {256, 256, 256, 2, 2, false, false, true, true},
-    {128, 256, 256, 1, 2, false, false, true, true},
-    {128, 128, 128, 1, 2, true, false, true, true},
-    {128, 64, 64, 1, 2, true, false, true, true},
-    {64, 128, 128, 1, 1, false, false, true, true},
-    {64, 64, 64, 1, 1, false, false, true, true},
-    {192, 128, 128, 1, 3, false, false, false, false},
-    {160, 128, 160, 1, 2, false, true, false, false},
+    // tile      kernel_n cluster consumers pingpong swapped tf32 fp8 conv_fprop conv_wgrad
+    {256, 256, 256, 2, 2, false, false, true, true, false, false},
+    {128, 256, 256, 1, 2, false, false, true, true, true, false},
+    {128, 128, 128, 1, 2, true, false, true, true, true, true},
+    {128, 64, 64, 1, 2, true, false, true, true, true, true},
+    {64, 128, 128, 1, 1, false, false, true, true, false, false},
+    {64, 64, 64, 1, 1, false, false, true, true, false, false},
+    {192, 128, 128, 1, 3, false, false, false, false, false, false},
+    {160, 128, 160, 1, 2, false, true, false, false, false, false},
 };
 inline constexpr int kSm90ScheduleCount = static_cast<int>(sizeof(kSm90Schedules) / sizeof(kSm90Schedules[0]));
 
