@@ -45,12 +45,17 @@ class Sm90Schedule:
     consumers: int  # consumer warpgroups
     pingpong: bool  # the consumers take alternate tiles (else both work on every tile)
     swapped: bool  # computes D^T = B^T A^T: 16-bit inputs with A stored (m, k) only
-    tf32: bool  # also built for float32 inputs multiplied as tf32
-    fp8: bool  # also built for float8_e4m3fn inputs (both operands K-major)
+    # The kernels built with it:
+    half: bool  # GEMMs of 16-bit inputs
+    tf32: bool  # GEMMs of float32 inputs multiplied as tf32
+    fp8: bool  # GEMMs of float8_e4m3fn inputs (both operands K-major), per-tensor or rowwise scales
+    block_scaled: bool  # GEMMs of float8_e4m3fn inputs with block scales (jaxgemm.scaled_matmul)
+    conv_fprop: bool  # convolutions' forward and data gradient (as 128 x tile_n)
+    conv_wgrad: bool  # convolutions' weight gradient (as 128 x tile_n)
 
 
 SM90_SCHEDULES: tuple[Sm90Schedule, ...] = tuple(
-    Sm90Schedule(tile=tuple(row["tile"]), **{k: row[k] for k in ("cluster_m", "consumers", "pingpong", "swapped", "tf32", "fp8")})
+    Sm90Schedule(tile=tuple(row["tile"]), **{f.name: row[f.name] for f in dataclasses.fields(Sm90Schedule) if f.name != "tile"})
     for row in _jaxgemm.sm90_schedules()
 )
 SM90_PINGPONG_TILES = frozenset(s.tile for s in SM90_SCHEDULES if s.pingpong)
@@ -63,4 +68,6 @@ def sm90_tiles(dtype) -> tuple[tuple[int, int], ...]:
     dtype = jnp.dtype(dtype)
     if dtype == jnp.float8_e4m3fn:
         return tuple(s.tile for s in SM90_SCHEDULES if s.fp8)
-    return tuple(s.tile for s in SM90_SCHEDULES if s.tf32 or dtype != jnp.float32)
+    if dtype == jnp.float32:
+        return tuple(s.tile for s in SM90_SCHEDULES if s.tf32)
+    return tuple(s.tile for s in SM90_SCHEDULES if s.half)

@@ -83,3 +83,21 @@ def test_dtype_sets_come_from_the_element_table():
     assert kernels.HALF_DTYPES == {jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)}
     with pytest.raises(TypeError, match="float32, float16, bfloat16"):
         jaxgemm.matmul(jnp.ones((2, 2), jnp.int32), jnp.ones((2, 2), jnp.int32))
+
+
+def test_the_schedule_table_names_each_kernels_tiles():
+    """Every kernel family takes its tiles from the one table: 16-bit GEMMs (all rows but the
+    block-scaled one), tf32 and fp8 a subset, the block-scaled fp8 GEMM its own 128 x 192
+    row, the convolutions 128-row tiles (the weight gradient's pingpong ones)."""
+    from jaxgemm import kernels
+
+    rows = kernels.SM90_SCHEDULES
+    assert [s.tile for s in rows if s.block_scaled] == [(128, 192)]
+    assert all(not (s.half or s.tf32 or s.fp8) for s in rows if s.block_scaled)
+    assert {s.tile for s in rows if s.tf32} < {s.tile for s in rows if s.half}
+    assert {s.tile for s in rows if s.fp8} < {s.tile for s in rows if s.half}
+    assert {s.tile for s in rows if s.conv_fprop} == {(128, 256), (128, 128), (128, 64)}
+    assert {s.tile for s in rows if s.conv_wgrad} == {(128, 128), (128, 64)}
+    assert all(s.pingpong for s in rows if s.conv_wgrad)
+    assert kernels.sm90_tiles(jnp.bfloat16) == tuple(s.tile for s in rows if s.half)
+    assert (128, 192) not in kernels.sm90_tiles(jnp.float8_e4m3fn) + kernels.sm90_tiles(jnp.float32)

@@ -471,10 +471,10 @@ def _skip_unless_hopper(kernel):
 
 
 # (kernel family, tile): every tensor-core kernel the heuristic can pick: sm80, and every
-# sm90 schedule (some built for 16-bit inputs only, the swapped one taking A stored (m, k)
-# only).
-TENSOR_CORE_KERNELS = [("sm80", None)] + [("sm90", s.tile) for s in kernels.SM90_SCHEDULES]
-SM90_16BIT_ONLY_TILES = {s.tile for s in kernels.SM90_SCHEDULES if not s.tf32}
+# sm90 schedule built for 16-bit inputs (some for those only, the swapped one taking A
+# stored (m, k) only).
+TENSOR_CORE_KERNELS = [("sm80", None)] + [("sm90", s.tile) for s in kernels.SM90_SCHEDULES if s.half]
+SM90_16BIT_ONLY_TILES = {s.tile for s in kernels.SM90_SCHEDULES if s.half and not s.tf32}
 SM90_A_MK_ONLY_TILES = {s.tile for s in kernels.SM90_SCHEDULES if s.swapped}
 
 
@@ -781,10 +781,10 @@ def test_gpu_forced_kernel_that_cannot_run_is_an_error():
     if _ffi.cuda_compute_capability() == 90:  # a tile built for 16-bit inputs only, asked for tf32
         f = jnp.ones((256, 256), jnp.float32)
         config = GemmConfig(transpose_b=True, tf32=True, out_dtype=jnp.dtype(jnp.float32), kernel="sm90", tile=(192, 128))
-        with pytest.raises(Exception, match="the 192x128 tile takes 16-bit inputs only"):
+        with pytest.raises(Exception, match="the 192x128 tile is built for 16-bit inputs only"):
             jax.block_until_ready(gemm_product(f, f, config))
         config = GemmConfig(transpose_b=True, tf32=True, out_dtype=jnp.dtype(jnp.float32), kernel="sm90", tile=(160, 128))
-        with pytest.raises(Exception, match="the 160x128 tile takes 16-bit inputs only"):
+        with pytest.raises(Exception, match="the 160x128 tile is built for 16-bit inputs only"):
             jax.block_until_ready(gemm_product(f, f, config))
         # The swapped tile multiplies A^T as its K-major B: A stored (k, m) is refused.
         h = jnp.ones((64, 64), jnp.bfloat16)

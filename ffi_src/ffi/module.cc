@@ -201,8 +201,12 @@ void DefineContract(nb::module_& m) {
       row["consumers"] = s.consumers;
       row["pingpong"] = s.pingpong;
       row["swapped"] = s.swapped;
+      row["half"] = s.half;
       row["tf32"] = s.tf32;
       row["fp8"] = s.fp8;
+      row["block_scaled"] = s.block_scaled;
+      row["conv_fprop"] = s.conv_fprop;
+      row["conv_wgrad"] = s.conv_wgrad;
       rows.append(row);
     }
     return rows;

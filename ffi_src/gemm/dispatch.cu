@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <type_traits>
+#include <utility>
 
 #include "common/element_dispatch.cuh"
 #include "gemm/decode_launch.h"
@@ -174,6 +175,22 @@ cudaError_t RunTensorCore(const GemmProblem& p, cudaStream_t stream, bool sm90, 
   return LaunchSm90Gemm<TIn, TOut>(p, tile.m, tile.n, sm_count, stream, workspace);
 }
 
+// Whether a forced sm90 tile (none: 0 x 0) has an instance for the inputs (`built`: the
+// table's column for them); else *unsupported says what it is built for.
+bool Sm90TileBuilt(Sm90Tile tile, bool Sm90ScheduleRow::*built, std::string* unsupported) {
+  const Sm90ScheduleRow* row = FindSm90Schedule(tile.m, tile.n);
+  if (row == nullptr || row->*built) return true;
+  std::string kinds;
+  for (auto [column, what] : {std::pair{&Sm90ScheduleRow::half, "16-bit inputs"},
+                              std::pair{&Sm90ScheduleRow::tf32, "tf32"},
+                              std::pair{&Sm90ScheduleRow::fp8, "float8 inputs"},
+                              std::pair{&Sm90ScheduleRow::block_scaled, "float8 inputs with block scales"}}) {
+    if (row->*column) kinds += (kinds.empty() ? "" : ", ") + std::string(what);
+  }
+  *unsupported = "the " + std::to_string(tile.m) + "x" + std::to_string(tile.n) + " tile is built for " + kinds + " only";
+  return false;
+}
+
 // float8 inputs (IsFloat8): the sm90 kernel only, on the schedules built for them; both
 // operands K-major and a bfloat16 or float32 output (DecodeGemm checks those).
 cudaError_t RunFloat8Gemm(const GemmProblem& p, cudaStream_t stream, KernelRequest request, bool hopper,
@@ -299,11 +316,7 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
   if (request.family != F::kSimt && (sm90 || sm80_ok)) {
     const Sm90Tile tile = request.family == F::kSm90 ? Sm90Tile{request.tile_m, request.tile_n} : Sm90Tile{0, 0};
     if (p.in_type == E::kF32 && p.out_type == E::kF32) {
-      const Sm90ScheduleRow* row = FindSm90Schedule(tile.m, tile.n);
-      if (sm90 && row != nullptr && !row->tf32) {
-        *unsupported = "the " + std::to_string(tile.m) + "x" + std::to_string(tile.n) + " tile takes 16-bit inputs only";
-        return cudaErrorInvalidValue;
-      }
+      if (sm90 && !Sm90TileBuilt(tile, &Sm90ScheduleRow::tf32, unsupported)) return cudaErrorInvalidValue;
       if (sm90 && tile.n != 0 && Sm90RegisterA(oriented) && Sm90PingpongTile(tile.m, tile.n)) {
         *unsupported = "tf32 with A stored (k, m), or A and B stored N-major, runs on the 128x256, 256x256, 64x128 "
                        "and 64x64 tiles only";
@@ -311,6 +324,7 @@ cudaError_t RunGemm(const GemmProblem& p, cudaStream_t stream, KernelRequest req
       }
       return RunTensorCore<float, float>(oriented, stream, sm90, tile, sm_count, workspace);  // (float: sm90 only)
     }
+    if (sm90 && !Sm90TileBuilt(tile, &Sm90ScheduleRow::half, unsupported)) return cudaErrorInvalidValue;
     if (sm90 && Sm90SwappedTile(tile.m, tile.n) && p.trans_a) {
       *unsupported = "the 160x128 tile takes A stored (m, k) only";
       return cudaErrorInvalidValue;

@@ -201,7 +201,8 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& given, int tile_m, int tile_n, int
     constexpr int kRow = decltype(row)::value;
     if (!kSm90Schedules[kRow].Is(tile_m, tile_n)) return;
     named = true;
-    if constexpr ((!kTf32 || kSm90Schedules[kRow].tf32) && (!kFp8 || kSm90Schedules[kRow].fp8)) {
+    constexpr Sm90ScheduleRow kSchedule = kSm90Schedules[kRow];
+    if constexpr (kTf32 ? kSchedule.tf32 : kFp8 ? kSchedule.fp8 : kSchedule.half) {
       with_layout(Sm90RowPolicy<kRow, kBytes>{});
     } else {
       status = cudaErrorInvalidValue;  // a schedule not built for this input type

@@ -114,7 +114,7 @@ struct Sm90Shape {
   int block_m = 0, block_n = 0, cluster_m = 0;
   bool swapped = false;
   constexpr int Consumers() const { return swapped ? 2 : block_m / 64; }
-  constexpr bool Pingpong() const { return !swapped && cluster_m == 1 && block_m == 128 && block_n < 256; }
+  constexpr bool Pingpong() const { return !swapped && cluster_m == 1 && block_m == 128 && block_n <= 128; }
 };
 constexpr Sm90Shape Sm90ShapeOfRow(const Sm90ScheduleRow& row) {
   return {row.BlockM(), row.tile_n, row.cluster_m, row.swapped};

@@ -125,17 +125,15 @@ struct Sm90Policy {
 template <int kRow, int kElementBytes>
 using Sm90RowPolicy = Sm90Policy<kSm90Schedules[kRow].kernel_n, kSm90Schedules[kRow].pingpong,
                                  kSm90Schedules[kRow].cluster_m, kElementBytes, kSm90Schedules[kRow].consumers,
-                                 kSm90Schedules[kRow].swapped>;
-// The block-scaled fp8 kernel's one schedule: cooperative 128 x 192 tiles. Promotion
-// doubles the accumulators (96 + 96 registers a thread at 192 columns; 128 x 256 would
-// need 256) and 128 x 192 ran the promoted wgmma fastest with loads (tools/wgmma_rate.cu:
-// 3116 MACs per SM clock against 2492 for 128 x 128; the top-level NOTES.md, "Open: fp8 on
-// Hopper").
-using Sm90BlockScaledPolicy = Sm90Policy<192, false, 1, 1, 2, false, true>;
+                                 kSm90Schedules[kRow].swapped, kSm90Schedules[kRow].block_scaled>;
 
 // The policy of schedule kTileM x kTileN (a compile error where there is none).
 template <int kTileM, int kTileN, int kElementBytes>
 using Sm90TilePolicy = Sm90RowPolicy<Sm90ScheduleIndex(kTileM, kTileN), kElementBytes>;
+
+// The block-scaled fp8 kernel's schedule: the table's block_scaled row (one, for now).
+using Sm90BlockScaledPolicy = Sm90RowPolicy<Sm90FirstScheduleFor(&Sm90ScheduleRow::block_scaled), 1>;
+static_assert(Sm90BlockScaledPolicy::kBlockScaled, "kSm90Schedules: no block_scaled row");
 
 // f(std::integral_constant<int, row>) for each row of kSm90Schedules, in order.
 template <class F, int... kRows>

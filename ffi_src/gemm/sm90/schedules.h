@@ -15,10 +15,13 @@ struct Sm90ScheduleRow {
   int consumers;       // consumer warpgroups, 64 rows (swapped: 64 of D's columns) each
   bool pingpong;       // the consumers take alternate tiles (else both work on every tile)
   bool swapped;        // multiplies D^T = B^T A^T (Sm90Swapped): 16-bit, A stored (m, k)
-  bool tf32;           // also built for float32 inputs multiplied as tf32
-  bool fp8;            // also built for float8_e4m3fn inputs (both K-major)
-  bool conv_fprop;     // also built for the convolutions' forward (and data gradient) as 128 x tile_n
-  bool conv_wgrad;     // also built for the convolutions' weight gradient as 128 x tile_n
+  // The kernels built with it:
+  bool half;           // GEMMs of 16-bit inputs (float16, bfloat16)
+  bool tf32;           // GEMMs of float32 inputs multiplied as tf32
+  bool fp8;            // GEMMs of float8_e4m3fn inputs (both K-major), scaled per tensor or row
+  bool block_scaled;   // GEMMs of float8_e4m3fn inputs with block scales (Sm90Policy::kBlockScaled)
+  bool conv_fprop;     // the convolutions' forward (and data gradient), as 128 x tile_n
+  bool conv_wgrad;     // the convolutions' weight gradient, as 128 x tile_n
 
   constexpr bool Is(int m, int n) const { return tile_m == m && tile_n == n; }
   // One block's rows of D (a cluster's tile_m is shared out along M).
@@ -26,16 +29,22 @@ struct Sm90ScheduleRow {
 };
 
 // Why each exists: docs/kernels.md (section 5) and the heuristic's candidates (heuristic.cu).
+// 128 x 192, block scales only: promotion doubles the accumulators (96 + 96 registers a
+// thread at 192 columns; 128 x 256 would need 256), and it ran the promoted wgmma fastest
+// with loads (tools/wgmma_rate.cu: 3116 MACs per SM clock against 2492 for 128 x 128; the
+// top-level NOTES.md, "Open: fp8 on Hopper").
 inline constexpr Sm90ScheduleRow kSm90Schedules[] = {
-    // tile      kernel_n cluster consumers pingpong swapped tf32 fp8 conv_fprop conv_wgrad
-    {256, 256, 256, 2, 2, false, false, true, true, false, false},
-    {128, 256, 256, 1, 2, false, false, true, true, true, false},
-    {128, 128, 128, 1, 2, true, false, true, true, true, true},
-    {128, 64, 64, 1, 2, true, false, true, true, true, true},
-    {64, 128, 128, 1, 1, false, false, true, true, false, false},
-    {64, 64, 64, 1, 1, false, false, true, true, false, false},
-    {192, 128, 128, 1, 3, false, false, false, false, false, false},
-    {160, 128, 160, 1, 2, false, true, false, false, false, false},
+    // tile      kernel_n cluster consumers pingpong swapped
+    //                                              half tf32 fp8 block_scaled conv_fprop conv_wgrad
+    {256, 256, 256, 2, 2, false, false, true, true, true, false, false, false},
+    {128, 256, 256, 1, 2, false, false, true, true, true, false, true, false},
+    {128, 128, 128, 1, 2, true, false, true, true, true, false, true, true},
+    {128, 64, 64, 1, 2, true, false, true, true, true, false, true, true},
+    {64, 128, 128, 1, 1, false, false, true, true, true, false, false, false},
+    {64, 64, 64, 1, 1, false, false, true, true, true, false, false, false},
+    {192, 128, 128, 1, 3, false, false, true, false, false, false, false, false},
+    {160, 128, 160, 1, 2, false, true, true, false, false, false, false, false},
+    {128, 192, 192, 1, 2, false, false, false, false, false, true, false, false},
 };
 inline constexpr int kSm90ScheduleCount = static_cast<int>(sizeof(kSm90Schedules) / sizeof(kSm90Schedules[0]));
 
@@ -43,6 +52,15 @@ inline constexpr int kSm90ScheduleCount = static_cast<int>(sizeof(kSm90Schedules
 constexpr int Sm90ScheduleIndex(int tile_m, int tile_n) {
   for (int i = 0; i < kSm90ScheduleCount; ++i) {
     if (kSm90Schedules[i].Is(tile_m, tile_n)) return i;
+  }
+  return -1;
+}
+
+// The first row built for a kind of kernel (`built`: one of the kernel columns); -1 when
+// none is.
+constexpr int Sm90FirstScheduleFor(bool Sm90ScheduleRow::*built) {
+  for (int i = 0; i < kSm90ScheduleCount; ++i) {
+    if (kSm90Schedules[i].*built) return i;
   }
   return -1;
 }
