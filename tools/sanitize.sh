@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck and racecheck over small problems of every kernel family (GEMM,
-# fused epilogues and their backward, convolution, the grouped GEMM and its epilogue)
+# fused epilogues and their backward, convolution, the grouped GEMM, its epilogue and gated mode)
 # (jaxgemm installed; run on the GPU machine). Only jaxgemm's kernels are checked.
 #   tools/sanitize.sh
 set -uo pipefail
@@ -58,6 +58,11 @@ fused = lambda l, r, b: jaxgemm.ragged_dot(l, r, jnp.array([192, 0, 5], jnp.int3
                                            residual=res).astype(jnp.float32).sum()
 jax.block_until_ready(jax.jit(fused)(lhs, rhs, bias))
 jax.block_until_ready(jax.grad(fused, argnums=(0, 1, 2))(lhs, rhs, bias))
+# The gated mode (ragged_glu): both products in one kernel, biases, and under grad the two z.
+glu = lambda l, g, u, b: jaxgemm.ragged_glu(l, g, u, jnp.array([192, 0, 5], jnp.int32), bias_gate=b,
+                                            bias_up=b).astype(jnp.float32).sum()
+jax.block_until_ready(jax.jit(glu)(lhs, rhs, rhs, bias))
+jax.block_until_ready(jax.grad(glu, argnums=(0, 1, 2, 3))(lhs, rhs, rhs, bias))
 # Sizes that break the contract (negative, summing past m): traced through the API, which
 # clips them (ragged.group_sizes_for), and bound raw to the primitives, whose kernels clip
 # them again: both must stay inside the operands.
