@@ -186,15 +186,15 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Schedule
 
 #endif  // JG_SM90_ENABLED
 
-// Whether a GEMM schedule gets an instance of the kernel per epilogue set (Sm90Epilogues),
-// of which the launcher takes the smallest that holds the problem's. Code a launch never
-// runs still costs: with all the epilogues the 16-bit 128 x 256 instances spill 150-158
-// bytes and are ~130 KB; the plain ones are ~50 KB, the fused ones ~85 KB, neither spills,
-// and they run plain products 1-2% and fused ones 2-3% faster.
-// (tf32's float outputs have no fused set.) Convolutions and the swapped tiles keep one
-// instance with all of them.
+// Whether a schedule gets an instance of the kernel per epilogue set (Sm90Epilogues), of
+// which the launcher takes the smallest that holds the problem's. Code a launch never runs
+// still costs: with all the epilogues the 16-bit 128 x 256 instances spill 150-160 bytes
+// (GEMM and conv fprop) and are ~130 KB; the plain ones are ~50 KB, the fused ones ~85 KB,
+// neither spills, and they run plain products 1-2% and fused ones 2-3% faster.
+// (tf32's float outputs have no fused set.) The swapped tiles keep one instance with all
+// of them; convolutions whose rows are not D's (dgrad phases) take that one.
 template <class P, class Loads>
-inline constexpr bool kSm90EpilogueInstances = !P::kSwapped && kSm90GemmLoads<Loads>;
+inline constexpr bool kSm90EpilogueInstances = !P::kSwapped;
 
 // The kernel: `loads` fills the ring (warpgroup 0), Sm90Consume multiplies and stores, over
 // the items of `schedule` (Sm90KernelParts: the grouped GEMM's loads bring their schedule
