@@ -25,7 +25,9 @@ Both add one argument the Flax layers lack, `activation`: None, a name from
 jax.nn.gelu, approximate=False)` is "gelu_exact"), `jax.nn.silu` / `jax.nn.swish`,
 `jax.nn.sigmoid`, `jnp.tanh`). It is applied in the kernel's float32 epilogue, after the
 bias, and its gradient runs jaxgemm's fused backward kernel. Any other function is a
-TypeError at construction: apply it to the layer's output instead.
+TypeError at construction: apply it to the layer's output instead. `Linear` also takes
+`fp8="rowwise"` or `"blockwise"`: the layer then runs on `jaxgemm.fp8.dense` (e4m3
+products forward and backward, the parameters kept in `param_dtype`).
 
 Like every jaxgemm op, the layers work under `nnx.jit`, `nnx.grad`, `nnx.vmap`,
 `nnx.scan`, `nnx.remat` and sharded `jit`. Importing this module needs flax
@@ -46,6 +48,7 @@ from flax.nnx.nn import initializers
 from jax import lax
 
 from jaxgemm import activations
+from jaxgemm import fp8 as fp8_layer
 from jaxgemm.conv import conv2d
 from jaxgemm.nn import dense
 
@@ -84,6 +87,10 @@ class Linear(nnx.Module):
       GPUs); `"tensorfloat32"` or `lax.Precision.DEFAULT` / `HIGH` allow tf32.
       `preferred_element_type` is `jaxgemm.dense`'s `out_dtype` (the computation dtype or
       float32).
+    - `fp8`: None, or "rowwise" / "blockwise" to run the layer on `jaxgemm.fp8.dense` with
+      that scaling: the forward and both backward products in float8 e4m3, the
+      parameters kept in `param_dtype` as the high-precision copy the optimizer updates
+      (`precision` then does not apply).
     - There is no `dot_general` argument: the point of the layer is the op it runs on.
     """
 
@@ -101,11 +108,14 @@ class Linear(nnx.Module):
         promote_dtype: tp.Callable = _nnx_dtypes.promote_dtype,
         preferred_element_type: tp.Any | None = None,
         activation: str | tp.Callable | None = None,
+        fp8: str | None = None,
         rngs: nnx.Rngs,
         kernel_metadata: tp.Mapping[str, tp.Any] = MappingProxyType({}),
         bias_metadata: tp.Mapping[str, tp.Any] = MappingProxyType({}),
     ):
         activation = _activation(activation)
+        if fp8 is not None and fp8 not in fp8_layer.SCALINGS:
+            raise ValueError(f"jaxgemm.flax.Linear: fp8 must be None or one of {fp8_layer.SCALINGS}, got {fp8!r}")
         # As nnx.Linear: the kernel's key first, then the bias's.
         self.kernel = nnx.Param(kernel_init(rngs.params(), (in_features, out_features), param_dtype), **kernel_metadata)
         self.bias: nnx.Param[jax.Array] | None
@@ -122,6 +132,7 @@ class Linear(nnx.Module):
         self.promote_dtype = promote_dtype
         self.preferred_element_type = preferred_element_type
         self.activation = activation
+        self.fp8 = fp8
 
     def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
         """`activation(inputs @ kernel + bias)` over the last axis of `inputs`.
@@ -136,6 +147,9 @@ class Linear(nnx.Module):
         kernel = self.kernel[...]
         bias = self.bias[...] if self.bias is not None else None
         inputs, kernel, bias = self.promote_dtype((inputs, kernel, bias), dtype=self.dtype)
+        if self.fp8 is not None:
+            return fp8_layer.dense(inputs, kernel, bias, self.activation, out_dtype=self.preferred_element_type,
+                                   scaling=self.fp8, out_sharding=out_sharding)  # fmt: skip
         return dense(
             inputs,
             kernel,

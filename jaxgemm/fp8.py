@@ -34,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgemm import activations
 from jaxgemm._compat import explicit_sharding, match_varying
+from jaxgemm.primitive import canonical_out_sharding, constrain_output
 from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
 
 E4M3 = jnp.float8_e4m3fn
@@ -125,7 +126,7 @@ def _dense_bwd(activation, out_dtype, scaling, saved, dy):
 _dense.defvjp(_dense_fwd, _dense_bwd)
 
 
-def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise"):
+def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise", out_sharding=None):
     """`activation(x @ w + bias)` with its forward and backward products in float8 e4m3
     (this module's docstring says how each operand is scaled).
 
@@ -137,6 +138,9 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise"
       out_dtype: the result's dtype (default: x's).
       scaling: "rowwise" (one scale per row of each operand) or "blockwise" (1 x 128
         blocks of x and dz, 128 x 128 tiles of w).
+      out_sharding: the result's sharding, a NamedSharding or a PartitionSpec of the
+        current mesh (as `jaxgemm.dense`'s): the result is resharded (Explicit axes) or
+        constrained (Auto) to it.
 
     Returns:
       (..., N). Differentiable in reverse mode (`grad`, `vjp`): dx, dw and dbias in the
@@ -160,5 +164,6 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise"
     # Inside shard_map, the weights vary over the batch's axes too, so that their cotangents
     # (per-shard sums) are psummed by the cast's transpose, as for JAX's own dots.
     rows, w, *bias = match_varying((x.reshape(-1, x.shape[-1]), w) + (() if bias is None else (bias,)))
+    out_sharding = canonical_out_sharding(out_sharding, "jaxgemm.fp8.dense")
     y = _dense(rows, w, bias[0] if bias else None, activation, out_dtype, scaling)
-    return y.reshape(x.shape[:-1] + (w.shape[1],))
+    return constrain_output(y.reshape(x.shape[:-1] + (w.shape[1],)), out_sharding)

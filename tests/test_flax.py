@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxgemm
+
 nnx = pytest.importorskip("flax.nnx")
 optax = pytest.importorskip("optax")
 jf = pytest.importorskip("jaxgemm.flax")
@@ -213,7 +215,31 @@ def test_linear_vector_input_and_preferred_element_type():
 
 
 def test_linear_signature_mirrors_nnx():
-    _check_signature(jf.Linear, nnx.Linear, {"dot_general"})
+    _check_signature(jf.Linear, nnx.Linear, {"dot_general"}, added=("activation", "fp8"))
+
+
+@pytest.mark.parametrize("scaling", jaxgemm.fp8.SCALINGS)
+def test_linear_fp8_is_the_fp8_layer(scaling):
+    """fp8= runs the layer on jaxgemm.fp8.dense (forward and gradients the same arrays),
+    within e4m3's rounding of the unquantized layer; the parameters stay float32."""
+    layer = jf.Linear(256, 128, activation="gelu", fp8=scaling, rngs=nnx.Rngs(0))
+    assert layer.fp8 == scaling and layer.kernel[...].dtype == jnp.float32
+    x = jax.random.normal(jax.random.key(1), (64, 256), jnp.float32)
+    loss = lambda layer, x: jnp.sum(layer(x) ** 2)
+    direct = lambda w, b, x: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", scaling=scaling) ** 2)
+    y = layer(x)
+    np.testing.assert_array_equal(y, jaxgemm.fp8.dense(x, layer.kernel[...], layer.bias[...], "gelu", scaling=scaling))
+    grads = nnx.grad(loss)(layer, x)
+    want_w, want_b = jax.grad(direct, argnums=(0, 1))(layer.kernel[...], layer.bias[...], x)
+    np.testing.assert_array_equal(grads["kernel"][...], want_w)
+    np.testing.assert_array_equal(grads["bias"][...], want_b)
+    unquantized = jf.Linear(256, 128, activation="gelu", rngs=nnx.Rngs(0))
+    assert _rel(y, unquantized(x)) <= 0.1  # (test_fp8.QUANTIZATION_BOUND)
+
+
+def test_linear_fp8_must_name_a_scaling():
+    with pytest.raises(ValueError, match="fp8 must be None or one of"):
+        jf.Linear(4, 4, fp8="tensorwise", rngs=nnx.Rngs(0))
 
 
 # ---------------------------------------------------------------------------------------
@@ -288,18 +314,20 @@ def test_conv_signature_mirrors_nnx():
     _check_signature(jf.Conv, nnx.Conv, {"conv_general_dilated"})
 
 
-def _check_signature(ours, theirs, dropped):
-    """Every nnx argument but `dropped` is ours too, same kind and default; ours adds `activation`."""
+def _check_signature(ours, theirs, dropped, added=("activation",)):
+    """Every nnx argument but `dropped` is ours too, same kind and default; ours adds `added`
+    (`activation`, and Linear's `fp8`), keyword-only, default None."""
     mine = inspect.signature(ours.__init__).parameters
     flax_params = inspect.signature(theirs.__init__).parameters
-    assert set(mine) == (set(flax_params) - dropped) | {"activation"}
+    assert set(mine) == (set(flax_params) - dropped) | set(added)
     for name, p in flax_params.items():
         if name in dropped:
             continue
         assert mine[name].kind == p.kind, name
         assert mine[name].default is p.default or mine[name].default == p.default, name
     assert list(mine)[: list(mine).index("use_bias")] == list(flax_params)[: list(flax_params).index("use_bias")]
-    assert mine["activation"].default is None and mine["activation"].kind == inspect.Parameter.KEYWORD_ONLY
+    for name in added:
+        assert mine[name].default is None and mine[name].kind == inspect.Parameter.KEYWORD_ONLY, name
 
 
 # ---------------------------------------------------------------------------------------

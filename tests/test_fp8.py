@@ -155,6 +155,27 @@ def test_data_parallel_explicit_mode():
 
 
 @pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices")
+def test_out_sharding():
+    """out_sharding, as jaxgemm.dense takes it: on an Explicit mesh the result is typed (and
+    resharded) as asked, a PartitionSpec resolved against the mesh; under an Auto mesh a
+    NamedSharding constrains it. The values are the unsharded layer's."""
+    x, w, b = _layer(9)
+    want = jaxgemm.fp8.dense(x, w, b, "relu")
+    explicit = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,), devices=jax.devices()[:4])
+    with jax.set_mesh(explicit):
+        xs = jax.device_put(x, NamedSharding(explicit, P("data", None)))
+        y = jax.jit(lambda x: jaxgemm.fp8.dense(x, w, b, "relu", out_sharding=P(None, "data")))(xs)
+        assert jax.typeof(y).sharding.spec == P(None, "data")
+        assert _rel(y, want) <= 1e-6
+    auto = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
+    spec = NamedSharding(auto, P(None, "data"))
+    y = jax.jit(lambda x: jaxgemm.fp8.dense(x, w, b, "relu", out_sharding=spec))(x)
+    assert y.sharding.is_equivalent_to(spec, 2) and _rel(y, want) <= 1e-6
+    with pytest.raises(ValueError, match="needs a mesh"):
+        jaxgemm.fp8.dense(x, w, b, out_sharding=P(None, "data"))
+
+
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices")
 @pytest.mark.parametrize("scaling", jaxgemm.fp8.SCALINGS)
 def test_grad_in_shard_map(scaling):
     """Inside shard_map (default checks) each device quantizes its own shard (its x^T and
