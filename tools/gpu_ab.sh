@@ -14,8 +14,9 @@
 # (two calls where both do not fit in one; compare here with tools/ab_compare.py on the
 # fetched A*.json and B*.json). AB_PREBUILT=DIR: no builds; each side imports the jaxgemm
 # installed in DIR/A or DIR/B (pip install --target of wheels built here and carried).
-# Extras "ragged-epilogue": jaxgemm.bench.ragged --epilogue gelu and --glu, without XLA's
-# ragged dot (the grouped kernel's epilogues).
+# Extras "ragged-product": jaxgemm.bench.ragged --no-xla (the grouped kernel, forward and
+# backward, without XLA's slow ragged dot); "ragged-epilogue": --epilogue gelu and --glu,
+# without XLA's ragged dot (the grouped kernel's epilogues).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -55,6 +56,10 @@ run() {  # run NAME TREE [skip]: build TREE (unless skip), benchmark it into $ou
   fi
   if [[ $extras == *,ragged,* ]]; then
     (cd /tmp && python3 -P -m "$(bench_module ragged)" --json "$out/${name}_ragged.json" >>"$out/$name.txt" 2>>"$out/$name.err") ||
+      tail -20 "$out/$name.err"
+  fi
+  if [[ $extras == *,ragged-product,* ]]; then
+    (cd /tmp && python3 -P -m "$(bench_module ragged)" --no-xla >>"$out/${name}_ragged_product.txt" 2>>"$out/$name.err") ||
       tail -20 "$out/$name.err"
   fi
   if [[ $extras == *,ragged-epilogue,* ]]; then
