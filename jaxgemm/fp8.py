@@ -10,7 +10,8 @@ e4m3 on `scaled_matmul`, each operand scaled along its contraction in one of two
   quantized tile set serves w^T and w). On a Hopper GPU these run on the block-scaled
   kernel. A product whose contraction is not a multiple of 128 scales that product's
   operands rowwise instead.
-dbias = sum(dz), dz = dy * act'(z), all in float32 (z saved by the forward).
+dbias = sum(dz), dz = dy * act'(z), all in float32 (z saved by the forward in the output's
+dtype; y instead for relu, nothing without an activation).
 
 Each operand is quantized from the high-precision tensor for the product it enters (the
 two copies of x and of dz differ in orientation and scales). The gradient is the
@@ -111,12 +112,22 @@ def _dense_fwd(x, w, bias, activation, out_dtype, scaling):
     if bias is not None:
         z = z + bias.astype(jnp.float32)
     y = activations.apply(activation, z).astype(out_dtype)
-    return y, (x, w, bias, z)
+    # What act'(z) needs, in the output's dtype (as jaxgemm.dense keeps its aux): nothing
+    # without an activation, y for relu, else z rounded once.
+    if activation is None:
+        at = None
+    elif activations.derivative_from_output(activation):
+        at = y
+    else:
+        at = z.astype(out_dtype)
+    return y, (x, w, bias, at)
 
 
 def _dense_bwd(activation, out_dtype, scaling, saved, dy):
-    x, w, bias, z = saved
-    dz = dy.astype(jnp.float32) * activations.derivative(activation, z)
+    x, w, bias, at = saved
+    dz = dy.astype(jnp.float32)
+    if activation is not None:
+        dz = dz * activations.derivative(activation, at)
     dx = _product(dz, w, jnp.float32, scaling, like=x, b_is_weight=True).astype(x.dtype)
     dw = _product(x.T, dz.T, jnp.float32, scaling, like=w).astype(w.dtype)
     dbias = None if bias is None else jnp.sum(dz, axis=0).astype(bias.dtype)

@@ -108,6 +108,22 @@ def test_dtypes_batch_dims_jit_and_vmap(scaling):
     np.testing.assert_array_equal(np.asarray(mapped), np.asarray(jaxgemm.fp8.dense(x3, w, b, scaling=scaling)))
 
 
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+def test_backward_reads_z_in_the_output_dtype(activation):
+    """bf16 outputs: the forward keeps what act'(z) needs in bf16 (z rounded once; y for
+    relu; nothing without an activation), so dz = dy * act'(bf16(z)), as jaxgemm.dense's
+    backward reads its aux. dbias (float32 here) is sum(dz) to float32's rounding."""
+    x, w, _ = _layer(6, dtype=jnp.bfloat16)
+    b = jnp.asarray(np.random.default_rng(7).standard_normal(128) / 10, jnp.float32)
+    dy = jnp.asarray(np.random.default_rng(8).standard_normal((64, 128)), jnp.bfloat16)
+    _, vjp = jax.vjp(lambda x, w, b: jaxgemm.fp8.dense(x, w, b, activation), x, w, b)
+    db = vjp(dy)[2]
+    z = jaxgemm.fp8.dense(x, w, b, out_dtype=jnp.float32)  # the layer's own float32 z
+    rounded = z.astype(jnp.bfloat16) if activation else z
+    want = np.asarray(dy, np.float64) * np.asarray(jaxgemm.activations.derivative(activation, rounded), np.float64)
+    assert db.dtype == jnp.float32 and _rel(db, want.sum(axis=0)) <= 1e-5
+
+
 # (x, w, b) specs on a 4-device mesh "x" and the seed of each layer.
 LAYOUTS = {
     "data parallel": ((P("x", None), P(), P()), 5),  # the scales of x^T and dz^T reduce over the split batch
