@@ -47,9 +47,9 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
     }
   }
   if (status != cudaSuccess) return status;
-  const auto schedule = Sm90GroupedSchedule<P, kMode>{p.group_sizes, static_cast<int32_t>(p.groups),
-                                                      static_cast<int32_t>(p.m), static_cast<int32_t>(p.n),
-                                                      static_cast<int32_t>(p.k)};
+  const Sm90GroupedSchedule<P, kMode> schedule{p.group_sizes, static_cast<int32_t>(p.groups),
+                                               static_cast<int32_t>(p.m), static_cast<int32_t>(p.n),
+                                               static_cast<int32_t>(p.k)};
   Sm90GroupedStore store{};
   // D as rows of n for the TMA-store epilogue: 64 rows x 128 bytes a box, as the dense
   // kernel's (MakeSm90Store); without it (a pitch TMA rejects) every store is direct.
@@ -73,14 +73,7 @@ cudaError_t Launch(const GroupedProblem& p, cudaStream_t stream) {
   auto kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kAll>;
   status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
   if (status != cudaSuccess) return status;
-  // Items: at most every group's rows in whole tiles (one partial tile per group, and the
-  // rows of no group), by column tiles (kGated: of half the tile); or every group's (k, n)
-  // tiles.
-  constexpr int kItemCols = Sm90GroupedSchedule<P, kMode>::kItemCols;
-  const int64_t tiles_n = (p.n + kItemCols - 1) / kItemCols;
-  const int64_t items = kContraction ? p.groups * ((p.k + P::kBM - 1) / P::kBM) * tiles_n
-                                     : ((p.m + P::kBM - 1) / P::kBM + p.groups + 1) * tiles_n;
-  const int blocks = static_cast<int>(std::min<int64_t>(std::max(CurrentDeviceSmCount(), 1), items));
+  const int blocks = static_cast<int>(std::min<int64_t>(std::max(CurrentDeviceSmCount(), 1), schedule.MostItems()));
   kernel<<<blocks, P::kThreads, kSmemBytes, stream>>>(loads, GemmProblem{}, schedule, store, Sm90StreamK{},
                                                       Sm90Timeline{});
   return cudaGetLastError();

@@ -43,6 +43,16 @@ struct Sm90GroupedSchedule {
   const int32_t* group_sizes;
   int32_t groups, m, n, k;
 
+  // Items there can be at most, for the grid (the host knows no group sizes): every
+  // group's rows in whole tiles (one partial tile per group, and the rows of no group) by
+  // column tiles; or every group's (k, n) tiles.
+  int64_t MostItems() const {
+    const int64_t tiles_n = (int64_t{n} + kItemCols - 1) / kItemCols;
+    const int64_t tiles_m = kContraction ? groups * ((int64_t{k} + P::kBM - 1) / P::kBM)
+                                         : (int64_t{m} + P::kBM - 1) / P::kBM + groups + 1;
+    return tiles_m * tiles_n;
+  }
+
 #if defined(JG_SM90_ENABLED)
   __device__ __forceinline__ static int32_t* RowEnd() {
     extern __shared__ unsigned char sm90_grouped_smem[];
