@@ -25,8 +25,11 @@ HALF_DTYPES: frozenset = frozenset(jnp.dtype(e["name"]) for e in _ELEMENT_TYPES 
 
 # The GEMM epilogue's operands (ffi_src/gemm/problem.h's table), in the order the
 # jaxgemm_gemm call passes them after a and b: name -> shape ("matrix" (m, n), "columns"
-# (n,), "rows" (m,), after the batch dims).
-EPILOGUE_OPERANDS: dict[str, str] = {row["name"]: row["shape"] for row in _jaxgemm.epilogue_operands()}
+# (n,), "rows" (m,), after the batch dims), and name -> dtype ("output": the output's;
+# "float32": the scales).
+_EPILOGUE_ROWS = _jaxgemm.epilogue_operands()
+EPILOGUE_OPERANDS: dict[str, str] = {row["name"]: row["shape"] for row in _EPILOGUE_ROWS}
+EPILOGUE_OPERAND_DTYPES: dict[str, str] = {row["name"]: row["dtype"] for row in _EPILOGUE_ROWS}
 
 
 # The SIMT kernels' float32 tiles (ffi_src/gemm/simt_tiles.h): every tile that runs, and

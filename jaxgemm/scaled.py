@@ -18,8 +18,8 @@ where the result is wanted split), as for jaxgemm.matmul.
 
 Its `local`, for float8_e4m3fn operands on a Hopper GPU:
 - one scale per row (KB = 1, per-tensor scaling included): the sm90 GEMM on fp8 (k32 wgmma,
-  both operands K-major, the tensor cores' fp8 accumulation), then the row and column
-  scales in one XLA fusion;
+  both operands K-major, the tensor cores' fp8 accumulation), the row and column scales
+  applied in its epilogue;
 - blocks of a multiple of 128 values (KB > 1): the block-scaled sm90 kernel, which adds
   each 128-deep k-tile's products into fp32 accumulators times the block's row and column
   scales (jaxgemm_block_scaled_gemm; the scales travel transposed, (B, KB, rows)).
@@ -115,16 +115,16 @@ def runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform: str) -> bool:
 
 def _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform):
     """sum_k lhs[b, m, k] rhs[b, n, k] on the fp8 kernel, times the row scale of lhs and of
-    rhs. The kernel writes bfloat16 for a bfloat16 result (the scaling then rounds once
-    more, well within bfloat16's error), else float32 (a float16 sum before scaling could
-    overflow)."""
+    rhs in its epilogue (the row_scale and col_scale operands, float32). The kernel writes
+    bfloat16 or float32 (a float16 result is rounded from float32)."""
     kernel_dtype = jnp.dtype(jnp.bfloat16) if out_dtype == jnp.bfloat16 else jnp.dtype(jnp.float32)
     config = GemmConfig(transpose_b=True, out_dtype=kernel_dtype, split_k=1)
     out_shape = (lhs.shape[0], lhs.shape[1], rhs.shape[1])
     workspace = gemm_workspace_bytes(lhs.shape, rhs.shape, lhs.dtype, config, 1, platform)
-    acc = call_gemm_ffi(lhs, rhs, config=config, out_shape=out_shape, workspace_bytes=workspace)[0]
-    scale = lhs_scales.astype(jnp.float32) * jnp.swapaxes(rhs_scales.astype(jnp.float32), 1, 2)  # (B, M, N)
-    return (acc.astype(jnp.float32) * scale).astype(out_dtype)
+    out = call_gemm_ffi(lhs, rhs, config=config, out_shape=out_shape, workspace_bytes=workspace,
+                        row_scale=lhs_scales[..., 0].astype(jnp.float32),
+                        col_scale=rhs_scales[..., 0].astype(jnp.float32))[0]  # fmt: skip
+    return out.astype(out_dtype)
 
 
 def _scales_by_block(scales):

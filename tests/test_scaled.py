@@ -109,20 +109,21 @@ def test_fp8_kernel_runs_where_it_can(dtypes, kb, k, on_kernel):
     assert _rel(jaxgemm.scaled_matmul(lhs, rhs, ls, rs), _reference(lhs, rhs, ls, rs)) <= _bound((lhs,))
 
 
-@pytest.mark.parametrize("transpose_b, bias, out_dtype, words", [
-    (False, False, jnp.float32, "both be K-major"),
-    (True, True, jnp.float32, "no epilogue operands"),
-    (True, False, jnp.float16, "bfloat16 or float32 output"),
+@pytest.mark.parametrize("transpose_b, split_k, out_dtype, words", [
+    (False, 1, jnp.float32, "both be K-major"),
+    (True, 2, jnp.float32, "no split-K"),
+    (True, 1, jnp.float16, "bfloat16 or float32 output"),
 ])  # fmt: skip
-def test_fp8_ffi_contract(transpose_b, bias, out_dtype, words):
-    """The GEMM handler's fp8 contract (ffi_src/ffi/gemm_decode.h): a clear error, no kernel."""
+def test_fp8_ffi_contract(transpose_b, split_k, out_dtype, words):
+    """The GEMM handler's fp8 contract (ffi_src/ffi/gemm_decode.h): a clear error, no kernel.
+    (Epilogue operands it takes: test_epilogue_operands.py.)"""
     _fp8_kernel_platform()
     lhs, rhs, _, _ = _operands(21, 1, 16, 32, 64, 1)
     rhs = jnp.swapaxes(rhs, 1, 2) if not transpose_b else rhs
     config = jaxgemm.gemm.GemmConfig(transpose_b=transpose_b, out_dtype=jnp.dtype(out_dtype))
-    extra = {"bias": jnp.ones((32,), out_dtype)} if bias else {}
+    shape = (1, split_k, 16, 32) if split_k > 1 else (1, 16, 32)
     with pytest.raises(Exception, match=words):
-        jax.block_until_ready(jaxgemm.gemm.call_gemm_ffi(lhs, rhs, config=config, out_shape=(1, 16, 32), **extra))
+        jax.block_until_ready(jaxgemm.gemm.call_gemm_ffi(lhs, rhs, config=config, out_shape=shape, split_k=split_k))
 
 
 @pytest.mark.parametrize("b, m, n, k", [(1, 1, 8, 16), (3, 17, 130, 80), (1, 300, 200, 1040), (2, 129, 257, 4096)])

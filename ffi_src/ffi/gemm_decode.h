@@ -136,12 +136,14 @@ inline std::string DecodeBatchDims(const ffi::AnyBuffer* const (&operands)[kBatc
   return "";
 }
 
-// Why epilogue operand `row`'s buffer x cannot serve problem p (empty: it can): the
-// output's dtype, its shape (OperandShape) after the batch dims.
+// Why epilogue operand `row`'s buffer x cannot serve problem p (empty: it can): its dtype
+// (OperandType), its shape (OperandShape) after the batch dims.
 inline std::string CheckEpilogueOperand(const ffi::AnyBuffer& x, const EpilogueOperandRow& row, const GemmProblem& p,
                                         size_t batch_rank) {
   ElementType t;
-  if (!ToElementType(x.element_type(), &t) || t != p.out_type) return std::string(row.name) + " needs the output's dtype";
+  if (!ToElementType(x.element_type(), &t) || t != EpilogueOperandType(row.id, p.out_type)) {
+    return std::string(row.name) + (row.type == OperandType::kFloat32 ? " needs float32" : " needs the output's dtype");
+  }
   auto dx = x.dimensions();
   const bool matrix = row.shape == OperandShape::kMatrix;
   const int64_t last = row.shape == OperandShape::kRows ? p.m : p.n;
@@ -190,11 +192,10 @@ inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::
   }
   if (!ToElementType(d.element_type(), &p.out_type)) return fail("unsupported output dtype");
   if (IsFloat8(p.in_type)) {
-    const bool plain = !any_operand && aux.element_count() == 0 && attrs.activation == 0 && !split;
-    if (!plain || p.out_type == ElementType::kF16) {
-      return fail("float8 inputs take a bfloat16 or float32 output and no epilogue operands, activation or split-K");
-    }
+    if (split || p.out_type == ElementType::kF16) return fail("float8 inputs take a bfloat16 or float32 output and no split-K");
     if (attrs.transpose_a || !attrs.transpose_b) return fail("float8 operands must both be K-major (a (m, k), b (n, k))");
+  } else if (present[BatchOperandOf(kEpilogueRowScale)] || present[BatchOperandOf(kEpilogueColScale)]) {
+    return fail("row_scale and col_scale scale float8 products only");
   }
   if (!IsActivation(static_cast<int>(attrs.activation))) return fail("unknown activation id");
   if (split && p.out_type != ElementType::kF32) return fail("split-K partials must be float32");

@@ -176,6 +176,7 @@ void DefineContract(nb::module_& m) {
       row["shape"] = o.shape == jaxgemm::OperandShape::kMatrix ? "matrix"
                      : o.shape == jaxgemm::OperandShape::kColumns ? "columns"
                                                                    : "rows";
+      row["dtype"] = o.type == jaxgemm::OperandType::kFloat32 ? "float32" : "output";
       rows.append(row);
     }
     return rows;

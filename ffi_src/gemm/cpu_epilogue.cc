@@ -10,10 +10,14 @@ float RoundTo(float v, ElementType t) {
   return LoadAsFloat(&word, 0, t);
 }
 
-// The steps up to the activation, in order: z = round(alpha * acc + beta * C) + bias; aux = z.
+// The steps up to the activation, in order:
+//   z = round(alpha * (acc * row_scale * col_scale) + beta * C) + bias; aux = z.
 // The GLU's up projection takes the same steps with its own acc, bias and aux.
 float PreActivation(const EpilogueRow& r, const EpilogueProduct& p, int64_t col) {
-  float v = r.alpha * p.acc[col];
+  float v = p.acc[col];
+  if (const void* s = r.operand[kEpilogueRowScale]) v *= static_cast<const float*>(s)[0];
+  if (const void* s = r.operand[kEpilogueColScale]) v *= static_cast<const float*>(s)[col];
+  v *= r.alpha;
   if (const void* c = r.operand[kEpilogueC]) v += r.beta * LoadAsFloat(c, col, r.type);
   if (r.round_product) v = RoundTo(v, r.type);
   if (p.bias != nullptr) v += LoadAsFloat(p.bias, col, r.bias_type);

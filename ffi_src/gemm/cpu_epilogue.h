@@ -21,7 +21,8 @@ struct EpilogueProduct {
   void* aux = nullptr;         // stores z, the pre-activation value
 };
 
-// One output row of n columns. Every element operand but the bias is of the output's type.
+// One output row of n columns. Every element operand but the bias is of its table row's type
+// (gemm/problem.h: the scales float32, the others the output's).
 struct EpilogueRow {
   int64_t n = 0;
   ElementType type = ElementType::kF32;       // out, the operands and aux

@@ -34,7 +34,7 @@ int64_t OperandAtRow(int o, int64_t slab, int64_t row, int64_t pitch) {
 }
 
 // The epilogue of row `row` of batch z (d: this batch index's and split's D):
-// z = alpha*acc + beta*C + bias; D = act(z) + residual; Aux = z.
+// z = alpha*acc*row_scale*col_scale + beta*C + bias; D = act(z) + residual; Aux = z.
 EpilogueRow RowOperands(const GemmProblem& p, int64_t z, int64_t row, const float* acc, char* d) {
   const EpilogueParams& e = p.epilogue;
   const ElementType t = p.out_type;
@@ -45,7 +45,8 @@ EpilogueRow RowOperands(const GemmProblem& p, int64_t z, int64_t row, const floa
   r.alpha = e.alpha;
   r.beta = e.beta;
   for (int o = 0; o < kEpilogueOperands; ++o) {
-    r.operand[o] = ElementAt(e.operand[o], OperandAtRow(o, p.batch.Offset(z, BatchOperandOf(o)), row, p.ldd), t);
+    r.operand[o] = ElementAt(e.operand[o], OperandAtRow(o, p.batch.Offset(z, BatchOperandOf(o)), row, p.ldd),
+                             EpilogueOperandType(o, t));
   }
   r.z.acc = acc;
   r.z.bias = r.operand[kEpilogueBias];

@@ -4,6 +4,7 @@
 // steps (gemm/epilogue_steps.cuh), then stores the pieces as vectors where it can:
 //   z = alpha * acc + beta * C + bias,  D = act(z) + residual,  Aux = z.
 #pragma once
+#include <type_traits>
 #include <utility>
 
 #include "common/activation.h"
@@ -13,7 +14,9 @@
 
 namespace jaxgemm {
 
-template <class TOut>
+// kScales: the kernel reads the row and column scales (fp8 inputs only; other kernels'
+// epilogues compile without them).
+template <class TOut, bool kScales = false>
 struct GemmEpilogue {
   // Where batch index z's slabs start in each epilogue operand.
   struct Offsets {
@@ -64,15 +67,23 @@ struct GemmEpilogue {
     __device__ __forceinline__ void Start(const Offsets& off, int64_t col, std::index_sequence<kOperand...>) {
       ((at[kOperand] = off.operand[kOperand] + (kEpilogueOperandIsColumns<kOperand> ? col : 0)), ...);
     }
-    __device__ __forceinline__ bool Has(int o) const { return e.operand[o] != nullptr; }
-    // Operand kOperand's value for value j of row piece i.
+    __device__ __forceinline__ bool Has(int o) const {
+      if constexpr (!kScales) {
+        if (o == kEpilogueRowScale || o == kEpilogueColScale) return false;
+      }
+      return e.operand[o] != nullptr;
+    }
+    // Operand kOperand's value for value j of row piece i, of the operand's type. A row or
+    // column operand reads only inside D (a dead row's index, or a column past N, may lie
+    // past its end); C and the residual are read under the steps' Inside guard.
     template <int kOperand>
     __device__ __forceinline__ float Value(int i, int j) const {
-      const TOut* x = static_cast<const TOut*>(e.operand[kOperand]);
+      using T = std::conditional_t<kEpilogueOperandRows[kOperand].type == OperandType::kFloat32, float, TOut>;
+      const T* x = static_cast<const T*>(e.operand[kOperand]);
       constexpr OperandShape kShape = kEpilogueOperandRows[kOperand].shape;
       if constexpr (kShape == OperandShape::kMatrix) return ToFloat(x[at[kOperand] + idx[i] + j]);
-      if constexpr (kShape == OperandShape::kColumns) return ToFloat(x[at[kOperand] + j]);  // (at: col's)
-      if constexpr (kShape == OperandShape::kRows) return ToFloat(x[at[kOperand] + row[i]]);
+      if constexpr (kShape == OperandShape::kColumns) return j < cols ? ToFloat(x[at[kOperand] + j]) : 0.f;  // (at: col's)
+      if constexpr (kShape == OperandShape::kRows) return valid[i] > 0 ? ToFloat(x[at[kOperand] + row[i]]) : 0.f;
     }
     __device__ __forceinline__ bool Inside(int i, int j) const { return j < valid[i]; }
     __device__ __forceinline__ float2 Bias(int u) const {

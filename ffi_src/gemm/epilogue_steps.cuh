@@ -1,12 +1,12 @@
 // The element-wise epilogue of every GPU kernel, one definition (the CPU reference's
 // counterpart is gemm/cpu_epilogue.cc, with the same steps in the same order):
-//   z = alpha * acc + beta * C  [rounded to the output type]  + bias,   Aux = z,
+//   z = alpha * (acc * row_scale * col_scale) + beta * C  [rounded to the output type]  + bias,   Aux = z,
 //   y = act(z)  [* z_up, the gated form]  + residual.
 // A kernel applies the steps to a block of its values, v[kRows][kWidth] (kWidth even:
 // values (i, 2 u) and (i, 2 u + 1) are column pair u of row piece i, the layout of every
 // mainloop's fragments), and passes a source that says where the block's operands are;
 // how the block is stored afterwards (vectors, TMA boxes, grouped rows) is the kernel's
-// own. The steps, in order: EpilogueLinear, EpilogueAux, EpilogueActivation,
+// own. The steps, in order: EpilogueLinear (EpilogueScales first), EpilogueAux, EpilogueActivation,
 // [EpilogueGate], EpilogueResidual; ApplyEpilogue runs them for one product (a kernel that
 // must wait for a box between two steps calls them one by one). A source derives from
 // EpilogueSourceDefaults (every operand absent) and provides those it takes:
@@ -17,8 +17,9 @@
 //                                  the general epilogue of the 128-register kernels, the
 //                                  branch cost a spill and the plain multiply did not)
 //   Has(o)                         operand o of gemm/problem.h's table is present
-//   Value<o>(i, j)                 its value for value (i, j) of the block (C and the
-//                                  residual; the general epilogue reads any by its shape)
+//   Value<o>(i, j)                 its value for value (i, j) of the block (C, the residual
+//                                  and the scales, as float; the general epilogue reads any
+//                                  by its shape and type)
 //   Inside(i, j)                   value (i, j) lies inside the output (C and the residual
 //                                  are read there only)
 //   Bias(u)                        the bias of column pair u, as a float2 (one load a pair)
@@ -26,7 +27,7 @@
 // Values outside the output may hold anything: they are never stored. (Per-value C and
 // residual reads with the Inside guard compile to the same registers and spills as the
 // general epilogue written out; pairs read through a zero-select did not.)
-// Adding an operand (say a per-row scale) is a row of gemm/problem.h's table, a step here
+// Adding an operand (as the per-row scale was) is a row of gemm/problem.h's table, a step here
 // that reads it through Has / Value, and the matching step in cpu_epilogue.cc
 // (docs/kernels.md, section 5.6).
 #pragma once
@@ -124,9 +125,31 @@ __device__ __forceinline__ void ForEachValue(F f) {
     for (int j = 0; j < kWidth; ++j) f(i, j);
 }
 
-// z = alpha * acc + beta * C (rounded where the source asks) + bias, on one product's
-// values. `product` false: the values belong to no product (a grouped kernel's rows past
-// its groups): z = 0.
+// The scales of the product: v *= row scale, then *= column scale (fp8 products'; before
+// alpha, as on the CPU).
+template <class Source, int kRows, int kWidth>
+__device__ __forceinline__ void EpilogueScales(const Source& source, float (&v)[kRows][kWidth]) {
+  if (source.Has(kEpilogueRowScale)) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const float r = source.template Value<kEpilogueRowScale>(i, 0);
+#pragma unroll
+      for (int j = 0; j < kWidth; ++j) v[i][j] *= r;
+    }
+  }
+  if (source.Has(kEpilogueColScale)) {
+#pragma unroll
+    for (int j = 0; j < kWidth; ++j) {
+      const float c = source.template Value<kEpilogueColScale>(0, j);
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) v[i][j] *= c;
+    }
+  }
+}
+
+// z = alpha * (acc * row scale * column scale) + beta * C (rounded where the source asks)
+// + bias, on one product's values. `product` false: the values belong to no product (a
+// grouped kernel's rows past its groups): z = 0.
 template <class TOut, class Source, int kRows, int kWidth>
 __device__ __forceinline__ void EpilogueLinear(const EpilogueScalars& s, const Source& source,
                                                float (&v)[kRows][kWidth], bool product = true) {
@@ -134,6 +157,7 @@ __device__ __forceinline__ void EpilogueLinear(const EpilogueScalars& s, const S
     ForEachValue<kRows, kWidth>([&](int i, int j) { v[i][j] = 0.f; });
     return;
   }
+  EpilogueScales(source, v);
   if constexpr (Source::kSkipUnitAlpha) {
     if (s.alpha != 1.f) {  // 1 x acc is acc
       ForEachValue<kRows, kWidth>([&](int i, int j) { v[i][j] = __fmul_rn(v[i][j], s.alpha); });

@@ -1,7 +1,8 @@
 // One GEMM problem, as the handlers decode it and every kernel (CPU and GPU) reads it:
-//   z = alpha * op(A) op(B) + beta * C + bias,  D = act(z) + residual,  Aux = z
+//   z = alpha * r[i] * s[j] * (op(A) op(B))[i, j] + beta * C + bias,  D = act(z) + residual,  Aux = z
 // for every batch index, with op(X) = X or X^T, all matrices dense row-major, 64-bit sizes.
-// C, bias, residual and Aux are optional (null); bias has length N (one per column).
+// C, bias, residual, the row scales r (M, float32), the column scales s (N, float32) and
+// Aux are optional (null; an absent scale is 1); bias has length N (one per column).
 // With split_k = S > 1, K is cut into S chunks and D holds S fp32 partial products per
 // batch index, D[b][s] = alpha * op(A)[:, chunk s] op(B)[chunk s, :], with no epilogue
 // operands; the caller reduces them (deterministically) and applies the epilogue.
@@ -21,23 +22,40 @@ constexpr int kMaxBatchDims = 4;
 // epilogue_operands), the decoder checks each against its shape, and the kernels find each
 // one's pointer in EpilogueParams::operand. Adding one is a row here, its step in
 // gemm/epilogue_steps.cuh and gemm/cpu_epilogue.cc, and its keyword in Python
-// (docs/kernels.md, section 5.6). All have the output's dtype.
-enum EpilogueOperand : int { kEpilogueC = 0, kEpilogueBias, kEpilogueResidual, kEpilogueOperands };
+// (docs/kernels.md, section 5.6). The scales (fp8 products' per-row and per-column scales,
+// applied to the product before C and the bias) are float32, the others of the output's dtype.
+enum EpilogueOperand : int {
+  kEpilogueC = 0,
+  kEpilogueBias,
+  kEpilogueResidual,
+  kEpilogueRowScale,
+  kEpilogueColScale,
+  kEpilogueOperands
+};
 enum class OperandShape : int {
   kMatrix,   // (*batch, m, n), laid out as D
   kColumns,  // (*batch, n): one value per column
   kRows,     // (*batch, m): one value per row
 };
+enum class OperandType : int { kOutput, kFloat32 };  // the output's dtype, or float32
 struct EpilogueOperandRow {
   EpilogueOperand id;
   const char* name;
   OperandShape shape;
+  OperandType type;
 };
 inline constexpr EpilogueOperandRow kEpilogueOperandRows[kEpilogueOperands] = {
-    {kEpilogueC, "c", OperandShape::kMatrix},
-    {kEpilogueBias, "bias", OperandShape::kColumns},
-    {kEpilogueResidual, "residual", OperandShape::kMatrix},
+    {kEpilogueC, "c", OperandShape::kMatrix, OperandType::kOutput},
+    {kEpilogueBias, "bias", OperandShape::kColumns, OperandType::kOutput},
+    {kEpilogueResidual, "residual", OperandShape::kMatrix, OperandType::kOutput},
+    {kEpilogueRowScale, "row_scale", OperandShape::kRows, OperandType::kFloat32},
+    {kEpilogueColScale, "col_scale", OperandShape::kColumns, OperandType::kFloat32},
 };
+
+// Operand o's element type for output type `out`.
+inline constexpr ElementType EpilogueOperandType(int o, ElementType out) {
+  return kEpilogueOperandRows[o].type == OperandType::kFloat32 ? ElementType::kF32 : out;
+}
 
 // Whether operand o has one value per column (a compile-time constant, usable in device code).
 template <int o>
@@ -79,6 +97,8 @@ struct EpilogueParams {
   JG_HOST_DEVICE const void* c() const { return operand[kEpilogueC]; }
   JG_HOST_DEVICE const void* bias() const { return operand[kEpilogueBias]; }
   JG_HOST_DEVICE const void* residual() const { return operand[kEpilogueResidual]; }
+  JG_HOST_DEVICE const float* row_scale() const { return static_cast<const float*>(operand[kEpilogueRowScale]); }
+  JG_HOST_DEVICE const float* col_scale() const { return static_cast<const float*>(operand[kEpilogueColScale]); }
   bool IsIdentity() const {
     bool none = beta == 0.f && activation == Activation::kNone && !aux;
     for (const void* x : operand) none = none && x == nullptr;

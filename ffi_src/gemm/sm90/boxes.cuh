@@ -41,7 +41,11 @@ struct Sm90Store {
   // The fused path's parameters (copies of GemmProblem's: see Sm90StoreTileFused).
   const void* bias;
   int64_t bias_stride;  // elements between the bias vectors of consecutive batch indices
-  int64_t n;
+  // fp8 products' scales (float32; null: absent), each one stride per batch index.
+  const float* row_scale;
+  const float* col_scale;
+  int64_t row_scale_stride, col_scale_stride;
+  int64_t m, n;
   float alpha;
   Activation activation;
 
@@ -254,10 +258,11 @@ __device__ __forceinline__ void Sm90WriteBoxWords(const Sm90BoxWriter<TOut>& wri
 #endif  // JG_SM90_ENABLED
 
 // Whether D (and Aux) can take the TMA-store epilogue, and the tensor maps: an epilogue
-// with no operand but the bias (C, the residual and any other stay on the general
-// epilogue, which reads every operand of the table), and for a float output without
-// bias, activation or Aux (the fused path packs 16-bit pairs); TMA-addressable D and Aux
-// (16-byte aligned rows; Aux is laid out like D: pitch ldd, slabs m * n apart).
+// with no operand but the bias, and the scales of fp8 products (C, the residual and any
+// other stay on the general epilogue, which reads every operand of the table), and for a
+// float output without bias, scales, activation or Aux (the fused path packs 16-bit
+// pairs); TMA-addressable D and Aux (16-byte aligned rows; Aux is laid out like D: pitch
+// ldd, slabs m * n apart).
 template <class TOut>
 Sm90Store MakeSm90Store(const GemmProblem& p) {
   static_assert(sizeof(TOut) == 2 || sizeof(TOut) == 4, "16-bit or float outputs");
@@ -265,12 +270,22 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   Sm90Store store{};
   const EpilogueParams& e = p.epilogue;
   const int64_t slabs = p.batch.count * p.split_k;
-  const bool fused = e.bias() || e.aux || e.activation != Activation::kNone;
-  bool others = false;  // operands the fused path does not read
-  for (int o = 0; o < kEpilogueOperands; ++o) others = others || (o != kEpilogueBias && e.operand[o] != nullptr);
-  // A bias's batch offsets must be one stride times the batch index (no divisions per tile).
+  const bool scaled = e.row_scale() || e.col_scale();
+  const bool fused = e.bias() || e.aux || e.activation != Activation::kNone || scaled;
+  // Operands the fused path does not read (the fp8 instances alone read the scales).
+  auto fused_reads = [&](int o) {
+    return o == kEpilogueBias || (IsFloat8(p.in_type) && (o == kEpilogueRowScale || o == kEpilogueColScale));
+  };
+  bool others = false;
+  for (int o = 0; o < kEpilogueOperands; ++o) others = others || (!fused_reads(o) && e.operand[o] != nullptr);
+  // A bias's (and scale's) batch offsets must be one stride times the batch index (no
+  // divisions per tile).
+  auto one_stride = [&](int o, int64_t* stride) {
+    return e.operand[o] == nullptr || SingleBatchStride(p.batch, BatchOperandOf(o), stride);
+  };
   if (others || (sizeof(TOut) == 4 && fused) || (p.transposed_d && sizeof(TOut) != 4) ||
-      (e.bias() && !SingleBatchStride(p.batch, BatchOperandOf(kEpilogueBias), &store.bias_stride)) || p.ldd % kRowUnit != 0 ||
+      !one_stride(kEpilogueBias, &store.bias_stride) || !one_stride(kEpilogueRowScale, &store.row_scale_stride) ||
+      !one_stride(kEpilogueColScale, &store.col_scale_stride) || p.ldd % kRowUnit != 0 ||
       reinterpret_cast<uintptr_t>(p.d) % 16 != 0 || reinterpret_cast<uintptr_t>(e.aux) % 16 != 0 ||
       (slabs > 1 && (p.m * p.n) % kRowUnit != 0) || p.m >= INT32_MAX || p.n >= INT32_MAX || slabs >= INT32_MAX) {
     return store;
@@ -290,6 +305,9 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   store.fused = fused;
   store.transposed = p.transposed_d;
   store.bias = e.bias();
+  store.row_scale = e.row_scale();
+  store.col_scale = e.col_scale();
+  store.m = p.m;
   store.n = p.n;
   store.alpha = e.alpha;
   store.activation = e.activation;

@@ -49,6 +49,26 @@ __device__ __forceinline__ uint32_t Sm90BiasWord(const Sm90Store& store, int64_t
   return PackPair<T>(b.x, b.y);
 }
 
+// Brings the tile's row and column scales (float32, one 128-byte line per 32) into L1
+// before the mainloop, where the fused epilogue's loads then hit: lines of the consumer's
+// kRows rows from row0, then of the tile's kBN columns from col0, one per thread. Read
+// through an opaque pointer, as Sm90BiasWord reads its parameters.
+template <class P, int kRows>
+__device__ __forceinline__ void Sm90PrefetchScales(const Sm90Store& store, int64_t row0, int64_t col0, int64_t batch,
+                                                   int tid) {
+  const Sm90Store* params = &store;
+  asm volatile("" : "+l"(params));
+  constexpr int kRowLines = kRows / 32, kColLines = P::kBN / 32;
+  const bool rows = tid < kRowLines;
+  const int line = rows ? tid : tid - kRowLines;
+  const float* scales = rows ? params->row_scale : params->col_scale;
+  const int64_t first = (rows ? row0 : col0) + 32 * line, extent = rows ? params->m : params->n;
+  const int64_t stride = rows ? params->row_scale_stride : params->col_scale_stride;
+  if (tid < kRowLines + kColLines && scales != nullptr && first < extent) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(scales + batch * stride + first));
+  }
+}
+
 // v = the values of block b of kCols columns of a consumer's accumulators (row block
 // b / (kBN / kCols), column block b % (kBN / kCols)) in this thread's fragments:
 // v[h][2 u + x] is row 16 warp + lane / 4 + 8 h, column 8 u + 2 (lane % 4) + x of the block.
@@ -105,9 +125,62 @@ struct Sm90FusedSource : EpilogueSourceDefaults {
   __device__ __forceinline__ void StoreAux(const float (&v)[2][16]) const { Sm90WriteBoxValues<TOut>(aux_row, unit_xor, v); }
 };
 
+// The scale step's source (EpilogueScales) for one m64 block of a consumer's accumulators,
+// seen as v[h][2 u + x] = acc[mi][4 u + 2 h + x]: row 8 h, column 8 u + x from this lane's
+// first row and column; `rows_left` and `cols_left` of those lie inside the output (a scale
+// outside reads 0: those values are never stored).
+struct Sm90TileScales : EpilogueSourceDefaults {
+  const float* row_scale;  // null: absent
+  const float* col_scale;
+  int64_t rows_left, cols_left;
+
+  __device__ __forceinline__ bool Has(int o) const {
+    return o == kEpilogueRowScale ? row_scale != nullptr : o == kEpilogueColScale && col_scale != nullptr;
+  }
+  template <int kOperand>
+  __device__ __forceinline__ float Value(int i, int j) const {
+    if constexpr (kOperand == kEpilogueRowScale) return 8 * i < rows_left ? __ldg(row_scale + 8 * i) : 0.f;
+    const int c = 8 * (j / 2) + j % 2;
+    return c < cols_left ? __ldg(col_scale + c) : 0.f;
+  }
+};
+
+// The scale step on a consumer's whole tile, before the fused epilogue's blocks: this way
+// the blocks' loop holds no scale state next to the tile's accumulators (per block, the
+// scales' loads and pointers spilled the 256-column tiles).
+template <class P>
+__device__ __forceinline__ void Sm90ScaleTile(const Sm90Store& s, float (&acc)[P::kMmaM][P::kBN / 2], int64_t row0,
+                                              int64_t col0, int64_t batch, int tid) {
+  const int lane = tid % 32;
+  const int64_t col = col0 + 2 * (lane % 4);
+#pragma unroll
+  for (int mi = 0; mi < P::kMmaM; ++mi) {
+    const int64_t row = row0 + 64 * mi + 16 * (tid / 32) + lane / 4;
+    const Sm90TileScales source{{},
+                                s.row_scale ? s.row_scale + batch * s.row_scale_stride + row : nullptr,
+                                s.col_scale ? s.col_scale + batch * s.col_scale_stride + col : nullptr,
+                                s.m - row, s.n - col};
+    float v[2][P::kBN / 4];
+#pragma unroll
+    for (int u = 0; u < P::kBN / 8; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int x = 0; x < 2; ++x) v[h][2 * u + x] = acc[mi][4 * u + 2 * h + x];
+    EpilogueScales(source, v);
+#pragma unroll
+    for (int u = 0; u < P::kBN / 8; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int x = 0; x < 2; ++x) acc[mi][4 * u + 2 * h + x] = v[h][2 * u + x];
+  }
+}
+
 // The fused TMA-store epilogue of one consumer's tile: the epilogue's steps
 // (gemm/epilogue_steps.cuh) without C and residual, on the fragments:
-//   z = alpha * acc + bias,  Aux = z,  D = act(z),
+//   z = alpha * acc [* row scale * column scale, kScales: on the whole tile first] + bias,
+//   Aux = z,  D = act(z),
 // Aux and D rounded to nearest from the fp32 values. One 64 x 64 block per iteration of a
 // runtime loop, so the activation code exists once (unrolled per block, every activation
 // times every block overflows the instruction cache); the block's 32 values per thread come
@@ -122,8 +195,8 @@ struct Sm90FusedSource : EpilogueSourceDefaults {
 // ffi_src/gemm/NOTES.md, "Epilogues".)
 // The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
 // before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
-template <class P, class TOut, bool kHanded>
-__device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
+template <class P, class TOut, bool kHanded, bool kScales>
+__device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
                                                    int64_t row0, int64_t col0, int64_t slab, int wg,
                                                    unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage,
                                                    bool boxes_in_use) {
@@ -147,6 +220,7 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
     if (tid < P::kBN / 2) StoreShared32(stage + 4 * tid, bias_word);
     NamedBarrierSync(1 + wg, 128);
   }
+  if constexpr (kScales) Sm90ScaleTile<P>(s, acc, row0, col0, slab, tid);  // (fused: one slab per batch index)
   uint32_t row_offset, unit_xor;
   Sm90BoxLane(thread, &row_offset, &unit_xor);
   Sm90FusedSource<TOut> source{{}, stage, SharedAddress(boxes) + row_offset, unit_xor, 0, with_bias, with_aux};
@@ -199,8 +273,9 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const
 // must wait for their slots' stores, wait in registers as rounded words and are written
 // while the next tile's first wgmmas run (WritePending; or at the exit), so that the tensor
 // cores do not idle through those waits. (A float tile's 8 boxes are all written at once:
-// their words would not fit registers.) kWithFused: the instance holds the fused epilogue.
-template <class P, class TOut, bool kRegisterA, bool kWithFused>
+// their words would not fit registers.) kWithFused: the instance holds the fused epilogue;
+// kScales: with the row and column scales (fp8 inputs).
+template <class P, class TOut, bool kRegisterA, bool kWithFused, bool kScales>
 struct Sm90TmaEpilogue {
   using Handed = Sm90HandedStores<P, TOut>;
   static constexpr int kLateBoxes =
@@ -232,12 +307,12 @@ struct Sm90TmaEpilogue {
   // The consumer's rows of a tile, from row0, col0 of D's slab. (alpha is read from `p` where
   // used: passed as a value it changed the kernels' machine code; ffi_src/gemm/NOTES.md,
   // "Sm90Consume as a loop of phases".)
-  __device__ __forceinline__ void Store(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
+  __device__ __forceinline__ void Store(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
                                         const GemmProblem& p, int64_t row0, int64_t col0, int64_t slab, int wg,
                                         unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage) {
     if (kWithFused && store.fused) {  // 16-bit outputs only (MakeSm90Store)
       if constexpr (sizeof(TOut) == 2) {
-        Sm90StoreTileFused<P, TOut, Handed::kUsed>(store, acc, row0, col0, slab, wg, boxes, bias_word, bias_stage,
+        Sm90StoreTileFused<P, TOut, Handed::kUsed, kScales>(store, acc, row0, col0, slab, wg, boxes, bias_word, bias_stage,
                                                     boxes_in_use);
         boxes_in_use = Handed::kUsed;
       }

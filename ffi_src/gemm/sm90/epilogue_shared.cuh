@@ -24,13 +24,14 @@ namespace jaxgemm {
 // instruction cache).
 // Fragment layout (per warp, like mma.sync's m16n8): acc[mi][4 j + 2 h + e] is row
 // 16 warp + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + e of the 64-row block.
-template <class P, class TOut, class Loads, bool kRegisterA>
+template <class P, class TOut, class Loads, bool kRegisterA, bool kScales>
 __device__ __forceinline__ void Sm90StoreTileShared(const GemmProblem& p, const Loads& loads,
                                                     const float (&acc)[P::kMmaM][P::kBN / 2], const Sm90Work& w,
                                                     int first_row, int wg, int warp, float* scratch,
                                                     bool vector_store) {
   const int lane = threadIdx.x % 32, tid = threadIdx.x % 128;
-  typename GemmEpilogue<TOut>::Offsets off = GemmEpilogue<TOut>::ForBatch(p, w.batch);
+  using Epilogue = GemmEpilogue<TOut, kScales>;
+  typename Epilogue::Offsets off = Epilogue::ForBatch(p, w.batch);
   off.out = w.slab * p.m * p.n;
   constexpr int kChunks = P::kBN / P::kEpilogueCols;
   constexpr int kPieces = 64 * P::kEpilogueCols / 4 / 128;  // 4-column pieces per thread
@@ -98,7 +99,7 @@ __device__ __forceinline__ void Sm90StoreTileShared(const GemmProblem& p, const 
       const float4 v4 = *reinterpret_cast<const float4*>(&scratch[r * kPitch + tid % kRowPieces * 4]);
       v[piece][0] = v4.x, v[piece][1] = v4.y, v[piece][2] = v4.z, v[piece][3] = v4.w;
     }
-    GemmEpilogue<TOut>::StoreRows(p, off, rows, live, col0 + tid % kRowPieces * 4, v, vector_store);
+    Epilogue::StoreRows(p, off, rows, live, col0 + tid % kRowPieces * 4, v, vector_store);
   }
 }
 

@@ -87,7 +87,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Schedule
   float acc[P::kMmaM][P::kBN / 2];
   uint32_t order_phase = 0;
   int64_t i = -1;  // position in the block's tile sequence
-  Sm90TmaEpilogue<P, TOut, Mma::kRegisterA, kWithFused> epilogue;
+  constexpr bool kScales = sizeof(TIn) == 1;  // fp8 products' row and column scales
+  Sm90TmaEpilogue<P, TOut, Mma::kRegisterA, kWithFused, kScales> epilogue;
   auto write_pending = [&] {
     if constexpr (!kGrouped) epilogue.WritePending(wg, boxes);
   };
@@ -120,6 +121,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Schedule
     if constexpr (sizeof(TOut) == 2 && !kGrouped) {
       if (kWithFused && store.fused && store.bias && tid < P::kBN / 2) {
         bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);
+      }
+      if constexpr (kScales) {
+        if (kWithFused && store.fused) Sm90PrefetchScales<P, 64 * P::kMmaM>(store, w.m0 + first_row, w.n0, w.batch, tid);
       }
     }
     auto multiply = [&](auto blocks) {
@@ -172,7 +176,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Schedule
           continue;
         }
       }
-      Sm90StoreTileShared<P, TOut, Loads, Mma::kRegisterA>(p, loads, acc, w, first_row, wg, warp, scratch, vector_store);
+      Sm90StoreTileShared<P, TOut, Loads, Mma::kRegisterA, kScales>(p, loads, acc, w, first_row, wg, warp, scratch,
+                                                                    vector_store);
       note(kTimelineEpilogueIssued, kTimelineEpilogue2Issued);
     }
   }

@@ -39,8 +39,8 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
       kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kPlain>;
     } else if (store.enabled) {
       // (MakeSm90Store fuses 16-bit outputs only: no such instance for float ones, nor for
-      // fp8 inputs, which take no epilogue operands)
-      if constexpr (sizeof(TOut) == 2 && sizeof(TIn) != 1) {
+      // block scales, whose call takes no epilogue)
+      if constexpr (sizeof(TOut) == 2 && !P::kBlockScaled) {
         kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kTmaStores>;
       }
     }
