@@ -11,7 +11,10 @@ e4m3 on `scaled_matmul`, each operand scaled along its contraction in one of two
   kernel. A product whose contraction is not a multiple of 128 scales that product's
   operands rowwise instead.
 dbias = sum(dz), dz = dy * act'(z), all in float32 (z saved by the forward in the output's
-dtype; y instead for relu, nothing without an activation).
+dtype; y instead for relu, nothing without an activation). The rowwise forward is one
+kernel on a Hopper GPU: the product, its scales, the bias, the activation and z in the
+fp8 GEMM's epilogue (scaled_dense.py); the backward's products write dx and dw in their
+dtypes.
 
 Each operand is quantized from the high-precision tensor for the product it enters (the
 two copies of x and of dz differ in orientation and scales). The gradient is the
@@ -37,6 +40,7 @@ from jaxgemm import activations
 from jaxgemm._compat import explicit_sharding, match_varying
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
+from jaxgemm.scaled_dense import scaled_dense
 
 E4M3 = jnp.float8_e4m3fn
 E4M3_MAX = float(jnp.finfo(E4M3).max)  # 448
@@ -108,18 +112,22 @@ def _dense(x, w, bias, activation, out_dtype, scaling):
 
 
 def _dense_fwd(x, w, bias, activation, out_dtype, scaling):
-    z = _product(x, w.T, jnp.float32, scaling, b_is_weight=True)
-    if bias is not None:
-        z = z + bias.astype(jnp.float32)
-    y = activations.apply(activation, z).astype(out_dtype)
     # What act'(z) needs, in the output's dtype (as jaxgemm.dense keeps its aux): nothing
     # without an activation, y for relu, else z rounded once.
-    if activation is None:
-        at = None
-    elif activations.derivative_from_output(activation):
-        at = y
+    want_z = activation is not None and not activations.derivative_from_output(activation)
+    if scaling == "rowwise" or x.shape[-1] % BLOCK:
+        # One kernel: the product, its scales, the bias, the activation and z (scaled_dense.py).
+        (qx, sx), (qw, sw) = quantize_rows(x), quantize_rows(w.T)
+        outs = scaled_dense(qx[None], qw[None], sx[None], sw[None], None if bias is None else bias[None],
+                            activation=activation, want_aux=want_z, out_dtype=out_dtype)  # fmt: skip
+        y, z = outs[0][0], outs[1][0] if want_z else None
     else:
-        at = z.astype(out_dtype)
+        z = _product(x, w.T, jnp.float32, scaling, b_is_weight=True)
+        if bias is not None:
+            z = z + bias.astype(jnp.float32)
+        y = activations.apply(activation, z).astype(out_dtype)
+        z = z.astype(out_dtype) if want_z else None
+    at = z if want_z else (y if activation is not None else None)
     return y, (x, w, bias, at)
 
 
@@ -128,8 +136,9 @@ def _dense_bwd(activation, out_dtype, scaling, saved, dy):
     dz = dy.astype(jnp.float32)
     if activation is not None:
         dz = dz * activations.derivative(activation, at)
-    dx = _product(dz, w, jnp.float32, scaling, like=x, b_is_weight=True).astype(x.dtype)
-    dw = _product(x.T, dz.T, jnp.float32, scaling, like=w).astype(w.dtype)
+    # (Each product written in its gradient's dtype by the kernel: no float32 copy between.)
+    dx = _product(dz, w, x.dtype, scaling, like=x, b_is_weight=True)
+    dw = _product(x.T, dz.T, w.dtype, scaling, like=w)
     dbias = None if bias is None else jnp.sum(dz, axis=0).astype(bias.dtype)
     return dx, dw, dbias
 

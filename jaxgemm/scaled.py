@@ -155,7 +155,8 @@ def _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_shardi
                       **typed).astype(out_dtype)  # fmt: skip
 
 
-def _local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
+def scaled_local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
+    """The op on one device's shards (its K factors "kb" and "ks" summed over `axes`)."""
     if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform):
         out = _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform)
     elif runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform):
@@ -175,7 +176,7 @@ def _batch(args, dims, *, out_dtype, out_sharding=None):
 
 
 scaled_matmul_op = define(Op(
-    "jaxgemm_scaled_matmul", abstract=_abstract, rule=_rule, local=_local, batch=_batch, rule_on_cpu=True,
+    "jaxgemm_scaled_matmul", abstract=_abstract, rule=_rule, local=scaled_local, batch=_batch, rule_on_cpu=True,
 ))  # fmt: skip
 
 

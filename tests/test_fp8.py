@@ -118,8 +118,7 @@ def test_backward_reads_z_in_the_output_dtype(activation):
     dy = jnp.asarray(np.random.default_rng(8).standard_normal((64, 128)), jnp.bfloat16)
     _, vjp = jax.vjp(lambda x, w, b: jaxgemm.fp8.dense(x, w, b, activation), x, w, b)
     db = vjp(dy)[2]
-    z = jaxgemm.fp8.dense(x, w, b, out_dtype=jnp.float32)  # the layer's own float32 z
-    rounded = z.astype(jnp.bfloat16) if activation else z
+    rounded = jaxgemm.fp8.dense(x, w, b)  # the layer's own z, rounded once to bfloat16
     want = np.asarray(dy, np.float64) * np.asarray(jaxgemm.activations.derivative(activation, rounded), np.float64)
     assert db.dtype == jnp.float32 and _rel(db, want.sum(axis=0)) <= 1e-5
 
@@ -226,3 +225,22 @@ def test_bad_dtypes_and_forward_mode():
         jaxgemm.fp8.dense(x, w.astype(jnp.int32), b)
     with pytest.raises(TypeError, match="forward-mode"):  # (a custom VJP: documented)
         jax.jvp(lambda x: jaxgemm.fp8.dense(x, w, b), (x,), (x,))
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+def test_rowwise_forward_is_one_kernel(activation):
+    """Where the fp8 kernel runs (a Hopper GPU, the CPU's FFI reference), the rowwise
+    forward is one jaxgemm_gemm call that takes the e4m3 operands, both scales and the bias
+    and returns y (and z for gelu): no float32 product, no XLA pass of scales, bias or
+    activation after it."""
+    from test_scaled import _ffi_gemm_operands, _fp8_kernel_platform
+
+    _fp8_kernel_platform()
+    x, w, b = _layer(10, dtype=jnp.bfloat16)
+    hlo = jax.jit(lambda x, w, b: jaxgemm.fp8.dense(x, w, b, activation)).lower(x, w, b).compile().as_text()
+    (call,) = _ffi_gemm_operands(hlo)
+    assert call.count("f8e4m3fn[") == 2 and call.count("f32[1,64]") == 1 and call.count("f32[1,128]") == 1, call
+    assert call.count("bf16[1,128]") == 1, call  # the bias, in the output's dtype
+    results = [line for line in hlo.splitlines() if 'custom_call_target="jaxgemm_gemm"' in line][0].split("=")[1]
+    assert results.count("bf16[1,64,128]") == (2 if activation == "gelu" else 1), results
+    assert "f32[64,128]" not in hlo and "f32[1,64,128]" not in hlo

@@ -1,0 +1,83 @@
+"""fp8.dense's rowwise forward as one kernel: the e4m3 product, its row and column scales,
+the bias, the activation and the pre-activation z, all in the fp8 GEMM's epilogue:
+
+    z[b, m, n] = sum_k lhs[b, m, k] rhs[b, n, k] * lhs_scales[b, m] * rhs_scales[b, n] + bias[b, n]
+    y = act(z)
+
+lhs (B, M, K) and rhs (B, N, K) K-major e4m3, their scales (B, M, 1) and (B, N, 1) (one per
+row, as `scaled_matmul` takes them), bias (B, N) or absent. Results: y, and z where asked
+(`want_aux`), both in out_dtype. The kernel writes bfloat16 or float32 (float16 is rounded
+from float32). One primitive in primitive.py's pattern, sharded like `scaled_matmul`'s
+one-block product: B, M and N split with no collective; with K split the partial products
+are summed first and the epilogue runs in XLA on the sum (as it does wherever the fp8
+kernel does not take the product: other GPUs, the CPU, rows that are not 16-byte runs).
+Not differentiable: fp8.dense's custom VJP is its derivative.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from jaxgemm import activations
+from jaxgemm.gemm import GemmConfig, call_gemm_ffi, gemm_workspace_bytes
+from jaxgemm.primitive import Op, Result, Rule, all_to_front, define
+from jaxgemm.scaled import runs_on_fp8_kernel, scaled_local
+
+
+def _abstract(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dtype):
+    shape = (lhs.shape[0], lhs.shape[1], rhs.shape[1])
+    return [Result(shape, out_dtype)] * (2 if want_aux else 1)
+
+
+def _rule(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dtype):
+    """scaled_matmul's rule for one block along K (which splits anywhere), and the bias
+    along the result's columns."""
+    operands = (("b", "m", "ks"), ("b", "n", "ks"), ("b", "m", "kb"), ("b", "n", "kb")) + (("b", "n"),) * len(bias)
+    return Rule(operands, (("b", "m", "n"),) * (2 if want_aux else 1))
+
+
+def _kernel_dtype(out_dtype):
+    """What the fp8 kernel writes for out_dtype: bfloat16 as it is, the rest as float32."""
+    return jnp.dtype(jnp.bfloat16) if out_dtype == jnp.bfloat16 else jnp.dtype(jnp.float32)
+
+
+def _local(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dtype, platform, axes):
+    bias = bias[0] if bias else None
+    if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform) and not axes.get("ks"):
+        config = GemmConfig(transpose_b=True, out_dtype=_kernel_dtype(out_dtype), split_k=1)
+        outs = call_gemm_ffi(
+            lhs, rhs, config=config, out_shape=(lhs.shape[0], lhs.shape[1], rhs.shape[1]),
+            workspace_bytes=gemm_workspace_bytes(lhs.shape, rhs.shape, lhs.dtype, config, 1, platform),
+            row_scale=lhs_scales[..., 0].astype(jnp.float32), col_scale=rhs_scales[..., 0].astype(jnp.float32),
+            bias=None if bias is None else bias.astype(config.out_dtype),
+            activation=activations.activation_id(activation), want_aux=want_aux,
+        )  # fmt: skip
+        return [x.astype(out_dtype) for x in outs[: 2 if want_aux else 1]]
+    # The product (summed over a split K), then the epilogue once, in XLA.
+    (z,) = scaled_local(lhs, rhs, lhs_scales, rhs_scales, out_dtype=jnp.dtype(jnp.float32), platform=platform,
+                        axes=axes)  # fmt: skip
+    if bias is not None:
+        z = z + bias[:, None, :].astype(jnp.float32)
+    y = activations.apply(activation, z)
+    return [y.astype(out_dtype)] + ([z.astype(out_dtype)] if want_aux else [])
+
+
+def _batch(args, dims, *, activation, want_aux, out_dtype):
+    """vmap: the vmapped axis folded into B (every operand has it, broadcast if unbatched)."""
+    args = all_to_front(args, dims)
+    v = args[0].shape[0]
+    outs = scaled_dense_op.bind(*(x.reshape((-1,) + x.shape[2:]) for x in args), activation=activation,
+                                want_aux=want_aux, out_dtype=out_dtype)  # fmt: skip
+    return [x.reshape((v, -1) + x.shape[1:]) for x in outs], [0] * len(outs)
+
+
+scaled_dense_op = define(Op(
+    "jaxgemm_scaled_dense", abstract=_abstract, rule=_rule, local=_local, batch=_batch, rule_on_cpu=True,
+))  # fmt: skip
+
+
+def scaled_dense(lhs, rhs, lhs_scales, rhs_scales, bias=None, *, activation=None, want_aux=False, out_dtype):
+    """[y] or [y, z] (want_aux) of the module docstring's definition; `activation` a
+    canonical name (activations.canonical) or None."""
+    operands = (lhs, rhs, lhs_scales, rhs_scales) + (() if bias is None else (bias,))
+    return scaled_dense_op.bind(*operands, activation=activation, want_aux=want_aux, out_dtype=jnp.dtype(out_dtype))
