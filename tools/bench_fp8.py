@@ -4,7 +4,7 @@
 Products (default), e4m3 operands with one scale per row; for each shape (M, N, K), kernel
 time (CUPTI medians, alternating rounds, one process):
   ours        jaxgemm.scaled_matmul(lhs (1, M, K), rhs (1, N, K), row scales), bfloat16
-              result (the kernel, then the scales in one XLA fusion);
+              result (the kernel, the scales in its epilogue);
   kernel      jaxgemm's fp8 GEMM alone, unscaled, bfloat16 result;
   xla_fp8     XLA's dot of the e4m3 operands into float32 (cuBLASLt's fp8 GEMM), times the
               row scales, bfloat16 result: what a user writes in jnp for the same result;
@@ -27,8 +27,9 @@ HIGHEST precision, and the custom calls of XLA's fp8 dot.
 and the error of ours with a float32 result from the float64 definition.
 
 --dense: a layer of M tokens, K -> N features, bf16, bias + gelu, forward and backward (the
-vjp of all three inputs): jaxgemm.fp8.dense against jaxgemm.dense and jnp's bf16 layer,
-and the fp8 layer's output and gradients against jnp's (the e4m3 rounding, ~4e-2).
+vjp of all three inputs): jaxgemm.fp8.dense rowwise ("fp8") and blockwise ("fp8_block")
+against jaxgemm.dense and jnp's bf16 layer, and the rowwise layer's output and gradients
+against jnp's (the e4m3 rounding, ~4e-2).
     python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 10] [--blocks | --dense]
 """
 
@@ -179,11 +180,12 @@ def fwd_bwd(layer):
 def bench_dense(shapes, iterations):
     layers = {
         "fp8": lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu"),
+        "fp8_block": lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise"),
         "jaxgemm": lambda x, w, b: jaxgemm.dense(x, w, b, "gelu"),
         "xla": lambda x, w, b: jax.nn.gelu(x @ w + b),
     }
     print(f"{'tokens x out x in':>20} " + " ".join(f"{n + ' ms':>12}" for n in layers)
-          + "  xla/fp8  jaxgemm/fp8  fp8 err: y      dx      dw      db")
+          + "  xla/fp8  jaxgemm/fp8  jaxgemm/fp8_block  fp8 err: y      dx      dw      db")
     for m, n, k in shapes:
         inputs = layer_inputs(m, n, k)
         jitted = {name: jax.jit(fwd_bwd(layer)) for name, layer in layers.items()}
@@ -192,7 +194,8 @@ def bench_dense(shapes, iterations):
         ours, theirs = [ours[0], *ours[1]], [theirs[0], *theirs[1]]
         errors = " ".join(f"{rel_error(a.astype(jnp.float32), b.astype(jnp.float32)):7.1e}" for a, b in zip(ours, theirs))
         print(f"{m}x{n}x{k}".rjust(20) + " " + " ".join(f"{ms[name]:12.3f}" for name in layers)
-              + f"  {ms['xla'] / ms['fp8']:7.3f}  {ms['jaxgemm'] / ms['fp8']:11.3f}  {errors}  ({method})")
+              + f"  {ms['xla'] / ms['fp8']:7.3f}  {ms['jaxgemm'] / ms['fp8']:11.3f}"
+              + f"  {ms['jaxgemm'] / ms['fp8_block']:17.3f}  {errors}  ({method})")
 
 
 def main():
