@@ -2,7 +2,7 @@
 // and the grouped GEMM (the GPU kernels' counterpart is gemm/epilogue_steps.cuh). Each caller
 // describes one output row (its operands' pointers already offset to the row, its batch
 // index or group) and ApplyEpilogue runs the steps in cpu_epilogue.cc's fixed order.
-// Adding an operand (say a per-row scale) is a row of gemm/problem.h's table and its step
+// Adding an operand (as the per-row scale was) is a row of gemm/problem.h's table and its step
 // in cpu_epilogue.cc.
 #pragma once
 #include <cstdint>
