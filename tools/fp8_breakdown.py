@@ -1,0 +1,69 @@
+"""Where fp8.dense's forward + backward spends its time, kernel by kernel (CUPTI, median of
+the iterations), against jaxgemm.dense's bf16 layer: every kernel of the step in launch
+order, then the sums of the GEMMs (jaxgemm's kernels) and of everything else (XLA's
+quantization, transposes and element-wise fusions), with the bytes each non-GEMM kernel
+would move at the measured rate of a plain read.
+    python3 -P tools/fp8_breakdown.py [--shapes 16384x14336x4096,...] [--scaling rowwise,blockwise]
+A shape is tokens x out features x in features; bf16 x, w, bias, gelu."""
+
+import argparse
+import statistics
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.mosaic.gpu import profiler
+
+import jaxgemm
+
+SHAPES = "16384x14336x4096,32768x1024x4096,32768x4096x1024,8192x8192x8192"
+
+
+def step(layer):
+    def run(x, w, b, dy):
+        y, vjp = jax.vjp(layer, x, w, b)
+        return y, vjp(dy)
+
+    return jax.jit(run)
+
+
+def kernels(fn, args, iterations=20):
+    """[(kernel name, median ms)] of one call, in launch order."""
+    _, per_iter = profiler.measure(fn, aggregate=False, iterations=iterations)(*args)
+    names = [name for name, _ in per_iter[0]]
+    return [(name, statistics.median(it[i][1] for it in per_iter)) for i, name in enumerate(names)]
+
+
+def is_gemm(name: str) -> bool:
+    return "GemmKernel" in name or "gemm" in name.lower() and "fusion" not in name
+
+
+def show(label, rows):
+    gemm = sum(ms for name, ms in rows if is_gemm(name))
+    other = sum(ms for name, ms in rows if not is_gemm(name))
+    print(f"  {label}: {gemm + other:.3f} ms = GEMMs {gemm:.3f} + other {other:.3f} ({len(rows)} kernels)")
+    for name, ms in rows:
+        print(f"    {ms:8.3f}  {'GEMM ' if is_gemm(name) else '     '}{name[:90]}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", default=SHAPES)
+    parser.add_argument("--scaling", default="rowwise,blockwise")
+    args = parser.parse_args()
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
+    for shape in args.shapes.split(","):
+        m, n, k = (int(v) for v in shape.split("x"))
+        keys = jax.random.split(jax.random.key(0), 4)
+        x = jax.random.normal(keys[0], (m, k), jnp.bfloat16)
+        w = (jax.random.normal(keys[1], (k, n), jnp.float32) * k**-0.5).astype(jnp.bfloat16)
+        b = (0.1 * jax.random.normal(keys[2], (n,), jnp.float32)).astype(jnp.bfloat16)
+        dy = jax.random.normal(keys[3], (m, n), jnp.bfloat16)
+        print(f"{m} tokens x {n} out x {k} in, bf16, bias + gelu, forward + backward")
+        show("bf16 jaxgemm.dense", kernels(step(lambda x, w, b: jaxgemm.dense(x, w, b, "gelu")), (x, w, b, dy)))
+        for scaling in args.scaling.split(","):
+            layer = lambda x, w, b, s=scaling: jaxgemm.fp8.dense(x, w, b, "gelu", scaling=s)
+            show(f"fp8.dense {scaling}", kernels(step(layer), (x, w, b, dy)))
+
+
+if __name__ == "__main__":
+    main()
