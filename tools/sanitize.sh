@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck and racecheck over small problems of every kernel family (GEMM,
-# fused epilogues and their backward, convolution, the grouped GEMM, its epilogue and gated mode)
+# fused epilogues and their backward, convolution, the grouped GEMM, its epilogue and gated mode;
+# fp8: the scaled product, fp8.dense both scalings)
 # (jaxgemm installed; run on the GPU machine). Only jaxgemm's kernels are checked.
 #   tools/sanitize.sh
 set -uo pipefail
@@ -75,8 +76,30 @@ for bad in ([-70, 300, 100], [200, -200, 200], [150, 150, 150], [-2**31 + 1, 2**
     jax.block_until_ready((api(lhs, rhs, s), raw(lhs, rhs, s), raw_wgrad(lhs, s)))
 print("sanitize cases done")
 PY
-for tool in memcheck racecheck; do
-  compute-sanitizer --tool $tool --kernel-name kns=jaxgemm --print-limit 20 \
-    python3 -P "$out/sanitize_case.py" >"$out/sanitize_$tool.txt" 2>&1
-  echo "$tool (rc=$?): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize cases done' "$out/sanitize_$tool.txt" | tr '\n' ' ')"
+# fp8 (apart, so that a sanitizer failure on them leaves the other cases' report whole): the
+# per-row product with its scales in the epilogue (ragged tiles), fp8.dense's rowwise
+# forward (scales, bias, gelu, z in the kernel) and backward, and the block-scaled product.
+cat >"$out/sanitize_fp8_case.py" <<'PY'
+import jax, jax.numpy as jnp
+import jaxgemm
+key = jax.random.key(0)
+for m, n, k in ((136, 264, 256), (64, 128, 512)):
+    lhs = jax.random.normal(key, (1, m, k), jnp.float32).astype(jnp.float8_e4m3fn)
+    rhs = jax.random.normal(key, (1, n, k), jnp.float32).astype(jnp.float8_e4m3fn)
+    ls, rs = jnp.full((1, m, 1), 0.5, jnp.float32), jnp.full((1, n, 1), 2.0, jnp.float32)
+    jax.block_until_ready(jaxgemm.scaled_matmul(lhs, rhs, ls, rs, jnp.bfloat16))
+x = jax.random.normal(key, (136, 256), jnp.bfloat16)
+w = jax.random.normal(key, (256, 264), jnp.bfloat16)
+bias = jax.random.normal(key, (264,), jnp.bfloat16)
+for scaling in ("rowwise", "blockwise"):
+    layer = lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling=scaling).astype(jnp.float32).sum()
+    jax.block_until_ready(jax.jit(jax.value_and_grad(layer, argnums=(0, 1, 2)))(x, w, bias))
+print("sanitize cases done")
+PY
+for case in sanitize sanitize_fp8; do
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --kernel-name kns=jaxgemm --print-limit 20 \
+      python3 -P "$out/${case}_case.py" >"$out/${case}_$tool.txt" 2>&1
+    echo "$case $tool (rc=$?): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize cases done' "$out/${case}_$tool.txt" | tr '\n' ' ')"
+  done
 done
