@@ -87,7 +87,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Schedule
   float acc[P::kMmaM][P::kBN / 2];
   uint32_t order_phase = 0;
   int64_t i = -1;  // position in the block's tile sequence
-  constexpr bool kScales = sizeof(TIn) == 1;  // fp8 products' row and column scales
+  // fp8 products' row and column scales (the block-scaled call takes no epilogue operands)
+  constexpr bool kScales = sizeof(TIn) == 1 && !P::kBlockScaled;
   Sm90TmaEpilogue<P, TOut, Mma::kRegisterA, kWithFused, kScales> epilogue;
   auto write_pending = [&] {
     if constexpr (!kGrouped) epilogue.WritePending(wg, boxes);
