@@ -11,13 +11,15 @@ e4m3 on `scaled_matmul`, each operand scaled along its contraction in one of two
   kernel. A product whose contraction is not a multiple of 128 scales that product's
   operands rowwise instead.
 dbias = sum(dz), dz = dy * act'(z), all in float32 (z saved by the forward in the output's
-dtype; y instead for relu, nothing without an activation). The rowwise forward is one
-kernel on a Hopper GPU: the product, its scales, the bias, the activation and z in the
-fp8 GEMM's epilogue (scaled_dense.py); the backward's products write dx and dw in their
-dtypes.
+dtype; y instead for relu, nothing without an activation).
 
 Each operand is quantized from the high-precision tensor for the product it enters (the
-two copies of x and of dz differ in orientation and scales). The gradient is the
+two copies of x and of dz differ in orientation and scales). Rowwise, x, w and dz are
+each quantized into both orientations by two passes over them (quantize.py: the amax,
+then both e4m3 copies; dz's passes read dy and z and sum dbias, dz itself is never
+written), and the forward product is one kernel with its scales, the bias, the
+activation and z in the fp8 GEMM's epilogue (scaled_dense.py); the backward keeps x^T
+and w quantized from the forward. Every product writes its result's dtype. The gradient is the
 straight-through one: quantization counts as the identity. On a Hopper GPU the products
 run on jaxgemm's fp8 kernel; elsewhere `scaled_matmul` dequantizes (same values, float32
 sums). Under sharded jit rowwise scales are the whole batch's (XLA all-reduces the amax
@@ -40,17 +42,11 @@ from jaxgemm import activations
 from jaxgemm._compat import explicit_sharding, match_varying
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
+from jaxgemm.quantize import E4M3, E4M3_MAX, quantize_both, scales_of, to_e4m3  # noqa: F401 (E4M3: API)
 from jaxgemm.scaled_dense import scaled_dense
 
-E4M3 = jnp.float8_e4m3fn
-E4M3_MAX = float(jnp.finfo(E4M3).max)  # 448
 BLOCK = BLOCK_SCALE_GRANULE  # blockwise scaling's block (128): the block-scaled kernel's k-tile
 SCALINGS = ("rowwise", "blockwise")
-
-
-def _scales_of(amax):
-    """amax / 448, or 1 where everything is zero."""
-    return jnp.where(amax > 0, amax / E4M3_MAX, 1.0)
 
 
 def quantize_rows(x):
@@ -58,8 +54,8 @@ def quantize_rows(x):
     divided by amax / 448, so its largest magnitude maps onto e4m3's largest value (an
     all-zero row gets scale 1). `scaled_matmul(q, ..., scales, ...)` multiplies them back."""
     x = jnp.asarray(x, jnp.float32)
-    scales = _scales_of(jnp.max(jnp.abs(x), axis=-1, keepdims=True))
-    q = jnp.clip(x / scales, -E4M3_MAX, E4M3_MAX).astype(E4M3)
+    scales = scales_of(jnp.max(jnp.abs(x), axis=-1, keepdims=True))
+    q = to_e4m3(x, scales)
     return q, scales
 
 
@@ -68,8 +64,8 @@ def quantize_blocks(x, block=BLOCK):
     (..., R, K // block), one per row and block of `block` values (1 x 128 blocks)."""
     x = jnp.asarray(x, jnp.float32)
     blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))
-    scales = _scales_of(jnp.max(jnp.abs(blocks), axis=-1, keepdims=True))
-    q = jnp.clip(blocks / scales, -E4M3_MAX, E4M3_MAX).astype(E4M3)
+    scales = scales_of(jnp.max(jnp.abs(blocks), axis=-1, keepdims=True))
+    q = to_e4m3(blocks, scales)
     return q.reshape(x.shape), scales[..., 0]
 
 
@@ -81,8 +77,8 @@ def quantize_tiles(w, block=BLOCK):
     r, k = w.shape
     padded = jnp.pad(w, ((0, -r % block), (0, 0)))
     tiles = padded.reshape(padded.shape[0] // block, block, k // block, block)
-    scales = _scales_of(jnp.max(jnp.abs(tiles), axis=(1, 3), keepdims=True))
-    q = jnp.clip(tiles / scales, -E4M3_MAX, E4M3_MAX).astype(E4M3).reshape(padded.shape)[:r]
+    scales = scales_of(jnp.max(jnp.abs(tiles), axis=(1, 3), keepdims=True))
+    q = to_e4m3(tiles, scales).reshape(padded.shape)[:r]
     return q, jnp.repeat(scales[:, 0, :, 0], block, axis=0)[:r]
 
 
@@ -93,17 +89,45 @@ def _quantized(a, scaling, tiles=False):
     return quantize_tiles(a) if tiles else quantize_blocks(a)
 
 
+def _typed_like(like):
+    """The out_sharding that types a product like `like` in Explicit mode (a gradient like
+    its primal, as JAX's transposes type it: a product that contracts the split batch
+    needs it), with scaled_matmul's leading batch dim; None elsewhere."""
+    sharding = None if like is None else explicit_sharding(jax.typeof(like))
+    return None if sharding is None else P(None, *sharding.spec)
+
+
+def _scaled(qa, qb, sa, sb, out_dtype, like=None):
+    """qa (M, K) @ qb (N, K)^T with their scales, on scaled_matmul."""
+    return scaled_matmul(qa[None], qb[None], sa[None], sb[None], preferred_element_type=out_dtype,
+                         out_sharding=_typed_like(like))[0]  # fmt: skip
+
+
 def _product(a, b, out_dtype, scaling, like=None, b_is_weight=False):
     """a (M, K) @ b (N, K)^T on quantized copies of both, into out_dtype; the weights in
-    tiles when blockwise; in Explicit mode typed like `like` (a gradient like its primal,
-    as JAX's transposes type it: a product that contracts the split batch needs it)."""
+    tiles when blockwise."""
     if a.shape[-1] % BLOCK:
         scaling = "rowwise"  # (both operands: scaled_matmul's blocks must agree)
     (qa, sa), (qb, sb) = _quantized(a, scaling), _quantized(b, scaling, tiles=b_is_weight)
-    sharding = None if like is None else explicit_sharding(jax.typeof(like))
-    out_sharding = None if sharding is None else P(None, *sharding.spec)
-    return scaled_matmul(qa[None], qb[None], sa[None], sb[None], preferred_element_type=out_dtype,
-                         out_sharding=out_sharding)[0]  # fmt: skip
+    return _scaled(qa, qb, sa, sb, out_dtype, like)
+
+
+def _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype):
+    """(y, z or None) of the rowwise-scaled product on one kernel (scaled_dense.py)."""
+    outs = scaled_dense(qx[None], qwt[None], sx[None], swt[None], None if bias is None else bias[None],
+                        activation=activation, want_aux=want_z, out_dtype=out_dtype)  # fmt: skip
+    return outs[0][0], outs[1][0] if want_z else None
+
+
+def _blockwise_forward(x, w, bias, activation, want_z, out_dtype):
+    if x.shape[-1] % BLOCK:  # a contraction of no whole blocks: rowwise, on the fused kernel
+        (qx, sx), (qwt, swt) = quantize_rows(x), quantize_rows(w.T)
+        return _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype)
+    z = _product(x, w.T, jnp.float32, "blockwise", b_is_weight=True)
+    if bias is not None:
+        z = z + bias.astype(jnp.float32)
+    y = activations.apply(activation, z).astype(out_dtype)
+    return y, z.astype(out_dtype) if want_z else None
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
@@ -115,24 +139,29 @@ def _dense_fwd(x, w, bias, activation, out_dtype, scaling):
     # What act'(z) needs, in the output's dtype (as jaxgemm.dense keeps its aux): nothing
     # without an activation, y for relu, else z rounded once.
     want_z = activation is not None and not activations.derivative_from_output(activation)
-    if scaling == "rowwise" or x.shape[-1] % BLOCK:
-        # One kernel: the product, its scales, the bias, the activation and z (scaled_dense.py).
-        (qx, sx), (qw, sw) = quantize_rows(x), quantize_rows(w.T)
-        outs = scaled_dense(qx[None], qw[None], sx[None], sw[None], None if bias is None else bias[None],
-                            activation=activation, want_aux=want_z, out_dtype=out_dtype)  # fmt: skip
-        y, z = outs[0][0], outs[1][0] if want_z else None
+    if scaling == "rowwise":
+        # x and w each quantized both ways in two passes (quantize.py): x and w^T for this
+        # product, x^T and w kept for the backward's.
+        xq, xs, xqt, xst = quantize_both(x)
+        wq, ws, wqt, wst = quantize_both(w)
+        y, z = _fused_forward(xq, wqt, xs, wst, bias, activation, want_z, out_dtype)
+        quantized = (xqt, xst, wq, ws)
     else:
-        z = _product(x, w.T, jnp.float32, scaling, b_is_weight=True)
-        if bias is not None:
-            z = z + bias.astype(jnp.float32)
-        y = activations.apply(activation, z).astype(out_dtype)
-        z = z.astype(out_dtype) if want_z else None
+        y, z = _blockwise_forward(x, w, bias, activation, want_z, out_dtype)
+        quantized = ()
     at = z if want_z else (y if activation is not None else None)
-    return y, (x, w, bias, at)
+    return y, (x, w, bias, at, quantized)
 
 
 def _dense_bwd(activation, out_dtype, scaling, saved, dy):
-    x, w, bias, at = saved
+    x, w, bias, at, quantized = saved
+    if scaling == "rowwise":
+        # dz = dy * act'(z) quantized both ways, and its column sums (dbias), in two passes.
+        xqt, xst, wq, ws = quantized
+        dzq, dzs, dzqt, dzst, *dbias = quantize_both(dy, at, activation, want_sum=bias is not None)
+        dx = _scaled(dzq, wq, dzs, ws, x.dtype, like=x)
+        dw = _scaled(xqt, dzqt, xst, dzst, w.dtype, like=w)
+        return dx, dw, None if bias is None else dbias[0].astype(bias.dtype)
     dz = dy.astype(jnp.float32)
     if activation is not None:
         dz = dz * activations.derivative(activation, at)

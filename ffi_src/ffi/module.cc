@@ -103,6 +103,8 @@ void DefineRegistrations(nb::module_& m) {
     d["jaxgemm_ragged_epilogue"] = EncapsulateFfiHandler(JaxgemmRaggedEpilogueCpu);
     d["jaxgemm_ragged_glu"] = EncapsulateFfiHandler(JaxgemmRaggedGluCpu);
     d["jaxgemm_block_scaled_gemm"] = EncapsulateFfiHandler(JaxgemmBlockScaledGemmCpu);
+    d["jaxgemm_fp8_amax"] = EncapsulateFfiHandler(JaxgemmFp8AmaxCpu);
+    d["jaxgemm_fp8_quantize"] = EncapsulateFfiHandler(JaxgemmFp8QuantizeCpu);
     return d;
   });
   m.def("cuda_registrations", []() {
@@ -116,6 +118,8 @@ void DefineRegistrations(nb::module_& m) {
     d["jaxgemm_ragged_epilogue"] = EncapsulateFfiHandler(JaxgemmRaggedEpilogueCuda);
     d["jaxgemm_ragged_glu"] = EncapsulateFfiHandler(JaxgemmRaggedGluCuda);
     d["jaxgemm_block_scaled_gemm"] = EncapsulateFfiHandler(JaxgemmBlockScaledGemmCuda);
+    d["jaxgemm_fp8_amax"] = EncapsulateFfiHandler(JaxgemmFp8AmaxCuda);
+    d["jaxgemm_fp8_quantize"] = EncapsulateFfiHandler(JaxgemmFp8QuantizeCuda);
 #endif
     return d;
   });

@@ -1,0 +1,112 @@
+// Decodes jaxgemm_fp8_amax and jaxgemm_fp8_quantize (quantize/fp8_quantize.h):
+//   amax:     x (rows, cols), at (empty, or like x) -> row_amax (rows,), col_amax (cols,),
+//             col_partials (chunks, cols) or empty, all float32; attribute activation;
+//   quantize: x, at, row_scale (rows,), col_scale (cols,) float32 -> q (rows, cols) and
+//             qt (cols, rows) float8_e4m3fn, either empty when not wanted.
+#pragma once
+#include <string>
+#include <utility>
+
+#include "ffi/gemm_decode.h"
+#include "quantize/fp8_quantize.h"
+
+namespace jaxgemm {
+
+template <class Binding>
+auto BindFp8AmaxCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // x (dy)
+      .template Arg<ffi::AnyBuffer>()                         // at (empty: s = x)
+      .template Ret<ffi::AnyBuffer>()                         // row_amax
+      .template Ret<ffi::AnyBuffer>()                         // col_amax
+      .template Ret<ffi::AnyBuffer>()                         // col_partials (empty: none)
+      .template Attr<int64_t>("activation");
+}
+
+template <class Binding>
+auto BindFp8QuantizeCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // x (dy)
+      .template Arg<ffi::AnyBuffer>()                         // at (empty: s = x)
+      .template Arg<ffi::AnyBuffer>()                         // row_scale
+      .template Arg<ffi::AnyBuffer>()                         // col_scale
+      .template Ret<ffi::AnyBuffer>()                         // q (empty: none)
+      .template Ret<ffi::AnyBuffer>()                         // qt (empty: none)
+      .template Attr<int64_t>("activation");
+}
+
+// The source (x, at, activation) of either call, or why not (empty: fine).
+inline std::string DecodeFp8Source(const ffi::AnyBuffer& x, const ffi::AnyBuffer& at, int64_t activation,
+                                   Fp8QuantizeProblem* p) {
+  auto d = x.dimensions();
+  if (d.size() != 2) return "x must be (rows, cols)";
+  if (!ToElementType(x.element_type(), &p->type)) return "x must be float32, float16 or bfloat16";
+  if (!IsActivation(static_cast<int>(activation))) return "unknown activation id";
+  const bool has_at = at.element_count() > 0;
+  if (has_at && (at.element_type() != x.element_type() || at.dimensions().size() != 2 ||
+                 at.dimensions()[0] != d[0] || at.dimensions()[1] != d[1])) {
+    return "at must match x";
+  }
+  p->rows = d[0];
+  p->cols = d[1];
+  p->activation = static_cast<Activation>(activation);
+  p->x = x.untyped_data();
+  p->at = has_at ? at.untyped_data() : nullptr;
+  return "";
+}
+
+// Whether buffer b is a float32 vector of n values.
+inline bool IsF32Vector(const ffi::AnyBuffer& b, int64_t n) {
+  return b.element_type() == ffi::DataType::F32 && b.dimensions().size() == 1 && b.dimensions()[0] == n;
+}
+
+inline ffi::ErrorOr<Fp8QuantizeProblem> DecodeFp8Amax(const ffi::AnyBuffer& x, const ffi::AnyBuffer& at,
+                                                      const ffi::AnyBuffer& row_amax, const ffi::AnyBuffer& col_amax,
+                                                      const ffi::AnyBuffer& col_partials, int64_t activation) {
+  auto fail = [&](const std::string& why) {
+    return ffi::Unexpected(
+        ffi::Error::InvalidArgument("jaxgemm_fp8_amax: " + why + " (x" + ShapeString(x.dimensions()) + ")"));
+  };
+  Fp8QuantizeProblem p;
+  if (std::string why = DecodeFp8Source(x, at, activation, &p); !why.empty()) return fail(why);
+  if (!IsF32Vector(row_amax, p.rows) || !IsF32Vector(col_amax, p.cols)) {
+    return fail("row_amax and col_amax must be float32 (rows,) and (cols,)");
+  }
+  const bool sums = col_partials.element_count() > 0;
+  auto dp = col_partials.dimensions();
+  if (sums && (col_partials.element_type() != ffi::DataType::F32 || dp.size() != 2 || dp[0] != p.AmaxChunks() ||
+               dp[1] != p.cols)) {
+    return fail("col_partials must be float32 (" + std::to_string(p.AmaxChunks()) + ", cols)");
+  }
+  p.row_amax = static_cast<float*>(row_amax.untyped_data());
+  p.col_amax = static_cast<float*>(col_amax.untyped_data());
+  p.col_partials = sums ? static_cast<float*>(col_partials.untyped_data()) : nullptr;
+  return p;
+}
+
+inline ffi::ErrorOr<Fp8QuantizeProblem> DecodeFp8Quantize(const ffi::AnyBuffer& x, const ffi::AnyBuffer& at,
+                                                          const ffi::AnyBuffer& row_scale,
+                                                          const ffi::AnyBuffer& col_scale, const ffi::AnyBuffer& q,
+                                                          const ffi::AnyBuffer& qt, int64_t activation) {
+  auto fail = [&](const std::string& why) {
+    return ffi::Unexpected(
+        ffi::Error::InvalidArgument("jaxgemm_fp8_quantize: " + why + " (x" + ShapeString(x.dimensions()) + ")"));
+  };
+  Fp8QuantizeProblem p;
+  if (std::string why = DecodeFp8Source(x, at, activation, &p); !why.empty()) return fail(why);
+  auto is_e4m3 = [](const ffi::AnyBuffer& b, int64_t rows, int64_t cols) {
+    auto d = b.dimensions();
+    return b.element_type() == ffi::DataType::F8E4M3FN && d.size() == 2 && d[0] == rows && d[1] == cols;
+  };
+  const bool with_q = q.element_count() > 0, with_qt = qt.element_count() > 0;
+  if ((with_q && (!is_e4m3(q, p.rows, p.cols) || !IsF32Vector(row_scale, p.rows))) ||
+      (with_qt && (!is_e4m3(qt, p.cols, p.rows) || !IsF32Vector(col_scale, p.cols)))) {
+    return fail("q (rows, cols) and qt (cols, rows) must be float8_e4m3fn, with float32 row_scale (rows,) and "
+                "col_scale (cols,)");
+  }
+  p.row_scale = static_cast<const float*>(row_scale.untyped_data());
+  p.col_scale = static_cast<const float*>(col_scale.untyped_data());
+  p.q = with_q ? q.untyped_data() : nullptr;
+  p.qt = with_qt ? qt.untyped_data() : nullptr;
+  return p;
+}
+
+}  // namespace jaxgemm

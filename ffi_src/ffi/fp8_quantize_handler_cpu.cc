@@ -1,0 +1,30 @@
+// jaxgemm_fp8_amax and jaxgemm_fp8_quantize on the host platform.
+#include "ffi/fp8_quantize_decode.h"
+#include "ffi/handlers.h"
+
+namespace jaxgemm {
+namespace {
+
+ffi::Error Fp8AmaxCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer at, ffi::Result<ffi::AnyBuffer> row_amax,
+                          ffi::Result<ffi::AnyBuffer> col_amax, ffi::Result<ffi::AnyBuffer> col_partials,
+                          int64_t activation) {
+  auto problem = DecodeFp8Amax(x, at, *row_amax, *col_amax, *col_partials, activation);
+  if (!problem.has_value()) return problem.error();
+  Fp8AmaxCpu(*problem);
+  return ffi::Error::Success();
+}
+
+ffi::Error Fp8QuantizeCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer at, ffi::AnyBuffer row_scale, ffi::AnyBuffer col_scale,
+                              ffi::Result<ffi::AnyBuffer> q, ffi::Result<ffi::AnyBuffer> qt, int64_t activation) {
+  auto problem = DecodeFp8Quantize(x, at, row_scale, col_scale, *q, *qt, activation);
+  if (!problem.has_value()) return problem.error();
+  Fp8QuantizeCpu(*problem);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+}  // namespace jaxgemm
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmFp8AmaxCpu, jaxgemm::Fp8AmaxCpuImpl, jaxgemm::BindFp8AmaxCall(xla::ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmFp8QuantizeCpu, jaxgemm::Fp8QuantizeCpuImpl,
+                              jaxgemm::BindFp8QuantizeCall(xla::ffi::Ffi::Bind()));

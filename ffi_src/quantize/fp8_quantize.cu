@@ -1,0 +1,185 @@
+// CUDA version of fp8_quantize.h's two passes, for matrices whose columns are a multiple
+// of 8 and rows a multiple of 16 (the launchers refuse others; Python sends them to XLA):
+// - amax: a block covers 256 columns (8 a lane, one 16-byte load of 16-bit values) of
+//   kAmaxRows rows, a warp every 8th row; a row's max is reduced across its warp, a
+//   column's across the warps in shared memory; both reach global memory through
+//   atomicMax on the bits of |s| (order-free, and NaN's bits exceed every number's), the
+//   column sums as the chunk's fixed-order partial;
+// - quantize: a block covers 128 rows x 64 columns, a thread 4 rows x 8 columns; q rows
+//   leave as 8-byte stores, qt through a shared tile transposed by 4-byte words (4 rows of
+//   one column) and written as 16-byte runs of qt's rows.
+// 16-bit inputs take act' with the hardware tanh / exp approximations (as bias_act_grad:
+// their error is far below e4m3's rounding).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <type_traits>
+
+#include "common/device_numeric.cuh"
+#include "gemm/epilogue_steps.cuh"
+#include "quantize/fp8_quantize.cuh"
+
+namespace jaxgemm {
+namespace {
+
+template <class T>
+__device__ __forceinline__ float Grad(Activation act, float at) {
+  if constexpr (std::is_same_v<T, float>) {
+    return ActivationGrad(act, at);
+  } else {
+    return ActivationGradWith(act, at, [](float x) { return TanhApprox(x); }, [](float x) { return SigmoidApprox(x); });
+  }
+}
+
+// The source's 8 values from element i (16-byte aligned runs).
+template <class T>
+__device__ __forceinline__ void LoadSource(const Fp8QuantizeProblem& p, int64_t i, float (&s)[8]) {
+  const Vec<T, 8> x = *reinterpret_cast<const Vec<T, 8>*>(static_cast<const T*>(p.x) + i);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s[j] = ToFloat(x.v[j]);
+  if (p.at != nullptr) {
+    const Vec<T, 8> at = *reinterpret_cast<const Vec<T, 8>*>(static_cast<const T*>(p.at) + i);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s[j] *= Grad<T>(p.activation, ToFloat(at.v[j]));
+  }
+}
+
+// |v|'s bits: ordered as the magnitudes for numbers, NaN above all of them.
+__device__ __forceinline__ unsigned AbsBits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+constexpr int kAmaxThreads = 256, kAmaxCols = 256, kAmaxWarps = kAmaxThreads / 32;
+
+template <class T>
+__global__ void __launch_bounds__(kAmaxThreads) Fp8AmaxKernel(const Fp8QuantizeProblem p) {
+  __shared__ unsigned col_bits[kAmaxWarps][kAmaxCols];
+  __shared__ float col_sums[kAmaxWarps][kAmaxCols];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t col = int64_t(blockIdx.x) * kAmaxCols + 8 * lane;
+  const int64_t row0 = int64_t(blockIdx.y) * kAmaxRows;
+  const bool inside = col < p.cols;  // (cols % 8 == 0: all 8 or none)
+  unsigned cmax[8] = {};
+  float csum[8] = {};
+  for (int64_t r = row0 + warp; r < row0 + kAmaxRows && r < p.rows; r += kAmaxWarps) {
+    float s[8] = {};
+    if (inside) LoadSource<T>(p, r * p.cols + col, s);
+    unsigned rmax = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      rmax = max(rmax, AbsBits(s[j]));
+      cmax[j] = max(cmax[j], AbsBits(s[j]));
+      csum[j] += s[j];
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) rmax = max(rmax, __shfl_xor_sync(0xffffffffu, rmax, offset));
+    if (lane == 0 && p.row_amax != nullptr) atomicMax(reinterpret_cast<unsigned*>(p.row_amax) + r, rmax);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) col_bits[warp][8 * lane + j] = cmax[j], col_sums[warp][8 * lane + j] = csum[j];
+  __syncthreads();
+  const int64_t c = int64_t(blockIdx.x) * kAmaxCols + threadIdx.x;
+  if (c >= p.cols) return;
+  unsigned bits = 0;
+  float sum = 0.f;
+#pragma unroll
+  for (int w = 0; w < kAmaxWarps; ++w) bits = max(bits, col_bits[w][threadIdx.x]), sum += col_sums[w][threadIdx.x];
+  if (p.col_amax != nullptr) atomicMax(reinterpret_cast<unsigned*>(p.col_amax) + c, bits);
+  if (p.col_partials != nullptr) p.col_partials[blockIdx.y * p.cols + c] = sum;
+}
+
+constexpr int kQuantRows = 128, kQuantCols = 64, kQuantThreads = 256;
+constexpr int kTilePitch = kQuantRows + 16;  // bytes per qt row in shared memory (16-byte aligned)
+
+__device__ __forceinline__ uint8_t ToE4m3(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+template <class T>
+__global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8QuantizeProblem p) {
+  __shared__ alignas(16) uint8_t tile[kQuantCols][kTilePitch];  // qt's block: a row per column
+  const int g = threadIdx.x % 8, rg = threadIdx.x / 8;       // columns 8 g.., rows 4 rg..
+  const int64_t col = int64_t(blockIdx.x) * kQuantCols + 8 * g;
+  const int64_t row0 = int64_t(blockIdx.y) * kQuantRows;
+  const bool inside = col < p.cols;
+  float col_scale[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) col_scale[j] = p.qt != nullptr && inside ? p.col_scale[col + j] : 1.f;
+  uint32_t words[8] = {};  // qt: column j's 4 rows, one byte each
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t r = row0 + 4 * rg + i;
+    if (!inside || r >= p.rows) continue;
+    float s[8];
+    LoadSource<T>(p, r * p.cols + col, s);
+    if (p.q != nullptr) {
+      const float row_scale = p.row_scale[r];
+      uint64_t packed = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) packed |= uint64_t(ToE4m3(__fdiv_rn(s[j], row_scale))) << (8 * j);
+      *reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(p.q) + r * p.cols + col) = packed;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) words[j] |= uint32_t(ToE4m3(__fdiv_rn(s[j], col_scale[j]))) << (8 * i);
+  }
+  if (p.qt == nullptr) return;  // (uniform across the block)
+#pragma unroll
+  for (int j = 0; j < 8; ++j) *reinterpret_cast<uint32_t*>(&tile[8 * g + j][4 * rg]) = words[j];
+  __syncthreads();
+  // qt's rows: column c of the block, 16 rows a thread-step.
+  for (int u = threadIdx.x; u < kQuantCols * kQuantRows / 16; u += kQuantThreads) {
+    const int c = u / (kQuantRows / 16), seg = u % (kQuantRows / 16);
+    const int64_t qt_row = int64_t(blockIdx.x) * kQuantCols + c, r = row0 + 16 * seg;
+    if (qt_row < p.cols && r < p.rows) {  // (rows % 16 == 0: all 16 or none)
+      *reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.qt) + qt_row * p.rows + r) =
+          *reinterpret_cast<const uint4*>(&tile[c][16 * seg]);
+    }
+  }
+}
+
+template <class F>
+cudaError_t WithType(ElementType t, F f) {
+  switch (t) {
+    case ElementType::kF32: return f(float{});
+    case ElementType::kF16: return f(__half{});
+    case ElementType::kBF16: return f(__nv_bfloat16{});
+    case ElementType::kF8E4M3: break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+// The kernels' layout needs: 8-column runs (16-byte loads of 16-bit values, 8-byte q
+// stores), 16-row runs (16-byte qt stores), aligned buffers.
+bool Fits(const Fp8QuantizeProblem& p) {
+  return p.cols % 8 == 0 && p.rows % 16 == 0 && IsAligned(p.x, 16) && IsAligned(p.at, 16) && IsAligned(p.q, 16) &&
+         IsAligned(p.qt, 16) && p.rows / kAmaxRows < 65535;
+}
+
+}  // namespace
+
+cudaError_t LaunchFp8Amax(const Fp8QuantizeProblem& p, cudaStream_t stream) {
+  if (p.rows == 0 || p.cols == 0) return cudaSuccess;
+  if (!Fits(p)) return cudaErrorInvalidValue;
+  for (float* amax : {p.row_amax, p.col_amax}) {
+    if (amax == nullptr) continue;
+    const cudaError_t status = cudaMemsetAsync(amax, 0, (amax == p.row_amax ? p.rows : p.cols) * sizeof(float), stream);
+    if (status != cudaSuccess) return status;
+  }
+  const dim3 grid(static_cast<unsigned>((p.cols + kAmaxCols - 1) / kAmaxCols), static_cast<unsigned>(p.AmaxChunks()));
+  return WithType(p.type, [&](auto t) {
+    Fp8AmaxKernel<decltype(t)><<<grid, kAmaxThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t LaunchFp8Quantize(const Fp8QuantizeProblem& p, cudaStream_t stream) {
+  if (p.rows == 0 || p.cols == 0) return cudaSuccess;
+  if (!Fits(p)) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((p.cols + kQuantCols - 1) / kQuantCols),
+                  static_cast<unsigned>((p.rows + kQuantRows - 1) / kQuantRows));
+  return WithType(p.type, [&](auto t) {
+    Fp8QuantizeKernel<decltype(t)><<<grid, kQuantThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace jaxgemm

@@ -1,0 +1,66 @@
+// The CPU reference of fp8_quantize.h's two passes.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "quantize/fp8_quantize.h"
+
+namespace jaxgemm {
+namespace {
+
+// v as float8_e4m3fn, rounded to nearest even, saturated to +-448 (NaN stays NaN), as the
+// GPU's cvt.rn.satfinite.e4m3x2.f32.
+uint8_t FloatToE4m3Bits(float v) {
+  const uint8_t sign = std::signbit(v) ? 0x80u : 0u;
+  const float m = std::fabs(v);
+  if (std::isnan(v)) return sign | 0x7fu;
+  if (m >= 448.f) return sign | 0x7eu;
+  if (m < 0.015625f) return sign | static_cast<uint8_t>(std::nearbyint(m * 512.f));  // below 2^-6: steps of 2^-9
+  int e;
+  std::frexp(m, &e);  // m = f 2^e, f in [0.5, 1): m's exponent is e - 1
+  const int man = static_cast<int>(std::nearbyint(std::ldexp(m, 4 - e))) - 8;  // 3 mantissa bits (8: a carry)
+  const int bits = ((e - 1 + 7) << 3) + man;
+  return sign | static_cast<uint8_t>(bits > 0x7e ? 0x7e : bits);
+}
+
+float Source(const Fp8QuantizeProblem& p, int64_t i) {
+  const float x = LoadAsFloat(p.x, i, p.type);
+  return p.at ? x * ActivationGrad(p.activation, LoadAsFloat(p.at, i, p.type)) : x;
+}
+
+// max(a, |v|) with NaN winning, as jnp.max.
+float AbsMax(float a, float v) { return std::isnan(a) || std::isnan(v) ? NAN : std::max(a, std::fabs(v)); }
+
+}  // namespace
+
+void Fp8AmaxCpu(const Fp8QuantizeProblem& p) {
+  std::vector<float> rows(p.rows, 0.f), cols(p.cols, 0.f), sums(p.cols, 0.f);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    for (int64_t c = 0; c < p.cols; ++c) {
+      const float s = Source(p, r * p.cols + c);
+      rows[r] = AbsMax(rows[r], s);
+      cols[c] = AbsMax(cols[c], s);
+      sums[c] += s;
+    }
+    if (p.col_partials && ((r + 1) % kAmaxRows == 0 || r + 1 == p.rows)) {
+      std::copy(sums.begin(), sums.end(), p.col_partials + r / kAmaxRows * p.cols);
+      std::fill(sums.begin(), sums.end(), 0.f);
+    }
+  }
+  if (p.row_amax) std::copy(rows.begin(), rows.end(), p.row_amax);
+  if (p.col_amax) std::copy(cols.begin(), cols.end(), p.col_amax);
+}
+
+void Fp8QuantizeCpu(const Fp8QuantizeProblem& p) {
+  auto* q = static_cast<uint8_t*>(p.q);
+  auto* qt = static_cast<uint8_t*>(p.qt);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    for (int64_t c = 0; c < p.cols; ++c) {
+      const float s = Source(p, r * p.cols + c);
+      if (q) q[r * p.cols + c] = FloatToE4m3Bits(s / p.row_scale[r]);
+      if (qt) qt[c * p.rows + r] = FloatToE4m3Bits(s / p.col_scale[c]);
+    }
+  }
+}
+
+}  // namespace jaxgemm

@@ -1,0 +1,157 @@
+"""fp8 training's quantization of a matrix into both orientations, in two passes over it
+(ffi_src/quantize/fp8_quantize.h):
+
+    s = x, or in the gradient's form s = dy * act'(at)   (a layer's dz)
+    amax:     the largest |s| of each row and of each column (and the column sums of s)
+    quantize: q = e4m3(s / row_scale) (R, C), qt = e4m3(s^T / col_scale) (C, R)
+
+with scale = amax / 448 (1 where a row or column is all zeros). q feeds the product that
+contracts the columns, qt (transposed, K-major) the one that contracts the rows: fp8.dense's
+x and x^T, w and w^T, dz and dz^T. Each pass reads s once (XLA's own fusions read it once
+per reduction and per orientation); nothing between the passes holds s, in the gradient's
+form not even dz.
+
+Two primitives in primitive.py's pattern. Sharded, a row's amax is the maximum over the
+devices that split its columns, a column's over those that split its rows (all-reduces of
+the amax vectors only; jnp's own reduction does the same), and the quantize pass needs no
+collective. Inside shard_map each device's scales cover its own shard. On a CUDA GPU, and
+on the CPU's FFI reference, a shard of columns a multiple of 8 and rows a multiple of 16
+runs the kernels; anything else runs the same definition in jnp.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxgemm import activations, xla_cpu
+from jaxgemm.primitive import Op, Result, Rule, all_to_front, define
+
+E4M3 = jnp.float8_e4m3fn
+E4M3_MAX = float(jnp.finfo(E4M3).max)  # 448
+AMAX_ROWS = 128  # rows per partial column sum of the amax pass (kAmaxRows)
+
+
+def scales_of(amax):
+    """amax / 448, or 1 where everything is zero."""
+    return jnp.where(amax > 0, amax / E4M3_MAX, 1.0)
+
+
+def to_e4m3(s, scales):
+    """s / scales in e4m3, rounded to nearest, saturated to +-448."""
+    return jnp.clip(s / scales, -E4M3_MAX, E4M3_MAX).astype(E4M3)
+
+
+def _source(x, at, activation):
+    """s in float32: x, or x * act'(at)."""
+    s = x.astype(jnp.float32)
+    return s if at is None else s * activations.derivative(activation, at)
+
+
+def _on_kernel(x, platform) -> bool:
+    rows, cols = x.shape
+    ffi = platform == "cuda" or (platform == "cpu" and not xla_cpu.enabled(platform))
+    return ffi and rows % 16 == 0 and cols % 8 == 0 and rows > 0 and cols > 0
+
+
+def _empty():
+    return jnp.zeros((0,), jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# The amax pass: x (R, C) [, at] -> row amax (R,), column amax (C,) [, column sums (C,)].
+
+
+def _amax_abstract(x, *at, activation, want_sum):
+    rows, cols = x.shape
+    return [Result((rows,), jnp.float32), Result((cols,), jnp.float32)] + [Result((cols,), jnp.float32)] * want_sum
+
+
+def _amax_rule(x, *at, activation, want_sum):
+    return Rule((("r", "c"),) * (1 + len(at)), (("r",), ("c",)) + (("c",),) * want_sum)
+
+
+def _amax_local(x, *at, activation, want_sum, platform, axes):
+    at = at[0] if at else None
+    rows, cols = x.shape
+    if _on_kernel(x, platform):
+        chunks = -(-rows // AMAX_ROWS)
+        results = (jax.ShapeDtypeStruct((rows,), jnp.float32), jax.ShapeDtypeStruct((cols,), jnp.float32),
+                   jax.ShapeDtypeStruct((chunks, cols) if want_sum else (0,), jnp.float32))  # fmt: skip
+        row_amax, col_amax, partials = jax.ffi.ffi_call("jaxgemm_fp8_amax", results)(
+            x, _empty().astype(x.dtype) if at is None else at, activation=np.int64(activations.activation_id(activation)))
+        col_sum = partials.sum(axis=0)
+    else:
+        s = _source(x, at, activation)
+        row_amax, col_amax, col_sum = jnp.max(jnp.abs(s), axis=1), jnp.max(jnp.abs(s), axis=0), jnp.sum(s, axis=0)
+    # A row's amax over the devices that split its columns, a column's over those that split its rows.
+    row_amax = jax.lax.pmax(row_amax, axes["c"]) if axes.get("c") else row_amax
+    col_amax = jax.lax.pmax(col_amax, axes["r"]) if axes.get("r") else col_amax
+    if not want_sum:
+        return [row_amax, col_amax]
+    return [row_amax, col_amax, jax.lax.psum(col_sum, axes["r"]) if axes.get("r") else col_sum]
+
+
+def _amax_batch(args, dims, *, activation, want_sum):
+    """vmap: the definition in jnp on each matrix."""
+    args = all_to_front(args, dims)
+    outs = jax.vmap(lambda x, *at: _amax_local(x, *at, activation=activation, want_sum=want_sum, platform="jnp",
+                                               axes={}))(*args)  # fmt: skip
+    return list(outs), [0] * len(outs)
+
+
+fp8_amax_op = define(Op("jaxgemm_fp8_amax", abstract=_amax_abstract, rule=_amax_rule, local=_amax_local,
+                        batch=_amax_batch))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# The quantize pass: x (R, C) [, at], row scales (R,), column scales (C,) -> q, qt.
+
+
+def _quantize_abstract(x, *rest, activation):
+    rows, cols = x.shape
+    return [Result((rows, cols), E4M3), Result((cols, rows), E4M3)]
+
+
+def _quantize_rule(x, *rest, activation):
+    return Rule((("r", "c"),) * (len(rest) - 1) + (("r",), ("c",)), (("r", "c"), ("c", "r")))
+
+
+def _quantize_local(x, *rest, activation, platform, axes):
+    at, (row_scale, col_scale) = (rest[0] if len(rest) == 3 else None), rest[-2:]
+    rows, cols = x.shape
+    if _on_kernel(x, platform):
+        results = (jax.ShapeDtypeStruct((rows, cols), E4M3), jax.ShapeDtypeStruct((cols, rows), E4M3))
+        q, qt = jax.ffi.ffi_call("jaxgemm_fp8_quantize", results)(
+            x, _empty().astype(x.dtype) if at is None else at, row_scale, col_scale,
+            activation=np.int64(activations.activation_id(activation)))  # fmt: skip
+        return [q, qt]
+    s = _source(x, at, activation)
+    return [to_e4m3(s, row_scale[:, None]), to_e4m3(s, col_scale[None, :]).T]
+
+
+def _quantize_batch(args, dims, *, activation):
+    args = all_to_front(args, dims)
+    outs = jax.vmap(lambda *a: _quantize_local(*a, activation=activation, platform="jnp", axes={}))(*args)
+    return list(outs), [0, 0]
+
+
+fp8_quantize_op = define(Op("jaxgemm_fp8_quantize", abstract=_quantize_abstract, rule=_quantize_rule,
+                            local=_quantize_local, batch=_quantize_batch))  # fmt: skip
+
+
+def quantize_both(x, at=None, activation=None, *, want_sum=False):
+    """x (R, C), or dz = x * act'(at) where `at` is given, in e4m3 both ways:
+    (q (R, C), row scales (R, 1), qt (C, R), column scales (C, 1)), and with want_sum the
+    column sums of the source in float32 (C,) after them (a bias gradient). `activation`: a
+    canonical name (activations.canonical) or None."""
+    if x.ndim != 2 or (at is not None and at.shape != x.shape):
+        raise ValueError(f"quantize_both: needs x (R, C) and at like it, got x{x.shape}"
+                         + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
+    operands = (x,) if at is None else (x, at.astype(x.dtype))
+    activation = None if at is None else activation
+    row_amax, col_amax, *col_sum = fp8_amax_op.bind(*operands, activation=activation, want_sum=want_sum)
+    row_scale, col_scale = scales_of(row_amax), scales_of(col_amax)
+    q, qt = fp8_quantize_op.bind(*operands, row_scale, col_scale, activation=activation)
+    return (q, row_scale[:, None], qt, col_scale[:, None]) + tuple(col_sum)

@@ -1,0 +1,113 @@
+"""jaxgemm.quantize: a matrix (or a layer's dz = dy * act'(at)) quantized to e4m3 in both
+orientations by the two passes (amax, then q and qt), against jnp's per-row quantizer on
+the matrix and its transpose: the kernels where the shape fits (rows % 16, columns % 8),
+jnp elsewhere; NaN and zero rows; sharded jit (amax all-reduces only); vmap; bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxgemm import activations
+from jaxgemm.fp8 import quantize_rows
+from jaxgemm.quantize import quantize_both
+
+
+def _want(s):
+    """jnp's quantizer on s (float32) and on s^T."""
+    q, rs = quantize_rows(s)
+    qt, cs = quantize_rows(s.T)
+    return q, rs, qt, cs
+
+
+def _exact(got, want):
+    """Equal values (NaN where NaN; -0 and +0 alike: XLA may turn dy * relu'(at) into a select)."""
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32))
+
+
+def _nearly(got, want):
+    """act' computed otherwise than jnp's autodiff of the activation (the kernels' closed
+    forms; on a GPU, approximated for 16-bit sources, as bias_act_grad's): the scales within
+    a few float32 roundings (bfloat16's on a GPU), a rare e4m3 value one step off."""
+    for g, w in zip(got, want):
+        e4m3 = g.dtype == jnp.float8_e4m3fn
+        g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+        if e4m3:
+            assert np.mean(g != w) <= 2e-3 and np.linalg.norm(g - w) <= 1e-2 * np.linalg.norm(w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-2 if jax.default_backend() == "gpu" else 1e-5)
+
+
+@pytest.mark.parametrize("shape", [(256, 384), (48, 40), (130, 72), (17, 24)])  # the last two: jnp
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_both_orientations_match_the_row_quantizer(shape, dtype):
+    x = jnp.asarray(np.random.default_rng(shape[0]).standard_normal(shape) * 3, dtype)
+    q, rs, qt, cs = jax.jit(quantize_both)(x)
+    _exact((q, rs, qt, cs), _want(x.astype(jnp.float32)))
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_the_gradient_form(activation, dtype):
+    """dz = dy * act'(at), quantized both ways, and its column sums (dbias), never written."""
+    rng = np.random.default_rng(1)
+    dy = jnp.asarray(rng.standard_normal((144, 200)), dtype)
+    at = jnp.asarray(rng.standard_normal((144, 200)), dtype) if activation else None
+    got = jax.jit(lambda dy, at: quantize_both(dy, at, activation, want_sum=True))(dy, at)
+    dz = dy.astype(jnp.float32) * (activations.derivative(activation, at) if activation else 1.0)
+    check = _exact if activation in (None, "relu") else _nearly
+    check(got[:4], _want(dz))
+    np.testing.assert_allclose(np.asarray(got[4]), np.asarray(dz, np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
+
+
+def test_nan_and_zero_rows():
+    """A NaN is its row's and column's amax (as in jnp.max), which scales_of maps to 1 as it
+    maps a zero row's; the NaN stays NaN in q and qt. As jnp's quantizer, bit for bit."""
+    x = np.random.default_rng(2).standard_normal((32, 16)).astype(np.float32)
+    x[3, 5] = np.nan
+    x[7] = 0.0
+    q, rs, qt, cs = quantize_both(jnp.asarray(x))
+    assert rs[3, 0] == 1.0 and cs[5, 0] == 1.0 and rs[7, 0] == 1.0
+    assert np.isnan(np.asarray(q, np.float32)[3, 5]) and np.isnan(np.asarray(qt, np.float32)[5, 3])
+    assert np.sum(np.isnan(np.asarray(q, np.float32))) == 1 and np.all(np.asarray(q[7], np.float32) == 0)
+    _exact((q, rs, qt, cs), _want(jnp.asarray(x)))
+
+
+@pytest.mark.parametrize("spec", [P("x", None), P(None, "x"), P("x", "y")])
+def test_sharded_matches_one_device_with_amax_all_reduces_only(spec):
+    """Rows and columns split: every scale is the whole matrix's (all-reduced amax vectors),
+    the quantized copies are split as x is (qt transposed), and nothing gathers x."""
+    devices = np.array(jax.devices()[:4])
+    if devices.size < 4:
+        pytest.skip("needs 4 devices")
+    mesh = jax.sharding.Mesh(devices.reshape(2, 2), ("x", "y"))
+    rng = np.random.default_rng(3)
+    dy = jnp.asarray(rng.standard_normal((256, 128)), jnp.float32)
+    at = jnp.asarray(rng.standard_normal((256, 128)), jnp.float32)
+    f = jax.jit(lambda dy, at: quantize_both(dy, at, "gelu", want_sum=True))
+    want = f(dy, at)
+    placed = [jax.device_put(a, NamedSharding(mesh, spec)) for a in (dy, at)]
+    got = f(*placed)
+    _exact(got[:4], want[:4])
+    np.testing.assert_allclose(np.asarray(got[4]), np.asarray(want[4]), rtol=1e-5, atol=1e-5)
+    hlo = f.lower(*placed).compile().as_text()
+    assert "all-gather" not in hlo and "all-to-all" not in hlo and "collective-permute" not in hlo
+    assert "all-reduce" in hlo
+
+
+def test_vmap_matches_each_matrix():
+    x = jnp.asarray(np.random.default_rng(4).standard_normal((3, 32, 24)), jnp.float32)
+    got = jax.vmap(quantize_both)(x)
+    for i in range(3):
+        _exact([g[i] for g in got], quantize_both(x[i]))
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match=r"needs x \(R, C\).*x\(2, 3, 4\)"):
+        quantize_both(jnp.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match=r"at\(3, 2\)"):
+        quantize_both(jnp.ones((2, 3)), jnp.ones((3, 2)), "gelu")
