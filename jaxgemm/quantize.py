@@ -80,7 +80,8 @@ def _amax_local(x, *at, activation, want_sum, platform, axes):
         results = (jax.ShapeDtypeStruct((rows,), jnp.float32), jax.ShapeDtypeStruct((cols,), jnp.float32),
                    jax.ShapeDtypeStruct((chunks, cols) if want_sum else (0,), jnp.float32))  # fmt: skip
         row_amax, col_amax, partials = jax.ffi.ffi_call("jaxgemm_fp8_amax", results)(
-            x, _empty().astype(x.dtype) if at is None else at, activation=np.int64(activations.activation_id(activation)))
+            x, _empty().astype(x.dtype) if at is None else at,
+            activation=np.int64(activations.activation_id(activation)))  # fmt: skip
         col_sum = partials.sum(axis=0)
     else:
         s = _source(x, at, activation)

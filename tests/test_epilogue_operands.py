@@ -94,7 +94,8 @@ def test_scales_are_float32_and_for_fp8_products():
         jax.block_until_ready(call_gemm_ffi(a, b, config=config, out_shape=(2, 4), col_scale=jnp.ones(4, jnp.float32)))
     _fp8_platform()
     a, b = a.astype(jnp.float8_e4m3fn), b.astype(jnp.float8_e4m3fn)
-    for name, shape, words in [("row_scale", (2,), "row_scale needs float32"), ("row_scale", (4,), r"row_scale has shape \(4,\)"),
+    for name, shape, words in [("row_scale", (2,), "row_scale needs float32"),
+                               ("row_scale", (4,), r"row_scale has shape \(4,\)"),
                                ("col_scale", (2, 4), r"col_scale has shape \(2, 4\)")]:  # fmt: skip
         scale = jnp.ones(shape, jnp.bfloat16 if "float32" in words else jnp.float32)
         with pytest.raises(Exception, match=words):

@@ -25,6 +25,7 @@ ffi::Error Fp8QuantizeCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer at, ffi::AnyBuffe
 }  // namespace
 }  // namespace jaxgemm
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmFp8AmaxCpu, jaxgemm::Fp8AmaxCpuImpl, jaxgemm::BindFp8AmaxCall(xla::ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmFp8AmaxCpu, jaxgemm::Fp8AmaxCpuImpl,
+                              jaxgemm::BindFp8AmaxCall(xla::ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmFp8QuantizeCpu, jaxgemm::Fp8QuantizeCpuImpl,
                               jaxgemm::BindFp8QuantizeCall(xla::ffi::Ffi::Bind()));

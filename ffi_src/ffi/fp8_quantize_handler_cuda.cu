@@ -29,8 +29,10 @@ ffi::Error Fp8QuantizeCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBu
 }  // namespace jaxgemm
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmFp8AmaxCuda, jaxgemm::Fp8AmaxCudaImpl,
-                              jaxgemm::BindFp8AmaxCall(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+                              jaxgemm::BindFp8AmaxCall(
+                                  xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
                               {xla::ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmFp8QuantizeCuda, jaxgemm::Fp8QuantizeCudaImpl,
-                              jaxgemm::BindFp8QuantizeCall(xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
+                              jaxgemm::BindFp8QuantizeCall(
+                                  xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<cudaStream_t>>()),
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -192,7 +192,9 @@ inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::
   }
   if (!ToElementType(d.element_type(), &p.out_type)) return fail("unsupported output dtype");
   if (IsFloat8(p.in_type)) {
-    if (split || p.out_type == ElementType::kF16) return fail("float8 inputs take a bfloat16 or float32 output and no split-K");
+    if (split || p.out_type == ElementType::kF16) {
+      return fail("float8 inputs take a bfloat16 or float32 output and no split-K");
+    }
     if (attrs.transpose_a || !attrs.transpose_b) return fail("float8 operands must both be K-major (a (m, k), b (n, k))");
   } else if (present[BatchOperandOf(kEpilogueRowScale)] || present[BatchOperandOf(kEpilogueColScale)]) {
     return fail("row_scale and col_scale scale float8 products only");

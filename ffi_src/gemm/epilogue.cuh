@@ -82,7 +82,8 @@ struct GemmEpilogue {
       const T* x = static_cast<const T*>(e.operand[kOperand]);
       constexpr OperandShape kShape = kEpilogueOperandRows[kOperand].shape;
       if constexpr (kShape == OperandShape::kMatrix) return ToFloat(x[at[kOperand] + idx[i] + j]);
-      if constexpr (kShape == OperandShape::kColumns) return j < cols ? ToFloat(x[at[kOperand] + j]) : 0.f;  // (at: col's)
+      // (a column operand's `at` is at `col`)
+      if constexpr (kShape == OperandShape::kColumns) return j < cols ? ToFloat(x[at[kOperand] + j]) : 0.f;
       if constexpr (kShape == OperandShape::kRows) return valid[i] > 0 ? ToFloat(x[at[kOperand] + row[i]]) : 0.f;
     }
     __device__ __forceinline__ bool Inside(int i, int j) const { return j < valid[i]; }

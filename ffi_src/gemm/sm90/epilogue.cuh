@@ -312,8 +312,8 @@ struct Sm90TmaEpilogue {
                                         unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage) {
     if (kWithFused && store.fused) {  // 16-bit outputs only (MakeSm90Store)
       if constexpr (sizeof(TOut) == 2) {
-        Sm90StoreTileFused<P, TOut, Handed::kUsed, kScales>(store, acc, row0, col0, slab, wg, boxes, bias_word, bias_stage,
-                                                    boxes_in_use);
+        Sm90StoreTileFused<P, TOut, Handed::kUsed, kScales>(store, acc, row0, col0, slab, wg, boxes, bias_word,
+                                                             bias_stage, boxes_in_use);
         boxes_in_use = Handed::kUsed;
       }
     } else if constexpr (Handed::kUsed) {
