@@ -19,8 +19,8 @@ each quantized into both orientations by two passes over them (quantize.py: the 
 then both e4m3 copies; dz's passes read dy and z and sum dbias, dz itself is never
 written), and the forward product is one kernel with its scales, the bias, the
 activation and z in the fp8 GEMM's epilogue (scaled_dense.py); the backward keeps x^T
-and w quantized from the forward. Every product writes its result's dtype. The gradient is the
-straight-through one: quantization counts as the identity. On a Hopper GPU the products
+and w quantized from the forward. Every product writes its result's dtype. The gradient
+is the straight-through one: quantization counts as the identity. On a Hopper GPU the products
 run on jaxgemm's fp8 kernel; elsewhere `scaled_matmul` dequantizes (same values, float32
 sums). Under sharded jit rowwise scales are the whole batch's (XLA all-reduces the amax
 of rows a sharding splits); a blockwise block's amax stays on its device where each
@@ -42,7 +42,7 @@ from jaxgemm import activations
 from jaxgemm._compat import explicit_sharding, match_varying
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
-from jaxgemm.quantize import E4M3, E4M3_MAX, quantize_both, scales_of, to_e4m3  # noqa: F401 (E4M3: API)
+from jaxgemm.quantize import E4M3, E4M3_MAX, quantize_both, scales_of, to_e4m3  # noqa: F401 (E4M3*: this module's API)
 from jaxgemm.scaled_dense import scaled_dense
 
 BLOCK = BLOCK_SCALE_GRANULE  # blockwise scaling's block (128): the block-scaled kernel's k-tile
@@ -89,18 +89,21 @@ def _quantized(a, scaling, tiles=False):
     return quantize_tiles(a) if tiles else quantize_blocks(a)
 
 
-def _typed_like(like):
-    """The out_sharding that types a product like `like` in Explicit mode (a gradient like
-    its primal, as JAX's transposes type it: a product that contracts the split batch
-    needs it), with scaled_matmul's leading batch dim; None elsewhere."""
+def _typed_like(like, transposed=False):
+    """The out_sharding that types a product like `like` (or like its transpose) in Explicit
+    mode (a gradient like its primal, as JAX's transposes type it: a product that contracts
+    the split batch needs it), with scaled_matmul's leading batch dim; None elsewhere."""
     sharding = None if like is None else explicit_sharding(jax.typeof(like))
-    return None if sharding is None else P(None, *sharding.spec)
+    if sharding is None:
+        return None
+    spec = tuple(sharding.spec) + (None,) * (like.ndim - len(sharding.spec))
+    return P(None, *(spec[::-1] if transposed else spec))
 
 
-def _scaled(qa, qb, sa, sb, out_dtype, like=None):
+def _scaled(qa, qb, sa, sb, out_dtype, like=None, transposed=False):
     """qa (M, K) @ qb (N, K)^T with their scales, on scaled_matmul."""
     return scaled_matmul(qa[None], qb[None], sa[None], sb[None], preferred_element_type=out_dtype,
-                         out_sharding=_typed_like(like))[0]  # fmt: skip
+                         out_sharding=_typed_like(like, transposed))[0]  # fmt: skip
 
 
 def _product(a, b, out_dtype, scaling, like=None, b_is_weight=False):
@@ -130,38 +133,40 @@ def _blockwise_forward(x, w, bias, activation, want_z, out_dtype):
     return y, z.astype(out_dtype) if want_z else None
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _dense(x, w, bias, activation, out_dtype, scaling):
-    return _dense_fwd(x, w, bias, activation, out_dtype, scaling)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
+def _dense(x, w, bias, activation, out_dtype, scaling, x_dtype):
+    return _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype)[0]
 
 
-def _dense_fwd(x, w, bias, activation, out_dtype, scaling):
+def _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype):
     # What act'(z) needs, in the output's dtype (as jaxgemm.dense keeps its aux): nothing
     # without an activation, y for relu, else z rounded once.
     want_z = activation is not None and not activations.derivative_from_output(activation)
     if scaling == "rowwise":
         # x and w each quantized both ways in two passes (quantize.py): x and w^T for this
-        # product, x^T and w kept for the backward's.
+        # product, x^T and w kept for the backward's (x itself is not kept: dx is typed
+        # like x^T transposed, and x_dtype is static).
         xq, xs, xqt, xst = quantize_both(x)
         wq, ws, wqt, wst = quantize_both(w)
         y, z = _fused_forward(xq, wqt, xs, wst, bias, activation, want_z, out_dtype)
-        quantized = (xqt, xst, wq, ws)
+        saved = (xqt, xst, wq, ws, w)
     else:
         y, z = _blockwise_forward(x, w, bias, activation, want_z, out_dtype)
-        quantized = ()
+        saved = (x, w)
     at = z if want_z else (y if activation is not None else None)
-    return y, (x, w, bias, at, quantized)
+    return y, (saved, bias, at)
 
 
-def _dense_bwd(activation, out_dtype, scaling, saved, dy):
-    x, w, bias, at, quantized = saved
+def _dense_bwd(activation, out_dtype, scaling, x_dtype, residuals, dy):
+    saved, bias, at = residuals
     if scaling == "rowwise":
         # dz = dy * act'(z) quantized both ways, and its column sums (dbias), in two passes.
-        xqt, xst, wq, ws = quantized
+        xqt, xst, wq, ws, w = saved
         dzq, dzs, dzqt, dzst, *dbias = quantize_both(dy, at, activation, want_sum=bias is not None)
-        dx = _scaled(dzq, wq, dzs, ws, x.dtype, like=x)
+        dx = _scaled(dzq, wq, dzs, ws, x_dtype, like=xqt, transposed=True)
         dw = _scaled(xqt, dzqt, xst, dzst, w.dtype, like=w)
         return dx, dw, None if bias is None else dbias[0].astype(bias.dtype)
+    x, w = saved
     dz = dy.astype(jnp.float32)
     if activation is not None:
         dz = dz * activations.derivative(activation, at)
@@ -214,5 +219,5 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise"
     # (per-shard sums) are psummed by the cast's transpose, as for JAX's own dots.
     rows, w, *bias = match_varying((x.reshape(-1, x.shape[-1]), w) + (() if bias is None else (bias,)))
     out_sharding = canonical_out_sharding(out_sharding, "jaxgemm.fp8.dense")
-    y = _dense(rows, w, bias[0] if bias else None, activation, out_dtype, scaling)
+    y = _dense(rows, w, bias[0] if bias else None, activation, out_dtype, scaling, jnp.dtype(rows.dtype))
     return constrain_output(y.reshape(x.shape[:-1] + (w.shape[1],)), out_sharding)

@@ -248,3 +248,16 @@ def test_rowwise_forward_is_one_kernel(activation):
     results = [line for line in hlo.splitlines() if 'custom_call_target="jaxgemm_gemm"' in line][0].split("=")[1]
     assert results.count("bf16[1,64,128]") == (2 if activation == "gelu" else 1), results
     assert "f32[64,128]" not in hlo and "f32[1,64,128]" not in hlo
+
+
+def test_rowwise_backward_keeps_fp8_copies_not_x():
+    """Rowwise, the backward reads x^T and w quantized by the forward: the residuals hold
+    x^T in e4m3 (1 byte a value), not x in its 16-bit type, beside w (a parameter), the
+    bias and z."""
+    x, w, b = _layer(12, dtype=jnp.bfloat16)
+    _, vjp = jax.vjp(lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu"), x, w, b)
+    kept = [(leaf.shape, jnp.dtype(leaf.dtype)) for leaf in jax.tree_util.tree_leaves(vjp) if hasattr(leaf, "shape")]
+    assert (x.shape, jnp.dtype(x.dtype)) not in kept, kept
+    assert (x.shape[::-1], jnp.dtype(jnp.float8_e4m3fn)) in kept, kept
+    blockwise = jax.vjp(lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise"), x, w, b)[1]
+    assert (x.shape, jnp.dtype(x.dtype)) in [(leaf.shape, leaf.dtype) for leaf in jax.tree_util.tree_leaves(blockwise)]
