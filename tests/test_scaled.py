@@ -106,6 +106,8 @@ def test_fp8_kernel_runs_where_it_can(dtypes, kb, k, on_kernel):
     assert runs_on_fp8_kernel(lhs, rhs, ls, platform) == on_kernel
     calls = _ffi_gemm_operands(jax.jit(jaxgemm.scaled_matmul).lower(lhs, rhs, ls, rs).compile().as_text())
     assert (len(calls) == 1 and calls[0].count("f8e4m3fn[") == 2) == on_kernel, calls
+    if on_kernel:  # the scales are the kernel's epilogue operands (no XLA pass after it)
+        assert calls[0].count("f32[1,16]") == 1 and calls[0].count("f32[1,32]") == 1, calls
     assert _rel(jaxgemm.scaled_matmul(lhs, rhs, ls, rs), _reference(lhs, rhs, ls, rs)) <= _bound((lhs,))
 
 
