@@ -40,6 +40,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgemm import activations
 from jaxgemm._compat import explicit_sharding, match_varying
+from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
 from jaxgemm.quantize import E4M3, E4M3_MAX, quantize_both, scales_of, to_e4m3  # noqa: F401 (E4M3*: this module's API)
@@ -127,10 +128,8 @@ def _blockwise_forward(x, w, bias, activation, want_z, out_dtype):
         (qx, sx), (qwt, swt) = quantize_rows(x), quantize_rows(w.T)
         return _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype)
     z = _product(x, w.T, jnp.float32, "blockwise", b_is_weight=True)
-    if bias is not None:
-        z = z + bias.astype(jnp.float32)
-    y = activations.apply(activation, z).astype(out_dtype)
-    return y, z.astype(out_dtype) if want_z else None
+    y, *z = epilogue_in_jax(z, None, bias, None, EpilogueConfig(activation=activation, want_aux=want_z), out_dtype)
+    return y, z[0] if want_z else None
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxgemm import _ffi, xla_cpu
+from jaxgemm import _ffi, activations, xla_cpu
 from jaxgemm._compat import xla_out_sharding
 from jaxgemm.gemm import GemmConfig, call_gemm_ffi, gemm_workspace_bytes
 from jaxgemm.primitive import (
@@ -113,18 +113,22 @@ def runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform: str) -> bool:
             and _on_fp8_platform(platform))  # fmt: skip
 
 
-def _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform):
-    """sum_k lhs[b, m, k] rhs[b, n, k] on the fp8 kernel, times the row scale of lhs and of
-    rhs in its epilogue (the row_scale and col_scale operands, float32). The kernel writes
-    bfloat16 or float32 (a float16 result is rounded from float32)."""
+def fp8_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform, *, bias=None, activation=None,
+                    want_aux=False):  # fmt: skip
+    """[out] (or [out, z] with want_aux) of the fp8 kernel: sum_k lhs[b, m, k] rhs[b, n, k]
+    times the row scale of lhs and of rhs (the row_scale and col_scale operands, float32),
+    then the bias (B, N) and the activation (a canonical name), all in its epilogue. The
+    kernel writes bfloat16 or float32 (a float16 result is rounded from float32)."""
     kernel_dtype = jnp.dtype(jnp.bfloat16) if out_dtype == jnp.bfloat16 else jnp.dtype(jnp.float32)
     config = GemmConfig(transpose_b=True, out_dtype=kernel_dtype, split_k=1)
-    out_shape = (lhs.shape[0], lhs.shape[1], rhs.shape[1])
-    workspace = gemm_workspace_bytes(lhs.shape, rhs.shape, lhs.dtype, config, 1, platform)
-    out = call_gemm_ffi(lhs, rhs, config=config, out_shape=out_shape, workspace_bytes=workspace,
-                        row_scale=lhs_scales[..., 0].astype(jnp.float32),
-                        col_scale=rhs_scales[..., 0].astype(jnp.float32))[0]  # fmt: skip
-    return out.astype(out_dtype)
+    outs = call_gemm_ffi(
+        lhs, rhs, config=config, out_shape=(lhs.shape[0], lhs.shape[1], rhs.shape[1]),
+        workspace_bytes=gemm_workspace_bytes(lhs.shape, rhs.shape, lhs.dtype, config, 1, platform),
+        row_scale=lhs_scales[..., 0].astype(jnp.float32), col_scale=rhs_scales[..., 0].astype(jnp.float32),
+        bias=None if bias is None else bias.astype(kernel_dtype), activation=activations.activation_id(activation),
+        want_aux=want_aux,
+    )  # fmt: skip
+    return [x.astype(out_dtype) for x in outs[: 2 if want_aux else 1]]
 
 
 def _scales_by_block(scales):
@@ -158,7 +162,7 @@ def _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_shardi
 def scaled_local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
     """The op on one device's shards (its K factors "kb" and "ks" summed over `axes`)."""
     if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform):
-        out = _fp8_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform)
+        (out,) = fp8_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform)
     elif runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform):
         out = _block_scaled_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype)
     else:

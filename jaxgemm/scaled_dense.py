@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxgemm import activations
-from jaxgemm.gemm import GemmConfig, call_gemm_ffi, gemm_workspace_bytes
+from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax
 from jaxgemm.primitive import Op, Result, Rule, all_to_front, define
-from jaxgemm.scaled import runs_on_fp8_kernel, scaled_local
+from jaxgemm.scaled import fp8_kernel_call, runs_on_fp8_kernel, scaled_local
 
 
 def _abstract(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dtype):
@@ -36,30 +35,15 @@ def _rule(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dty
     return Rule(operands, (("b", "m", "n"),) * (2 if want_aux else 1))
 
 
-def _kernel_dtype(out_dtype):
-    """What the fp8 kernel writes for out_dtype: bfloat16 as it is, the rest as float32."""
-    return jnp.dtype(jnp.bfloat16) if out_dtype == jnp.bfloat16 else jnp.dtype(jnp.float32)
-
-
 def _local(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dtype, platform, axes):
     bias = bias[0] if bias else None
     if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform) and not axes.get("ks"):
-        config = GemmConfig(transpose_b=True, out_dtype=_kernel_dtype(out_dtype), split_k=1)
-        outs = call_gemm_ffi(
-            lhs, rhs, config=config, out_shape=(lhs.shape[0], lhs.shape[1], rhs.shape[1]),
-            workspace_bytes=gemm_workspace_bytes(lhs.shape, rhs.shape, lhs.dtype, config, 1, platform),
-            row_scale=lhs_scales[..., 0].astype(jnp.float32), col_scale=rhs_scales[..., 0].astype(jnp.float32),
-            bias=None if bias is None else bias.astype(config.out_dtype),
-            activation=activations.activation_id(activation), want_aux=want_aux,
-        )  # fmt: skip
-        return [x.astype(out_dtype) for x in outs[: 2 if want_aux else 1]]
+        return fp8_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform, bias=bias, activation=activation,
+                               want_aux=want_aux)  # fmt: skip
     # The product (summed over a split K), then the epilogue once, in XLA.
     (z,) = scaled_local(lhs, rhs, lhs_scales, rhs_scales, out_dtype=jnp.dtype(jnp.float32), platform=platform,
                         axes=axes)  # fmt: skip
-    if bias is not None:
-        z = z + bias[:, None, :].astype(jnp.float32)
-    y = activations.apply(activation, z)
-    return [y.astype(out_dtype)] + ([z.astype(out_dtype)] if want_aux else [])
+    return epilogue_in_jax(z, None, bias, None, EpilogueConfig(activation=activation, want_aux=want_aux), out_dtype)
 
 
 def _batch(args, dims, *, activation, want_aux, out_dtype):

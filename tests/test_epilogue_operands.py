@@ -12,6 +12,7 @@ from jaxgemm.activations import activation_id
 from jaxgemm.gemm import GemmConfig, call_gemm_ffi
 from jaxgemm.kernels import EPILOGUE_OPERAND_DTYPES, EPILOGUE_OPERANDS
 from reference import ACTIVATIONS, random, rel_error, to64
+from test_scaled import _fp8_kernel_platform
 
 
 def test_the_table_as_python_reads_it():
@@ -73,16 +74,6 @@ def test_the_call_counts_its_operand_buffers():
     assert jaxgemm.matmul(a, b).shape == (2, 4)
 
 
-def _fp8_platform():
-    """Where jaxgemm_gemm takes e4m3 operands: a Hopper GPU, or the CPU's FFI reference."""
-    from jaxgemm import _ffi
-
-    platform = jax.devices()[0].platform
-    if platform == "gpu" and not _ffi.hopper():
-        pytest.skip("fp8 products run on a Hopper GPU")
-    return platform
-
-
 def test_scales_are_float32_and_for_fp8_products():
     """The scales are float32 whatever the output, the other operands of the output's dtype,
     and only fp8 products take scales."""
@@ -92,7 +83,7 @@ def test_scales_are_float32_and_for_fp8_products():
         jax.block_until_ready(call_gemm_ffi(a, b, config=config, out_shape=(2, 4), bias=jnp.ones(4, jnp.float32)))
     with pytest.raises(Exception, match="row_scale and col_scale scale float8 products only"):
         jax.block_until_ready(call_gemm_ffi(a, b, config=config, out_shape=(2, 4), col_scale=jnp.ones(4, jnp.float32)))
-    _fp8_platform()
+    _fp8_kernel_platform()
     a, b = a.astype(jnp.float8_e4m3fn), b.astype(jnp.float8_e4m3fn)
     for name, shape, words in [("row_scale", (2,), "row_scale needs float32"),
                                ("row_scale", (4,), r"row_scale has shape \(4,\)"),
@@ -116,7 +107,7 @@ def test_fp8_products_take_the_epilogue(out_dtype, m, n, k, batch, epilogue):
     epilogue on a Hopper GPU (the general one for the residual), the FFI reference on the
     CPU. Scales of 2^-2..2^2, so that a missing or misplaced one shows; "broadcast": one
     row of column scales for the whole batch (stride 0)."""
-    _fp8_platform()
+    _fp8_kernel_platform()
     rng = np.random.default_rng(m + n + k)
     a = jnp.asarray(rng.standard_normal(batch + (m, k)) * 4, jnp.float8_e4m3fn)
     b = jnp.asarray(rng.standard_normal(batch + (n, k)) * 4, jnp.float8_e4m3fn)

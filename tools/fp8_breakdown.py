@@ -6,30 +6,14 @@ order, then the sums of the GEMMs, of jaxgemm's quantization passes and of every
 A shape is tokens x out features x in features; bf16 x, w, bias, gelu."""
 
 import argparse
-import statistics
 
 import jax
-import jax.numpy as jnp
-from jax.experimental.mosaic.gpu import profiler
+from bench_fp8 import fwd_bwd, layer_inputs  # (this folder's: the same layer and inputs)
+from kernel_breakdown import breakdown
 
 import jaxgemm
 
 SHAPES = "16384x14336x4096,32768x1024x4096,32768x4096x1024,8192x8192x8192"
-
-
-def step(layer):
-    def run(x, w, b, dy):
-        y, vjp = jax.vjp(layer, x, w, b)
-        return y, vjp(dy)
-
-    return jax.jit(run)
-
-
-def kernels(fn, args, iterations=20):
-    """[(kernel name, median ms)] of one call, in launch order."""
-    _, per_iter = profiler.measure(fn, aggregate=False, iterations=iterations)(*args)
-    names = [name for name, _ in per_iter[0]]
-    return [(name, statistics.median(it[i][1] for it in per_iter)) for i, name in enumerate(names)]
 
 
 def kind(name: str) -> str:
@@ -57,16 +41,12 @@ def main():
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
-        keys = jax.random.split(jax.random.key(0), 4)
-        x = jax.random.normal(keys[0], (m, k), jnp.bfloat16)
-        w = (jax.random.normal(keys[1], (k, n), jnp.float32) * k**-0.5).astype(jnp.bfloat16)
-        b = (0.1 * jax.random.normal(keys[2], (n,), jnp.float32)).astype(jnp.bfloat16)
-        dy = jax.random.normal(keys[3], (m, n), jnp.bfloat16)
+        inputs = layer_inputs(m, n, k)
         print(f"{m} tokens x {n} out x {k} in, bf16, bias + gelu, forward + backward")
-        show("bf16 jaxgemm.dense", kernels(step(lambda x, w, b: jaxgemm.dense(x, w, b, "gelu")), (x, w, b, dy)))
+        show("bf16 jaxgemm.dense", breakdown(fwd_bwd(lambda x, w, b: jaxgemm.dense(x, w, b, "gelu")), inputs, 20))
         for scaling in args.scaling.split(","):
             layer = lambda x, w, b, s=scaling: jaxgemm.fp8.dense(x, w, b, "gelu", scaling=s)
-            show(f"fp8.dense {scaling}", kernels(step(layer), (x, w, b, dy)))
+            show(f"fp8.dense {scaling}", breakdown(fwd_bwd(layer), inputs, 20))
 
 
 if __name__ == "__main__":
