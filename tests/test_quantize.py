@@ -111,3 +111,16 @@ def test_bad_input_is_named():
         quantize_both(jnp.ones((2, 3, 4)))
     with pytest.raises(ValueError, match=r"at\(3, 2\)"):
         quantize_both(jnp.ones((2, 3)), jnp.ones((3, 2)), "gelu")
+
+
+def test_inside_shard_map_each_device_has_its_own_scales():
+    """Inside shard_map the passes see one device's rows: its column amax (qt's scales) are
+    its own, as jnp's quantizer on that shard gives them."""
+    if len(jax.devices()) < 4:
+        pytest.skip("needs 4 devices")
+    mesh = jax.make_mesh((4,), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
+    x = jnp.asarray(np.random.default_rng(8).standard_normal((256, 64)) * np.arange(1, 257)[:, None], jnp.float32)
+    per_shard = jax.jit(jax.shard_map(lambda x: tuple(g[None] for g in quantize_both(x)), mesh=mesh,
+                                      in_specs=P("data"), out_specs=(P("data"),) * 4))(x)  # fmt: skip
+    for d in range(4):
+        _exact([g[d] for g in per_shard], _want(x[64 * d: 64 * (d + 1)]))
