@@ -260,8 +260,7 @@ __device__ __forceinline__ void Sm90WriteBoxWords(const Sm90BoxWriter<TOut>& wri
 // Whether D (and Aux) can take the TMA-store epilogue, and the tensor maps: an epilogue
 // with no operand but the bias, and the scales of fp8 products (C, the residual and any
 // other stay on the general epilogue, which reads every operand of the table), and for a
-// float output without bias, scales, activation or Aux (the fused path packs 16-bit
-// pairs); TMA-addressable D and Aux (16-byte aligned rows; Aux is laid out like D: pitch
+// float output without bias, activation or Aux (the fused path packs 16-bit pairs); TMA-addressable D and Aux (16-byte aligned rows; Aux is laid out like D: pitch
 // ldd, slabs m * n apart).
 template <class TOut>
 Sm90Store MakeSm90Store(const GemmProblem& p) {
@@ -270,8 +269,8 @@ Sm90Store MakeSm90Store(const GemmProblem& p) {
   Sm90Store store{};
   const EpilogueParams& e = p.epilogue;
   const int64_t slabs = p.batch.count * p.split_k;
-  const bool scaled = e.row_scale() || e.col_scale();
-  const bool fused = e.bias() || e.aux || e.activation != Activation::kNone || scaled;
+  // (The scales alone take the plain path: Sm90TmaEpilogue scales the tile first.)
+  const bool fused = e.bias() || e.aux || e.activation != Activation::kNone;
   // Operands the fused path does not read (the fp8 instances alone read the scales).
   auto fused_reads = [&](int o) {
     return o == kEpilogueBias || (IsFloat8(p.in_type) && (o == kEpilogueRowScale || o == kEpilogueColScale));

@@ -145,9 +145,10 @@ struct Sm90TileScales : EpilogueSourceDefaults {
   }
 };
 
-// The scale step on a consumer's whole tile, before the fused epilogue's blocks: this way
-// the blocks' loop holds no scale state next to the tile's accumulators (per block, the
-// scales' loads and pointers spilled the 256-column tiles).
+// The scale step on a consumer's whole tile, before any TMA-store epilogue (plain or
+// fused): the scales alone keep the plain path's overlap of boxes with the next tile, and
+// the fused blocks' loop holds no scale state next to the tile's accumulators (per block,
+// the scales' loads and pointers spilled the 256-column tiles).
 template <class P>
 __device__ __forceinline__ void Sm90ScaleTile(const Sm90Store& s, float (&acc)[P::kMmaM][P::kBN / 2], int64_t row0,
                                               int64_t col0, int64_t batch, int tid) {
@@ -179,8 +180,8 @@ __device__ __forceinline__ void Sm90ScaleTile(const Sm90Store& s, float (&acc)[P
 
 // The fused TMA-store epilogue of one consumer's tile: the epilogue's steps
 // (gemm/epilogue_steps.cuh) without C and residual, on the fragments:
-//   z = alpha * acc [* row scale * column scale, kScales: on the whole tile first] + bias,
-//   Aux = z,  D = act(z),
+//   z = alpha * acc + bias,  Aux = z,  D = act(z)
+// (an fp8 product's scales are already in acc: Sm90TmaEpilogue::Store scales the tile first),
 // Aux and D rounded to nearest from the fp32 values. One 64 x 64 block per iteration of a
 // runtime loop, so the activation code exists once (unrolled per block, every activation
 // times every block overflows the instruction cache); the block's 32 values per thread come
@@ -220,7 +221,6 @@ __device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, float
     if (tid < P::kBN / 2) StoreShared32(stage + 4 * tid, bias_word);
     NamedBarrierSync(1 + wg, 128);
   }
-  if constexpr (kScales) Sm90ScaleTile<P>(s, acc, row0, col0, slab, tid);  // (fused: one slab per batch index)
   uint32_t row_offset, unit_xor;
   Sm90BoxLane(thread, &row_offset, &unit_xor);
   Sm90FusedSource<TOut> source{{}, stage, SharedAddress(boxes) + row_offset, unit_xor, 0, with_bias, with_aux};
@@ -310,6 +310,11 @@ struct Sm90TmaEpilogue {
   __device__ __forceinline__ void Store(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
                                         const GemmProblem& p, int64_t row0, int64_t col0, int64_t slab, int wg,
                                         unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage) {
+    if constexpr (kScales) {  // every path (fp8 has no split-K: one slab per batch index)
+      if (store.row_scale != nullptr || store.col_scale != nullptr) {
+        Sm90ScaleTile<P>(store, acc, row0, col0, slab, threadIdx.x % 128);
+      }
+    }
     if (kWithFused && store.fused) {  // 16-bit outputs only (MakeSm90Store)
       if constexpr (sizeof(TOut) == 2) {
         Sm90StoreTileFused<P, TOut, Handed::kUsed, kScales>(store, acc, row0, col0, slab, wg, boxes, bias_word,

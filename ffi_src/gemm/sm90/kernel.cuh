@@ -123,11 +123,9 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Schedule
       if (kWithFused && store.fused && store.bias && tid < P::kBN / 2) {
         bias_word = Sm90BiasWord<TOut>(store, w.n0 + 2 * tid, w.batch);
       }
-      if constexpr (kScales) {
-        if (kWithFused && store.fused) {
-          Sm90PrefetchScales<P, 64 * P::kMmaM>(store, w.m0 + first_row, w.n0, w.batch, tid);
-        }
-      }
+    }
+    if constexpr (kScales && !kGrouped) {
+      if (store.enabled) Sm90PrefetchScales<P, 64 * P::kMmaM>(store, w.m0 + first_row, w.n0, w.batch, tid);
     }
     auto multiply = [&](auto blocks) {
       constexpr int kBlocks = decltype(blocks)::value;
