@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(kAmaxThreads) Fp8AmaxKernel(const Fp8QuantizeP
   const bool inside = col < p.cols;  // (cols % 8 == 0: all 8 or none)
   unsigned cmax[8] = {};
   float csum[8] = {};
+#pragma unroll 4
   for (int64_t r = row0 + warp; r < row0 + kAmaxRows && r < p.rows; r += kAmaxWarps) {
     float s[8] = {};
     if (inside) LoadSource<T>(p, r * p.cols + col, s);
@@ -101,9 +102,9 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
   const int64_t col = int64_t(blockIdx.x) * kQuantCols + 8 * g;
   const int64_t row0 = int64_t(blockIdx.y) * kQuantRows;
   const bool inside = col < p.cols;
-  float col_scale[8];
+  float col_inverse[8];  // 1 / scale, IEEE-rounded as jnp's (a multiply a value after it)
 #pragma unroll
-  for (int j = 0; j < 8; ++j) col_scale[j] = p.qt != nullptr && inside ? p.col_scale[col + j] : 1.f;
+  for (int j = 0; j < 8; ++j) col_inverse[j] = p.qt != nullptr && inside ? __frcp_rn(p.col_scale[col + j]) : 1.f;
   uint32_t words[8] = {};  // qt: column j's 4 rows, one byte each
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -112,14 +113,14 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
     float s[8];
     LoadSource<T>(p, r * p.cols + col, s);
     if (p.q != nullptr) {
-      const float row_scale = p.row_scale[r];
+      const float row_inverse = __frcp_rn(p.row_scale[r]);
       uint64_t packed = 0;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) packed |= uint64_t(ToE4m3(__fdiv_rn(s[j], row_scale))) << (8 * j);
+      for (int j = 0; j < 8; ++j) packed |= uint64_t(ToE4m3(__fmul_rn(s[j], row_inverse))) << (8 * j);
       *reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(p.q) + r * p.cols + col) = packed;
     }
 #pragma unroll
-    for (int j = 0; j < 8; ++j) words[j] |= uint32_t(ToE4m3(__fdiv_rn(s[j], col_scale[j]))) << (8 * i);
+    for (int j = 0; j < 8; ++j) words[j] |= uint32_t(ToE4m3(__fmul_rn(s[j], col_inverse[j]))) << (8 * i);
   }
   if (p.qt == nullptr) return;  // (uniform across the block)
 #pragma unroll

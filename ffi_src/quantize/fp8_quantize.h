@@ -3,7 +3,7 @@
 //   amax pass:     row_amax[r] = max_c |s[r, c]|, col_amax[c] = max_r |s[r, c]| (NaN wins,
 //                  as in jnp.max), and in the gradient's form the column sums of s in
 //                  fixed-order partials, col_partials[chunk, c] over chunks of kAmaxRows rows;
-//   quantize pass: q[r, c] = e4m3(s[r, c] / row_scale[r]), qt[c, r] = e4m3(s[r, c] / col_scale[c])
+//   quantize pass: q[r, c] = e4m3(s[r, c] * (1 / row_scale[r])), qt[c, r] = e4m3(s[r, c] * (1 / col_scale[c]))
 //                  (rounded to nearest, saturated to +-448; the caller makes the scales from
 //                  the amax, so both passes read s and nothing in between holds it).
 // q is the operand of the product that contracts the columns, qt (K-major, transposed) of

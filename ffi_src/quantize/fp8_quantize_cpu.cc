@@ -57,8 +57,8 @@ void Fp8QuantizeCpu(const Fp8QuantizeProblem& p) {
   for (int64_t r = 0; r < p.rows; ++r) {
     for (int64_t c = 0; c < p.cols; ++c) {
       const float s = Source(p, r * p.cols + c);
-      if (q) q[r * p.cols + c] = FloatToE4m3Bits(s / p.row_scale[r]);
-      if (qt) qt[c * p.rows + r] = FloatToE4m3Bits(s / p.col_scale[c]);
+      if (q) q[r * p.cols + c] = FloatToE4m3Bits(s * (1.f / p.row_scale[r]));
+      if (qt) qt[c * p.rows + r] = FloatToE4m3Bits(s * (1.f / p.col_scale[c]));
     }
   }
 }
