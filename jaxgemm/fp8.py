@@ -43,7 +43,7 @@ from jaxgemm._compat import explicit_sharding, match_varying
 from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
-from jaxgemm.quantize import E4M3, E4M3_MAX, quantize_both, scales_of, to_e4m3  # noqa: F401 (E4M3*: this module's API)
+from jaxgemm.quantize import E4M3, E4M3_MAX, quantize_blocks_both, quantize_both, scales_of, to_e4m3  # noqa: F401 (E4M3*: this module's API)
 from jaxgemm.scaled_dense import scaled_dense
 
 BLOCK = BLOCK_SCALE_GRANULE  # blockwise scaling's block (128): the block-scaled kernel's k-tile
@@ -123,6 +123,12 @@ def _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype):
     return outs[0][0], outs[1][0] if want_z else None
 
 
+def _whole_blocks(x, w) -> bool:
+    """Whether every dim of the layer (M, K, N) is whole 128-blocks: then x, w and dz are
+    each quantized both ways in one pass (quantize.quantize_blocks_both)."""
+    return not (x.shape[0] % BLOCK or x.shape[1] % BLOCK or w.shape[1] % BLOCK)
+
+
 def _blockwise_forward(x, w, bias, activation, want_z, out_dtype):
     if x.shape[-1] % BLOCK:  # a contraction of no whole blocks: rowwise, on the fused kernel
         (qx, sx), (qwt, swt) = quantize_rows(x), quantize_rows(w.T)
@@ -149,6 +155,16 @@ def _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype):
         wq, ws, wqt, wst = quantize_both(w)
         y, z = _fused_forward(xq, wqt, xs, wst, bias, activation, want_z, out_dtype)
         saved = (xqt, xst, wq, ws, w)
+    elif _whole_blocks(x, w):
+        # One pass each (quantize.py): x in 1 x 128 blocks both ways, w in 128 x 128 tiles.
+        xq, xs, xqt, xst = quantize_blocks_both(x)
+        wq, ws, wqt, wst = quantize_blocks_both(w, tiles=True)
+        z = _scaled(xq, wqt, xs, wst, jnp.float32)
+        if bias is not None:
+            z = z + bias.astype(jnp.float32)
+        y = activations.apply(activation, z).astype(out_dtype)
+        z = z.astype(out_dtype) if want_z else None
+        saved = (xqt, xst, wq, ws, w)
     else:
         y, z = _blockwise_forward(x, w, bias, activation, want_z, out_dtype)
         saved = (x, w)
@@ -158,10 +174,12 @@ def _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype):
 
 def _dense_bwd(activation, out_dtype, scaling, x_dtype, residuals, dy):
     saved, bias, at = residuals
-    if scaling == "rowwise":
-        # dz = dy * act'(z) quantized both ways, and its column sums (dbias), in two passes.
+    if len(saved) == 5:  # rowwise, or blockwise in whole blocks: x^T and w quantized by the forward
+        # dz = dy * act'(z) quantized both ways, and its column sums (dbias): two passes
+        # rowwise, one blockwise.
         xqt, xst, wq, ws, w = saved
-        dzq, dzs, dzqt, dzst, *dbias = quantize_both(dy, at, activation, want_sum=bias is not None)
+        quantize = quantize_both if scaling == "rowwise" else quantize_blocks_both
+        dzq, dzs, dzqt, dzst, *dbias = quantize(dy, at, activation, want_sum=bias is not None)
         dx = _scaled(dzq, wq, dzs, ws, x_dtype, like=xqt, transposed=True)
         dw = _scaled(xqt, dzqt, xst, dzst, w.dtype, like=w)
         return dx, dw, None if bias is None else dbias[0].astype(bias.dtype)

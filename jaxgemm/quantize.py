@@ -34,8 +34,9 @@ AMAX_ROWS = 128  # rows per partial column sum of the amax pass (kAmaxRows)
 
 
 def scales_of(amax):
-    """amax / 448, or 1 where everything is zero."""
-    return jnp.where(amax > 0, amax / E4M3_MAX, 1.0)
+    """amax times 1 / 448 (the reciprocal rounded to float32 once, as XLA folds a division
+    by a constant and as the block kernel computes it), or 1 where everything is zero."""
+    return jnp.where(amax > 0, amax * np.float32(1.0 / E4M3_MAX), 1.0)
 
 
 def to_e4m3(s, scales):
@@ -141,6 +142,99 @@ def _quantize_batch(args, dims, *, activation):
 
 fp8_quantize_op = define(Op("jaxgemm_fp8_quantize", abstract=_quantize_abstract, rule=_quantize_rule,
                             local=_quantize_local, batch=_quantize_batch))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# Blockwise, one pass: x (R, C) [, at] -> q, q's 1 x 128 scales (R, C / 128), qt, qt's
+# (C, R / 128) [, column sums (C,)]; `tiles`: one scale per 128 x 128 tile (weights), on
+# each of its rows in both orientations.
+
+BLOCK = 128
+
+
+def _block_dims(x):
+    """Rows and columns as compound factors (blocks, values in one) that shard on whole
+    blocks only; a dim of one block has no block factor (Shardy takes none of size 1)."""
+    rows, cols = x.shape
+    return (("rb", "rs") if rows > BLOCK else "rs"), (("cb", "cs") if cols > BLOCK else "cs")
+
+
+def _block_abstract(x, *at, activation, tiles, want_sum):
+    rows, cols = x.shape
+    f32 = jnp.float32
+    return ([Result((rows, cols), E4M3), Result((rows, cols // BLOCK), f32), Result((cols, rows), E4M3),
+             Result((cols, rows // BLOCK), f32)] + [Result((cols,), f32)] * want_sum)  # fmt: skip
+
+
+def _block_rule(x, *at, activation, tiles, want_sum):
+    r, c = _block_dims(x)
+    rb = "rb" if isinstance(r, tuple) else "rb1"  # (a single block: a size-1 dim of its own)
+    cb = "cb" if isinstance(c, tuple) else "cb1"
+    results = ((r, c), (r, cb), (c, r), (c, rb)) + ((c,),) * want_sum
+    sizes = tuple((f, BLOCK) for f, d in (("rs", r), ("cs", c)) if isinstance(d, tuple))
+    return Rule(((r, c),) * (1 + len(at)), results, replicated=frozenset({"rb1", "cb1"}), factor_sizes=sizes)
+
+
+def _blockwise_jnp(s, tiles):
+    """The definition on s (float32, (R, C) multiples of 128): (q, q_scale, qt, qt_scale)."""
+    rows, cols = s.shape
+    t = s.reshape(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK)
+    if tiles:
+        scale = jnp.broadcast_to(scales_of(jnp.max(jnp.abs(t), axis=(1, 3), keepdims=True)), t.shape)
+        row_scale, col_scale = scale, scale
+    else:
+        row_scale = jnp.broadcast_to(scales_of(jnp.max(jnp.abs(t), axis=3, keepdims=True)), t.shape)
+        col_scale = jnp.broadcast_to(scales_of(jnp.max(jnp.abs(t), axis=1, keepdims=True)), t.shape)
+    q = to_e4m3(t, row_scale).reshape(rows, cols)
+    qt = to_e4m3(t, col_scale).reshape(rows, cols).T
+    q_scale = row_scale[:, :, :, 0].reshape(rows, cols // BLOCK)
+    qt_scale = col_scale[:, 0, :, :].transpose(1, 2, 0).reshape(cols, rows // BLOCK)
+    return q, q_scale, qt, qt_scale
+
+
+def _block_local(x, *at, activation, tiles, want_sum, platform, axes):
+    at = at[0] if at else None
+    rows, cols = x.shape
+    ffi = platform == "cuda" or (platform == "cpu" and not xla_cpu.enabled(platform))
+    if ffi:
+        f32 = jnp.float32
+        results = (jax.ShapeDtypeStruct((rows, cols), E4M3), jax.ShapeDtypeStruct((rows, cols // BLOCK), f32),
+                   jax.ShapeDtypeStruct((cols, rows), E4M3), jax.ShapeDtypeStruct((cols, rows // BLOCK), f32),
+                   jax.ShapeDtypeStruct((rows // BLOCK, cols) if want_sum else (0,), f32))  # fmt: skip
+        *outs, partials = jax.ffi.ffi_call("jaxgemm_fp8_block_quantize", results)(
+            x, _empty().astype(x.dtype) if at is None else at,
+            activation=np.int64(activations.activation_id(activation)), tiles=bool(tiles))  # fmt: skip
+        col_sum = partials.sum(axis=0)
+    else:
+        s = _source(x, at, activation)
+        outs, col_sum = list(_blockwise_jnp(s, tiles)), jnp.sum(s, axis=0)
+    if not want_sum:
+        return outs
+    return outs + [jax.lax.psum(col_sum, axes["rb"]) if axes.get("rb") else col_sum]
+
+
+def _block_batch(args, dims, *, activation, tiles, want_sum):
+    args = all_to_front(args, dims)
+    outs = jax.vmap(lambda x, *at: _block_local(x, *at, activation=activation, tiles=tiles, want_sum=want_sum,
+                                                platform="jnp", axes={}))(*args)  # fmt: skip
+    return list(outs), [0] * len(outs)
+
+
+fp8_block_quantize_op = define(Op("jaxgemm_fp8_block_quantize", abstract=_block_abstract, rule=_block_rule,
+                                  local=_block_local, batch=_block_batch))  # fmt: skip
+
+
+def quantize_blocks_both(x, at=None, activation=None, *, tiles=False, want_sum=False):
+    """x (R, C), or dz = x * act'(at), both multiples of 128, in e4m3 both ways with 1 x 128
+    block scales along each orientation's last dim (or with `tiles` one scale per 128 x 128
+    tile): (q (R, C), its scales (R, C / 128), qt (C, R), its scales (C, R / 128)), and with
+    want_sum the column sums of the source (C,) after them."""
+    if x.ndim != 2 or x.shape[0] % BLOCK or x.shape[1] % BLOCK or (at is not None and at.shape != x.shape):
+        raise ValueError(f"quantize_blocks_both: needs x (R, C) of multiples of {BLOCK} and at like it, got "
+                         f"x{x.shape}" + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
+    operands = (x,) if at is None else (x, at.astype(x.dtype))
+    return tuple(fp8_block_quantize_op.bind(*operands, activation=None if at is None else activation, tiles=tiles,
+                                            want_sum=want_sum))  # fmt: skip
 
 
 def quantize_both(x, at=None, activation=None, *, want_sum=False):

@@ -124,3 +124,64 @@ def test_inside_shard_map_each_device_has_its_own_scales():
                                       in_specs=P("data"), out_specs=(P("data"),) * 4))(x)  # fmt: skip
     for d in range(4):
         _exact([g[d] for g in per_shard], _want(x[64 * d: 64 * (d + 1)]))
+
+# Blockwise, one pass: 1 x 128 blocks along each orientation's last dim, or 128 x 128 tiles.
+
+from jaxgemm.fp8 import quantize_blocks, quantize_tiles  # noqa: E402
+from jaxgemm.quantize import quantize_blocks_both  # noqa: E402
+
+
+def _want_blocks(s, tiles):
+    """jnp's block (tile) quantizer on s (float32) and on s^T."""
+    quantize = quantize_tiles if tiles else quantize_blocks
+    return quantize(s) + quantize(s.T)
+
+
+@pytest.mark.parametrize("shape", [(256, 384), (128, 128)])
+@pytest.mark.parametrize("tiles", [False, True])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_blocks_both_ways_match_the_block_quantizers(shape, tiles, dtype):
+    x = np.random.default_rng(shape[1]).standard_normal(shape) * np.logspace(-3, 3, shape[1])
+    x = jnp.asarray(x, dtype)
+    got = jax.jit(lambda x: quantize_blocks_both(x, tiles=tiles))(x)
+    _exact(got, _want_blocks(x.astype(jnp.float32), tiles))
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+def test_blocks_in_the_gradient_form(activation):
+    rng = np.random.default_rng(5)
+    dy = jnp.asarray(rng.standard_normal((256, 128)), jnp.float32)
+    at = jnp.asarray(rng.standard_normal((256, 128)), jnp.float32) if activation else None
+    got = jax.jit(lambda dy, at: quantize_blocks_both(dy, at, activation, want_sum=True))(dy, at)
+    dz = dy * (activations.derivative(activation, at) if activation else 1.0)
+    (_exact if activation in (None, "relu") else _nearly)(got[:4], _want_blocks(dz, False))
+    np.testing.assert_allclose(np.asarray(got[4]), np.asarray(dz, np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("spec", [P("x", None), P(None, "x"), P("x", "y")])
+def test_blocks_sharded_on_whole_blocks(spec):
+    """Split on whole blocks, every block is one device's: no collective but the column
+    sums' all-reduce over the split rows."""
+    devices = np.array(jax.devices()[:4])
+    if devices.size < 4:
+        pytest.skip("needs 4 devices")
+    mesh = jax.sharding.Mesh(devices.reshape(2, 2), ("x", "y"))
+    rng = np.random.default_rng(6)
+    dy, at = (jnp.asarray(rng.standard_normal((512, 256)), jnp.float32) for _ in range(2))
+    f = jax.jit(lambda dy, at: quantize_blocks_both(dy, at, "gelu", want_sum=True))
+    want = f(dy, at)
+    placed = [jax.device_put(a, NamedSharding(mesh, spec)) for a in (dy, at)]
+    got = f(*placed)
+    _exact(got[:4], want[:4])
+    np.testing.assert_allclose(np.asarray(got[4]), np.asarray(want[4]), rtol=1e-5, atol=1e-5)
+    hlo = f.lower(*placed).compile().as_text()
+    assert "all-gather" not in hlo and "all-to-all" not in hlo and "collective-permute" not in hlo
+
+
+def test_blocks_vmap_and_bad_input():
+    x = jnp.asarray(np.random.default_rng(7).standard_normal((2, 128, 256)), jnp.float32)
+    got = jax.vmap(lambda x: quantize_blocks_both(x, tiles=True))(x)
+    for i in range(2):
+        _exact([g[i] for g in got], quantize_blocks_both(x[i], tiles=True))
+    with pytest.raises(ValueError, match=r"multiples of 128.*x\(100, 128\)"):
+        quantize_blocks_both(jnp.ones((100, 128)))

@@ -94,6 +94,10 @@ bias = jax.random.normal(key, (264,), jnp.bfloat16)
 for scaling in ("rowwise", "blockwise"):
     layer = lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling=scaling).astype(jnp.float32).sum()
     jax.block_until_ready(jax.jit(jax.value_and_grad(layer, argnums=(0, 1, 2)))(x, w, bias))
+# Whole 128-blocks: blockwise quantization in one pass (x, w as tiles, dz).
+x2, w2 = x[:128], jax.random.normal(key, (256, 384), jnp.bfloat16)
+layer = lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise").astype(jnp.float32).sum()
+jax.block_until_ready(jax.jit(jax.value_and_grad(layer, argnums=(0, 1, 2)))(x2, w2, w2[0]))
 print("sanitize cases done")
 PY
 for case in sanitize sanitize_fp8; do

@@ -1,13 +1,17 @@
-// Decodes jaxgemm_fp8_amax and jaxgemm_fp8_quantize (quantize/fp8_quantize.h):
+// Decodes jaxgemm_fp8_amax, jaxgemm_fp8_quantize (quantize/fp8_quantize.h) and
+// jaxgemm_fp8_block_quantize (quantize/fp8_block_quantize.h):
 //   amax:     x (rows, cols), at (empty, or like x) -> row_amax (rows,), col_amax (cols,),
 //             col_partials (chunks, cols) or empty, all float32; attribute activation;
 //   quantize: x, at, row_scale (rows,), col_scale (cols,) float32 -> q (rows, cols) and
-//             qt (cols, rows) float8_e4m3fn, either empty when not wanted.
+//             qt (cols, rows) float8_e4m3fn, either empty when not wanted;
+//   block quantize: x, at -> q, q_scale (rows, cols / 128), qt, qt_scale (cols, rows / 128),
+//             col_partials (rows / 128, cols) or empty; attributes activation, tiles.
 #pragma once
 #include <string>
 #include <utility>
 
 #include "ffi/gemm_decode.h"
+#include "quantize/fp8_block_quantize.h"
 #include "quantize/fp8_quantize.h"
 
 namespace jaxgemm {
@@ -106,6 +110,54 @@ inline ffi::ErrorOr<Fp8QuantizeProblem> DecodeFp8Quantize(const ffi::AnyBuffer& 
   p.col_scale = static_cast<const float*>(col_scale.untyped_data());
   p.q = with_q ? q.untyped_data() : nullptr;
   p.qt = with_qt ? qt.untyped_data() : nullptr;
+  return p;
+}
+
+template <class Binding>
+auto BindFp8BlockQuantizeCall(Binding binding) {
+  return std::move(binding).template Arg<ffi::AnyBuffer>()  // x (dy)
+      .template Arg<ffi::AnyBuffer>()                         // at (empty: s = x)
+      .template Ret<ffi::AnyBuffer>()                         // q
+      .template Ret<ffi::AnyBuffer>()                         // q_scale
+      .template Ret<ffi::AnyBuffer>()                         // qt
+      .template Ret<ffi::AnyBuffer>()                         // qt_scale
+      .template Ret<ffi::AnyBuffer>()                         // col_partials (empty: none)
+      .template Attr<int64_t>("activation")
+      .template Attr<bool>("tiles");
+}
+
+inline ffi::ErrorOr<Fp8BlockQuantizeProblem> DecodeFp8BlockQuantize(
+    const ffi::AnyBuffer& x, const ffi::AnyBuffer& at, const ffi::AnyBuffer& q, const ffi::AnyBuffer& q_scale,
+    const ffi::AnyBuffer& qt, const ffi::AnyBuffer& qt_scale, const ffi::AnyBuffer& col_partials, int64_t activation,
+    bool tiles) {
+  auto fail = [&](const std::string& why) {
+    return ffi::Unexpected(
+        ffi::Error::InvalidArgument("jaxgemm_fp8_block_quantize: " + why + " (x" + ShapeString(x.dimensions()) + ")"));
+  };
+  Fp8QuantizeProblem source;
+  if (std::string why = DecodeFp8Source(x, at, activation, &source); !why.empty()) return fail(why);
+  Fp8BlockQuantizeProblem p;
+  p.rows = source.rows, p.cols = source.cols, p.type = source.type, p.activation = source.activation;
+  p.x = source.x, p.at = source.at, p.tiles = tiles;
+  if (p.rows % kQuantBlock != 0 || p.cols % kQuantBlock != 0) return fail("rows and cols must be multiples of 128");
+  auto is = [](const ffi::AnyBuffer& b, ffi::DataType t, int64_t rows, int64_t cols) {
+    auto d = b.dimensions();
+    return b.element_type() == t && d.size() == 2 && d[0] == rows && d[1] == cols;
+  };
+  const int64_t rb = p.rows / kQuantBlock, cb = p.cols / kQuantBlock;
+  using T = ffi::DataType;
+  if (!is(q, T::F8E4M3FN, p.rows, p.cols) || !is(qt, T::F8E4M3FN, p.cols, p.rows) || !is(q_scale, T::F32, p.rows, cb) ||
+      !is(qt_scale, T::F32, p.cols, rb)) {
+    return fail("q (rows, cols) and qt (cols, rows) must be float8_e4m3fn, q_scale (rows, cols / 128) and qt_scale "
+                "(cols, rows / 128) float32");
+  }
+  const bool sums = col_partials.element_count() > 0;
+  if (sums && !is(col_partials, T::F32, rb, p.cols)) return fail("col_partials must be float32 (rows / 128, cols)");
+  p.q = q.untyped_data();
+  p.q_scale = static_cast<float*>(q_scale.untyped_data());
+  p.qt = qt.untyped_data();
+  p.qt_scale = static_cast<float*>(qt_scale.untyped_data());
+  p.col_partials = sums ? static_cast<float*>(col_partials.untyped_data()) : nullptr;
   return p;
 }
 

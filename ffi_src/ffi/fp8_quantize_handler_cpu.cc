@@ -1,4 +1,4 @@
-// jaxgemm_fp8_amax and jaxgemm_fp8_quantize on the host platform.
+// jaxgemm_fp8_amax, jaxgemm_fp8_quantize and jaxgemm_fp8_block_quantize on the host platform.
 #include "ffi/fp8_quantize_decode.h"
 #include "ffi/handlers.h"
 
@@ -22,6 +22,16 @@ ffi::Error Fp8QuantizeCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer at, ffi::AnyBuffe
   return ffi::Error::Success();
 }
 
+ffi::Error Fp8BlockQuantizeCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer at, ffi::Result<ffi::AnyBuffer> q,
+                                   ffi::Result<ffi::AnyBuffer> q_scale, ffi::Result<ffi::AnyBuffer> qt,
+                                   ffi::Result<ffi::AnyBuffer> qt_scale, ffi::Result<ffi::AnyBuffer> col_partials,
+                                   int64_t activation, bool tiles) {
+  auto problem = DecodeFp8BlockQuantize(x, at, *q, *q_scale, *qt, *qt_scale, *col_partials, activation, tiles);
+  if (!problem.has_value()) return problem.error();
+  Fp8BlockQuantizeCpu(*problem);
+  return ffi::Error::Success();
+}
+
 }  // namespace
 }  // namespace jaxgemm
 
@@ -29,3 +39,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmFp8AmaxCpu, jaxgemm::Fp8AmaxCpuImpl,
                               jaxgemm::BindFp8AmaxCall(xla::ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmFp8QuantizeCpu, jaxgemm::Fp8QuantizeCpuImpl,
                               jaxgemm::BindFp8QuantizeCall(xla::ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxgemmFp8BlockQuantizeCpu, jaxgemm::Fp8BlockQuantizeCpuImpl,
+                              jaxgemm::BindFp8BlockQuantizeCall(xla::ffi::Ffi::Bind()));

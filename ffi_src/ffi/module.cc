@@ -105,6 +105,7 @@ void DefineRegistrations(nb::module_& m) {
     d["jaxgemm_block_scaled_gemm"] = EncapsulateFfiHandler(JaxgemmBlockScaledGemmCpu);
     d["jaxgemm_fp8_amax"] = EncapsulateFfiHandler(JaxgemmFp8AmaxCpu);
     d["jaxgemm_fp8_quantize"] = EncapsulateFfiHandler(JaxgemmFp8QuantizeCpu);
+    d["jaxgemm_fp8_block_quantize"] = EncapsulateFfiHandler(JaxgemmFp8BlockQuantizeCpu);
     return d;
   });
   m.def("cuda_registrations", []() {
@@ -120,6 +121,7 @@ void DefineRegistrations(nb::module_& m) {
     d["jaxgemm_block_scaled_gemm"] = EncapsulateFfiHandler(JaxgemmBlockScaledGemmCuda);
     d["jaxgemm_fp8_amax"] = EncapsulateFfiHandler(JaxgemmFp8AmaxCuda);
     d["jaxgemm_fp8_quantize"] = EncapsulateFfiHandler(JaxgemmFp8QuantizeCuda);
+    d["jaxgemm_fp8_block_quantize"] = EncapsulateFfiHandler(JaxgemmFp8BlockQuantizeCuda);
 #endif
     return d;
   });

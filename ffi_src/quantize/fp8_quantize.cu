@@ -8,8 +8,7 @@
 // - quantize: a block covers 128 rows x 64 columns, a thread 4 rows x 8 columns; q rows
 //   leave as 8-byte stores, qt through a shared tile transposed by 4-byte words (4 rows of
 //   one column) and written as 16-byte runs of qt's rows.
-// 16-bit inputs take act' with the hardware tanh / exp approximations (as bias_act_grad:
-// their error is far below e4m3's rounding).
+// (The source, |s|'s bits and e4m3: source.cuh.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -17,36 +16,11 @@
 #include <type_traits>
 
 #include "common/device_numeric.cuh"
-#include "gemm/epilogue_steps.cuh"
 #include "quantize/fp8_quantize.cuh"
+#include "quantize/source.cuh"
 
 namespace jaxgemm {
 namespace {
-
-template <class T>
-__device__ __forceinline__ float Grad(Activation act, float at) {
-  if constexpr (std::is_same_v<T, float>) {
-    return ActivationGrad(act, at);
-  } else {
-    return ActivationGradWith(act, at, [](float x) { return TanhApprox(x); }, [](float x) { return SigmoidApprox(x); });
-  }
-}
-
-// The source's 8 values from element i (16-byte aligned runs).
-template <class T>
-__device__ __forceinline__ void LoadSource(const Fp8QuantizeProblem& p, int64_t i, float (&s)[8]) {
-  const Vec<T, 8> x = *reinterpret_cast<const Vec<T, 8>*>(static_cast<const T*>(p.x) + i);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) s[j] = ToFloat(x.v[j]);
-  if (p.at != nullptr) {
-    const Vec<T, 8> at = *reinterpret_cast<const Vec<T, 8>*>(static_cast<const T*>(p.at) + i);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s[j] *= Grad<T>(p.activation, ToFloat(at.v[j]));
-  }
-}
-
-// |v|'s bits: ordered as the magnitudes for numbers, NaN above all of them.
-__device__ __forceinline__ unsigned AbsBits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
 constexpr int kAmaxThreads = 256, kAmaxCols = 256, kAmaxWarps = kAmaxThreads / 32;
 
@@ -63,7 +37,7 @@ __global__ void __launch_bounds__(kAmaxThreads) Fp8AmaxKernel(const Fp8QuantizeP
 #pragma unroll 4
   for (int64_t r = row0 + warp; r < row0 + kAmaxRows && r < p.rows; r += kAmaxWarps) {
     float s[8] = {};
-    if (inside) LoadSource<T>(p, r * p.cols + col, s);
+    if (inside) LoadSource<T>(p.x, p.at, p.activation, r * p.cols + col, s);
     unsigned rmax = 0;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -91,10 +65,6 @@ __global__ void __launch_bounds__(kAmaxThreads) Fp8AmaxKernel(const Fp8QuantizeP
 constexpr int kQuantRows = 128, kQuantCols = 64, kQuantThreads = 256;
 constexpr int kTilePitch = kQuantRows + 16;  // bytes per qt row in shared memory (16-byte aligned)
 
-__device__ __forceinline__ uint8_t ToE4m3(float v) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
-}
-
 template <class T>
 __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8QuantizeProblem p) {
   __shared__ alignas(16) uint8_t tile[kQuantCols][kTilePitch];  // qt's block: a row per column
@@ -111,7 +81,7 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
     const int64_t r = row0 + 4 * rg + i;
     if (!inside || r >= p.rows) continue;
     float s[8];
-    LoadSource<T>(p, r * p.cols + col, s);
+    LoadSource<T>(p.x, p.at, p.activation, r * p.cols + col, s);
     if (p.q != nullptr) {
       const float row_inverse = __frcp_rn(p.row_scale[r]);
       uint64_t packed = 0;
@@ -137,17 +107,6 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
   }
 }
 
-template <class F>
-cudaError_t WithType(ElementType t, F f) {
-  switch (t) {
-    case ElementType::kF32: return f(float{});
-    case ElementType::kF16: return f(__half{});
-    case ElementType::kBF16: return f(__nv_bfloat16{});
-    case ElementType::kF8E4M3: break;
-  }
-  return cudaErrorInvalidValue;
-}
-
 // The kernels' layout needs: 8-column runs (16-byte loads of 16-bit values, 8-byte q
 // stores), 16-row runs (16-byte qt stores), aligned buffers.
 bool Fits(const Fp8QuantizeProblem& p) {
@@ -166,7 +125,7 @@ cudaError_t LaunchFp8Amax(const Fp8QuantizeProblem& p, cudaStream_t stream) {
     if (status != cudaSuccess) return status;
   }
   const dim3 grid(static_cast<unsigned>((p.cols + kAmaxCols - 1) / kAmaxCols), static_cast<unsigned>(p.AmaxChunks()));
-  return WithType(p.type, [&](auto t) {
+  return WithQuantizeType(p.type, [&](auto t) {
     Fp8AmaxKernel<decltype(t)><<<grid, kAmaxThreads, 0, stream>>>(p);
     return cudaGetLastError();
   });
@@ -177,7 +136,7 @@ cudaError_t LaunchFp8Quantize(const Fp8QuantizeProblem& p, cudaStream_t stream) 
   if (!Fits(p)) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((p.cols + kQuantCols - 1) / kQuantCols),
                   static_cast<unsigned>((p.rows + kQuantRows - 1) / kQuantRows));
-  return WithType(p.type, [&](auto t) {
+  return WithQuantizeType(p.type, [&](auto t) {
     Fp8QuantizeKernel<decltype(t)><<<grid, kQuantThreads, 0, stream>>>(p);
     return cudaGetLastError();
   });

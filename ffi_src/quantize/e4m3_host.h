@@ -1,0 +1,27 @@
+// float -> float8_e4m3fn on the host, for the CPU references of the quantization passes.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+namespace jaxgemm {
+
+// v as float8_e4m3fn, rounded to nearest even, saturated to +-448 (NaN stays NaN), as the
+// GPU's cvt.rn.satfinite.e4m3x2.f32.
+inline uint8_t FloatToE4m3Bits(float v) {
+  const uint8_t sign = std::signbit(v) ? 0x80u : 0u;
+  const float m = std::fabs(v);
+  if (std::isnan(v)) return sign | 0x7fu;
+  if (m >= 448.f) return sign | 0x7eu;
+  if (m < 0.015625f) return sign | static_cast<uint8_t>(std::nearbyint(m * 512.f));  // below 2^-6: steps of 2^-9
+  int e;
+  std::frexp(m, &e);  // m = f 2^e, f in [0.5, 1): m's exponent is e - 1
+  const int man = static_cast<int>(std::nearbyint(std::ldexp(m, 4 - e))) - 8;  // 3 mantissa bits (8: a carry)
+  const int bits = ((e - 1 + 7) << 3) + man;
+  return sign | static_cast<uint8_t>(bits > 0x7e ? 0x7e : bits);
+}
+
+// The scale of a block whose largest magnitude is amax: amax * (1 / 448), or 1 where that is
+// not positive (all zeros, or a NaN), as quantize.scales_of.
+inline float E4m3ScaleOf(float amax) { return amax > 0.f ? amax * (1.f / 448.f) : 1.f; }
+
+}  // namespace jaxgemm

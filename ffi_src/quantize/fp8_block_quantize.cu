@@ -1,0 +1,127 @@
+// CUDA version of fp8_block_quantize.h's pass: a block per 128 x 128 tile, 256 threads,
+// thread t holding rows 8 (t / 16).. and columns 8 (t % 16).. of it (64 values, one 16-byte
+// load a row for 16-bit inputs). A row's amax is reduced across the 16 lanes that share its
+// rows (shuffles), a column's across the warp's two row groups (a shuffle) and the 8 warps
+// (shared memory), as are the gradient form's column sums (fixed order). q's rows leave as
+// 8-byte stores; qt through a shared tile written by 8-row words and read as 16-byte runs.
+#include <cuda_runtime.h>
+
+#include "quantize/fp8_block_quantize.cuh"
+#include "quantize/source.cuh"
+
+namespace jaxgemm {
+namespace {
+
+constexpr int kThreads = 256, kB = static_cast<int>(kQuantBlock), kPitch = kB + 16;  // qt tile row: 16-byte aligned
+
+// amax * (1 / 448), or 1 where that is not positive (all zeros, or NaN's bits), as
+// quantize.scales_of.
+__device__ __forceinline__ float ScaleOfBits(unsigned amax_bits) {
+  const float amax = __uint_as_float(amax_bits);
+  return amax > 0.f ? __fmul_rn(amax, 1.f / 448.f) : 1.f;
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) Fp8BlockQuantizeKernel(const Fp8BlockQuantizeProblem p) {
+  __shared__ unsigned col_bits[kThreads / 32][kB];
+  __shared__ float col_sums[kThreads / 32][kB];
+  __shared__ alignas(16) uint8_t tile[kB][kPitch];  // qt's block: a row per column of the tile
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = threadIdx.x % 16, rg = threadIdx.x / 16;
+  const int64_t tr = blockIdx.y, tc = blockIdx.x;
+  const int64_t row0 = tr * kB + 8 * rg, col0 = tc * kB + 8 * g;
+  float v[8][8];
+  unsigned row_bits[8], col_bits_mine[8] = {};
+  float col_sum[8] = {};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    LoadSource<T>(p.x, p.at, p.activation, (row0 + i) * p.cols + col0, v[i]);
+    row_bits[i] = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      row_bits[i] = max(row_bits[i], AbsBits(v[i][j]));
+      col_bits_mine[j] = max(col_bits_mine[j], AbsBits(v[i][j]));
+      col_sum[j] += v[i][j];
+    }
+  }
+  // Rows: across the 16 lanes of the row group. Columns: the other row group of the warp,
+  // then the warps.
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int offset = 8; offset > 0; offset /= 2) row_bits[i] = max(row_bits[i], __shfl_xor_sync(~0u, row_bits[i], offset));
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    col_bits_mine[j] = max(col_bits_mine[j], __shfl_xor_sync(~0u, col_bits_mine[j], 16));
+    const float other = __shfl_xor_sync(~0u, col_sum[j], 16);
+    col_sum[j] = lane < 16 ? col_sum[j] + other : other + col_sum[j];  // (the same order in both halves)
+  }
+  if (lane < 16) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) col_bits[warp][8 * g + j] = col_bits_mine[j], col_sums[warp][8 * g + j] = col_sum[j];
+  }
+  __syncthreads();
+  unsigned tile_bits = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    col_bits_mine[j] = 0;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) col_bits_mine[j] = max(col_bits_mine[j], col_bits[w][8 * g + j]);
+    tile_bits = max(tile_bits, col_bits_mine[j]);
+  }
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) tile_bits = max(tile_bits, __shfl_xor_sync(~0u, tile_bits, offset));
+  // The scales, written by the threads of the first column group (q's) and row group (qt's).
+  float row_inverse[8], col_inverse[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const float row_scale = ScaleOfBits(p.tiles ? tile_bits : row_bits[k]);
+    const float col_scale = ScaleOfBits(p.tiles ? tile_bits : col_bits_mine[k]);
+    row_inverse[k] = __frcp_rn(row_scale);
+    col_inverse[k] = __frcp_rn(col_scale);
+    if (g == 0) p.q_scale[(row0 + k) * (p.cols / kB) + tc] = row_scale;
+    if (rg == 0) p.qt_scale[(col0 + k) * (p.rows / kB) + tr] = col_scale;
+  }
+  if (p.col_partials != nullptr && threadIdx.x < kB) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) sum += col_sums[w][threadIdx.x];
+    p.col_partials[tr * p.cols + tc * kB + threadIdx.x] = sum;
+  }
+  // q by rows; qt's bytes of column j, rows 8 rg.., as one word into the shared tile.
+  uint64_t words[8] = {};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    uint64_t packed = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      packed |= uint64_t(ToE4m3(__fmul_rn(v[i][j], row_inverse[i]))) << (8 * j);
+      words[j] |= uint64_t(ToE4m3(__fmul_rn(v[i][j], col_inverse[j]))) << (8 * i);
+    }
+    *reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(p.q) + (row0 + i) * p.cols + col0) = packed;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) *reinterpret_cast<uint64_t*>(&tile[8 * g + j][8 * rg]) = words[j];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kB * kB / 16 / kThreads; ++k) {
+    const int u = threadIdx.x + k * kThreads, c = u / (kB / 16), seg = u % (kB / 16);
+    *reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.qt) + (tc * kB + c) * p.rows + tr * kB + 16 * seg) =
+        *reinterpret_cast<const uint4*>(&tile[c][16 * seg]);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchFp8BlockQuantize(const Fp8BlockQuantizeProblem& p, cudaStream_t stream) {
+  if (p.rows == 0 || p.cols == 0) return cudaSuccess;
+  const bool fits = p.rows % kB == 0 && p.cols % kB == 0 && p.rows / kB < 65536 && IsAligned(p.x, 16) &&
+                    IsAligned(p.at, 16) && IsAligned(p.q, 16) && IsAligned(p.qt, 16);
+  if (!fits) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(p.cols / kB), static_cast<unsigned>(p.rows / kB));
+  return WithQuantizeType(p.type, [&](auto t) {
+    Fp8BlockQuantizeKernel<decltype(t)><<<grid, kThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace jaxgemm

@@ -1,0 +1,59 @@
+// Device helpers of the quantization kernels (fp8_quantize.cu, fp8_block_quantize.cu): the
+// source s (x, or dy * act'(at)) 8 values at a time, |s|'s bits for atomicMax, e4m3.
+// 16-bit inputs take act' with the hardware tanh / exp approximations (as bias_act_grad:
+// their error is far below e4m3's rounding).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/activation.h"
+#include "common/device_numeric.cuh"
+#include "gemm/epilogue_steps.cuh"
+
+namespace jaxgemm {
+
+template <class T>
+__device__ __forceinline__ float QuantizeGrad(Activation act, float at) {
+  if constexpr (std::is_same_v<T, float>) {
+    return ActivationGrad(act, at);
+  } else {
+    return ActivationGradWith(act, at, [](float x) { return TanhApprox(x); }, [](float x) { return SigmoidApprox(x); });
+  }
+}
+
+// The source's 8 values from element i (16-byte aligned runs): x, or x * act'(at).
+template <class T>
+__device__ __forceinline__ void LoadSource(const void* x, const void* at, Activation act, int64_t i, float (&s)[8]) {
+  const Vec<T, 8> xv = *reinterpret_cast<const Vec<T, 8>*>(static_cast<const T*>(x) + i);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s[j] = ToFloat(xv.v[j]);
+  if (at != nullptr) {
+    const Vec<T, 8> av = *reinterpret_cast<const Vec<T, 8>*>(static_cast<const T*>(at) + i);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s[j] *= QuantizeGrad<T>(act, ToFloat(av.v[j]));
+  }
+}
+
+// |v|'s bits: ordered as the magnitudes for numbers, NaN above all of them.
+__device__ __forceinline__ unsigned AbsBits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+__device__ __forceinline__ uint8_t ToE4m3(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+template <class F>
+cudaError_t WithQuantizeType(ElementType t, F f) {
+  switch (t) {
+    case ElementType::kF32: return f(float{});
+    case ElementType::kF16: return f(__half{});
+    case ElementType::kBF16: return f(__nv_bfloat16{});
+    case ElementType::kF8E4M3: break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace jaxgemm
