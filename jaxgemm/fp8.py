@@ -19,7 +19,9 @@ each quantized into both orientations by two passes over them (quantize.py: the 
 then both e4m3 copies; dz's passes read dy and z and sum dbias, dz itself is never
 written), and the forward product is one kernel with its scales, the bias, the
 activation and z in the fp8 GEMM's epilogue (scaled_dense.py); the backward keeps x^T
-and w quantized from the forward. Every product writes its result's dtype. The gradient
+and w quantized from the forward. Blockwise, where M, K and N are whole 128-blocks, each
+is quantized both ways in one pass (every block lies in one 128 x 128 tile; w in tiles),
+the same kept for the backward. Every product writes its result's dtype. The gradient
 is the straight-through one: quantization counts as the identity. On a Hopper GPU the products
 run on jaxgemm's fp8 kernel; elsewhere `scaled_matmul` dequantizes (same values, float32
 sums). Under sharded jit rowwise scales are the whole batch's (XLA all-reduces the amax
