@@ -3,7 +3,8 @@
 // load a row for 16-bit inputs). A row's amax is reduced across the 16 lanes that share its
 // rows (shuffles), a column's across the warp's two row groups (a shuffle) and the 8 warps
 // (shared memory), as are the gradient form's column sums (fixed order). q's rows leave as
-// 8-byte stores; qt through a shared tile written by 8-row words and read as 16-byte runs.
+// 8-byte stores; qt through a shared tile written by 8-row words and read as 16-byte runs
+// (its chunks swizzled, QtTileChunk).
 #include <cuda_runtime.h>
 
 #include "quantize/fp8_block_quantize.cuh"
@@ -100,13 +101,15 @@ __global__ void __launch_bounds__(kThreads) Fp8BlockQuantizeKernel(const Fp8Bloc
     *reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(p.q) + (row0 + i) * p.cols + col0) = packed;
   }
 #pragma unroll
-  for (int j = 0; j < 8; ++j) *reinterpret_cast<uint64_t*>(&tile[8 * g + j][8 * rg]) = words[j];
+  for (int j = 0; j < 8; ++j) {
+    *reinterpret_cast<uint64_t*>(&tile[8 * g + j][QtTileChunk(8 * g + j, rg / 2) + 8 * (rg % 2)]) = words[j];
+  }
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < kB * kB / 16 / kThreads; ++k) {
     const int u = threadIdx.x + k * kThreads, c = u / (kB / 16), seg = u % (kB / 16);
     *reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.qt) + (tc * kB + c) * p.rows + tr * kB + 16 * seg) =
-        *reinterpret_cast<const uint4*>(&tile[c][16 * seg]);
+        *reinterpret_cast<const uint4*>(&tile[c][QtTileChunk(c, seg)]);
   }
 }
 

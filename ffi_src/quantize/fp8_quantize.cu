@@ -7,7 +7,7 @@
 //   column sums as the chunk's fixed-order partial;
 // - quantize: a block covers 128 rows x 64 columns, a thread 4 rows x 8 columns; q rows
 //   leave as 8-byte stores, qt through a shared tile transposed by 4-byte words (4 rows of
-//   one column) and written as 16-byte runs of qt's rows.
+//   one column; chunks swizzled, QtTileChunk) and written as 16-byte runs of qt's rows.
 // (The source, |s|'s bits and e4m3: source.cuh.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -94,7 +94,9 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
   }
   if (p.qt == nullptr) return;  // (uniform across the block)
 #pragma unroll
-  for (int j = 0; j < 8; ++j) *reinterpret_cast<uint32_t*>(&tile[8 * g + j][4 * rg]) = words[j];
+  for (int j = 0; j < 8; ++j) {
+    *reinterpret_cast<uint32_t*>(&tile[8 * g + j][QtTileChunk(8 * g + j, rg / 4) + 4 * (rg % 4)]) = words[j];
+  }
   __syncthreads();
   // qt's rows: column c of the block, 16 rows a thread-step.
   for (int u = threadIdx.x; u < kQuantCols * kQuantRows / 16; u += kQuantThreads) {
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
     const int64_t qt_row = int64_t(blockIdx.x) * kQuantCols + c, r = row0 + 16 * seg;
     if (qt_row < p.cols && r < p.rows) {  // (rows % 16 == 0: all 16 or none)
       *reinterpret_cast<uint4*>(static_cast<uint8_t*>(p.qt) + qt_row * p.rows + r) =
-          *reinterpret_cast<const uint4*>(&tile[c][16 * seg]);
+          *reinterpret_cast<const uint4*>(&tile[c][QtTileChunk(c, seg)]);
     }
   }
 }

@@ -45,6 +45,11 @@ __device__ __forceinline__ uint8_t ToE4m3(float v) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
 
+// Byte offset of 16-byte chunk `chunk` (0-7) of qt-tile row `c`: chunks XOR-swizzled by the
+// row's group of 8, so that the 8 (16) column groups of a warp's writes, whose rows lie 8
+// apart and would all start in one bank at a 144-byte pitch, reach 8 different chunks.
+__device__ __forceinline__ int QtTileChunk(int c, int chunk) { return 16 * (chunk ^ (c / 8 % 8)); }
+
 template <class F>
 cudaError_t WithQuantizeType(ElementType t, F f) {
   switch (t) {
