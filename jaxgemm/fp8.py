@@ -135,7 +135,11 @@ def _blockwise_forward(x, w, bias, activation, want_z, out_dtype):
     if x.shape[-1] % BLOCK:  # a contraction of no whole blocks: rowwise, on the fused kernel
         (qx, sx), (qwt, swt) = quantize_rows(x), quantize_rows(w.T)
         return _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype)
-    z = _product(x, w.T, jnp.float32, "blockwise", b_is_weight=True)
+    return _epilogue(_product(x, w.T, jnp.float32, "blockwise", b_is_weight=True), bias, activation, want_z, out_dtype)
+
+
+def _epilogue(z, bias, activation, want_z, out_dtype):
+    """(y, z or None) of the epilogue in XLA on the float32 product z."""
     y, *z = epilogue_in_jax(z, None, bias, None, EpilogueConfig(activation=activation, want_aux=want_z), out_dtype)
     return y, z[0] if want_z else None
 
@@ -161,11 +165,7 @@ def _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype):
         # One pass each (quantize.py): x in 1 x 128 blocks both ways, w in 128 x 128 tiles.
         xq, xs, xqt, xst = quantize_blocks_both(x)
         wq, ws, wqt, wst = quantize_blocks_both(w, tiles=True)
-        z = _scaled(xq, wqt, xs, wst, jnp.float32)
-        if bias is not None:
-            z = z + bias.astype(jnp.float32)
-        y = activations.apply(activation, z).astype(out_dtype)
-        z = z.astype(out_dtype) if want_z else None
+        y, z = _epilogue(_scaled(xq, wqt, xs, wst, jnp.float32), bias, activation, want_z, out_dtype)
         saved = (xqt, xst, wq, ws, w)
     else:
         y, z = _blockwise_forward(x, w, bias, activation, want_z, out_dtype)
