@@ -6,12 +6,16 @@ order, then the sums of the GEMMs, of jaxgemm's quantization passes and of every
 A shape is tokens x out features x in features; bf16 x, w, bias, gelu."""
 
 import argparse
+import os
+import sys
 
 import jax
-from bench_fp8 import fwd_bwd, layer_inputs  # (this folder's: the same layer and inputs)
-from kernel_breakdown import breakdown
 
 import jaxgemm
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (python -P leaves it out)
+from bench_fp8 import fwd_bwd, layer_inputs  # noqa: E402 (this folder's: the same layer and inputs)
+from kernel_breakdown import breakdown  # noqa: E402
 
 SHAPES = "16384x14336x4096,32768x1024x4096,32768x4096x1024,8192x8192x8192"
 
