@@ -260,8 +260,9 @@ __device__ __forceinline__ void Sm90WriteBoxWords(const Sm90BoxWriter<TOut>& wri
 // Whether D (and Aux) can take the TMA-store epilogue, and the tensor maps: an epilogue
 // with no operand but the bias, and the scales of fp8 products (C, the residual and any
 // other stay on the general epilogue, which reads every operand of the table), and for a
-// float output without bias, activation or Aux (the fused path packs 16-bit pairs); TMA-addressable D and Aux (16-byte aligned rows; Aux is laid out like D: pitch
-// ldd, slabs m * n apart).
+// float output without bias, activation or Aux (the fused path packs 16-bit pairs);
+// TMA-addressable D and Aux (16-byte aligned rows; Aux is laid out like D: pitch ldd, slabs
+// m * n apart).
 template <class TOut>
 Sm90Store MakeSm90Store(const GemmProblem& p) {
   static_assert(sizeof(TOut) == 2 || sizeof(TOut) == 4, "16-bit or float outputs");
