@@ -53,6 +53,48 @@ inline constexpr bool kSm90GroupedStore = std::is_same_v<Store, Sm90GroupedStore
 
 #if defined(JG_SM90_ENABLED)
 
+// One item's mainloop on a consumer (Sm90Consume). m64 blocks of the tile at or past row M
+// are not multiplied (their A rows are not loaded, nothing of them is stored): with few
+// rows, half or more of the tensor work. (Unless the schedule multiplies them all: their
+// stage rows hold zeros or stale values, whose products land in rows that are never
+// stored.) Pingpong: the other consumer's turn starts once this one's wgmmas are issued.
+template <class P, bool kGrouped, class Mma, class Schedule, class Work, class WritePending, class Note>
+__device__ __forceinline__ void Sm90MultiplyItem(const Mma& mma, float (&acc)[P::kMmaM][P::kBN / 2],
+                                                 Sm90ConsumerRing<P>& ring, const GemmProblem& p,
+                                                 const Schedule& schedule, const Work& w, int first_row, int wg,
+                                                 int lane, unsigned char* tiles_a, uint64_t* order,
+                                                 WritePending& write_pending, Note& note) {
+  auto multiply = [&](auto blocks) {
+    constexpr int kBlocks = decltype(blocks)::value;
+    Mma::template ZeroUnmultiplied<kBlocks>(acc, w.k_tiles);
+    // The timeline's first-wait events here, not in the k-loop (the loop would carry their
+    // predicated code); the loop's own wait for this stage then passes at once.
+    if (w.k_tiles > 0) {
+      note(kTimelineConsumerWaits);
+      ring.WaitFull();
+      note(kTimelineFirstData);
+    }
+    int previous;
+    if constexpr (kGrouped) {
+      const Sm90GroupedStageReady<P, Schedule::kMode> ready{w, tiles_a + first_row * P::kRowBytes, wg};
+      previous = mma.template Multiply<kBlocks>(acc, ring, w.k_tiles, lane, write_pending, ready);
+    } else {
+      previous = mma.template Multiply<kBlocks>(acc, ring, w.k_tiles, lane, write_pending);
+    }
+    write_pending();  // items of fewer than two k-tiles, or no wgmmas
+    if (P::kPingpong && threadIdx.x % 128 == 0) MbarrierArrive(&order[1 - wg]);
+    Mma::Drain(ring, previous, lane);
+  };
+  const int64_t rows_left = schedule.RowsLeft(p, w, first_row);
+  if (rows_left > 64 * (P::kMmaM - 1)) {
+    multiply(std::integral_constant<int, P::kMmaM>{});
+  } else if (P::kMmaM == 2 && rows_left > 0) {
+    multiply(std::integral_constant<int, 1>{});
+  } else {
+    multiply(std::integral_constant<int, 0>{});
+  }
+}
+
 // Consumer warpgroup `wg` (0 .. kConsumers - 1): rows [64 wg, 64 wg + 64) of each tile
 // (cooperative), or all rows of tiles wg, wg + 2, ... of the block's sequence (pingpong).
 // kEpilogues: which of the epilogues this instance holds (Sm90Epilogues). Per item: skip
@@ -127,39 +169,8 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Schedule
     if constexpr (kScales && !kGrouped) {
       if (store.enabled) Sm90PrefetchScales<P, 64 * P::kMmaM>(store, w.m0 + first_row, w.n0, w.batch, tid);
     }
-    auto multiply = [&](auto blocks) {
-      constexpr int kBlocks = decltype(blocks)::value;
-      Mma::template ZeroUnmultiplied<kBlocks>(acc, w.k_tiles);
-      // The timeline's first-wait events here, not in the k-loop (the loop would carry their
-      // predicated code); the loop's own wait for this stage then passes at once.
-      if (w.k_tiles > 0) {
-        note(kTimelineConsumerWaits);
-        ring.WaitFull();
-        note(kTimelineFirstData);
-      }
-      int previous;
-      if constexpr (kGrouped) {
-        const Sm90GroupedStageReady<P, Schedule::kMode> ready{w, tiles_a + first_row * P::kRowBytes, wg};
-        previous = mma.template Multiply<kBlocks>(acc, ring, w.k_tiles, lane, write_pending, ready);
-      } else {
-        previous = mma.template Multiply<kBlocks>(acc, ring, w.k_tiles, lane, write_pending);
-      }
-      write_pending();  // items of fewer than two k-tiles, or no wgmmas
-      if (P::kPingpong && threadIdx.x % 128 == 0) MbarrierArrive(&order[1 - wg]);
-      Mma::Drain(ring, previous, lane);
-    };
-    // m64 blocks of the tile at or past row M are not multiplied (their A rows are not
-    // loaded, nothing of them is stored): with few rows, half or more of the tensor work.
-    // (Unless the schedule multiplies them all: their stage rows hold zeros or stale values,
-    // whose products land in rows that are never stored.)
-    const int64_t rows_left = schedule.RowsLeft(p, w, first_row);
-    if (rows_left > 64 * (P::kMmaM - 1)) {
-      multiply(std::integral_constant<int, P::kMmaM>{});
-    } else if (P::kMmaM == 2 && rows_left > 0) {
-      multiply(std::integral_constant<int, 1>{});
-    } else {
-      multiply(std::integral_constant<int, 0>{});
-    }
+    Sm90MultiplyItem<P, kGrouped>(mma, acc, ring, p, schedule, w, first_row, wg, lane, tiles_a, order, write_pending,
+                                  note);
     note(kTimelineMainloopDone, kTimelineMainloop2Done);
     if constexpr (kGrouped) {
       Sm90GroupedStoreItem<P, TOut, Schedule::kMode>(store, acc, w, first_row, grouped_box, wg);
