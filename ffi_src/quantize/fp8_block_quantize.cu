@@ -2,8 +2,8 @@
 // thread t holding rows 8 (t / 16).. and columns 8 (t % 16).. of it (64 values, one 16-byte
 // load a row for 16-bit inputs). A row's amax is reduced across the 16 lanes that share its
 // rows (shuffles), a column's across the warp's two row groups (a shuffle) and the 8 warps
-// (shared memory), as are the gradient form's column sums (fixed order). q's rows leave as
-// 8-byte stores; qt through a shared tile written by 8-row words and read as 16-byte runs
+// (shared memory), as are the gradient form's column sums (fixed order). Values convert by
+// pairs (E4m3Word); q's rows leave as 8-byte stores; qt through a shared tile written by 8-row words and read as 16-byte runs
 // (its chunks swizzled, QtTileChunk).
 #include <cuda_runtime.h>
 
@@ -88,21 +88,18 @@ __global__ void __launch_bounds__(kThreads) Fp8BlockQuantizeKernel(const Fp8Bloc
     for (int w = 0; w < kThreads / 32; ++w) sum += col_sums[w][threadIdx.x];
     p.col_partials[tr * p.cols + tc * kB + threadIdx.x] = sum;
   }
-  // q by rows; qt's bytes of column j, rows 8 rg.., as one word into the shared tile.
-  uint64_t words[8] = {};
+  // q by rows; qt's bytes of column j, rows 8 rg.., as two words into the shared tile.
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    uint64_t packed = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      packed |= uint64_t(ToE4m3(__fmul_rn(v[i][j], row_inverse[i]))) << (8 * j);
-      words[j] |= uint64_t(ToE4m3(__fmul_rn(v[i][j], col_inverse[j]))) << (8 * i);
-    }
-    *reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(p.q) + (row0 + i) * p.cols + col0) = packed;
+    const uint2 packed{E4m3Word(v[i][0], v[i][1], v[i][2], v[i][3], row_inverse[i]),
+                       E4m3Word(v[i][4], v[i][5], v[i][6], v[i][7], row_inverse[i])};
+    *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.q) + (row0 + i) * p.cols + col0) = packed;
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    *reinterpret_cast<uint64_t*>(&tile[8 * g + j][QtTileChunk(8 * g + j, rg / 2) + 8 * (rg % 2)]) = words[j];
+    const uint2 column{E4m3Word(v[0][j], v[1][j], v[2][j], v[3][j], col_inverse[j]),
+                       E4m3Word(v[4][j], v[5][j], v[6][j], v[7][j], col_inverse[j])};
+    *reinterpret_cast<uint2*>(&tile[8 * g + j][QtTileChunk(8 * g + j, rg / 2) + 8 * (rg % 2)]) = column;
   }
   __syncthreads();
 #pragma unroll

@@ -5,8 +5,8 @@
 //   column's across the warps in shared memory; both reach global memory through
 //   atomicMax on the bits of |s| (order-free, and NaN's bits exceed every number's), the
 //   column sums as the chunk's fixed-order partial;
-// - quantize: a block covers 128 rows x 64 columns, a thread 4 rows x 8 columns; q rows
-//   leave as 8-byte stores, qt through a shared tile transposed by 4-byte words (4 rows of
+// - quantize: a block covers 128 rows x 64 columns, a thread 4 rows x 8 columns (loaded
+//   first, then converted by pairs); q rows leave as 8-byte stores, qt through a shared tile transposed by 4-byte words (4 rows of
 //   one column; chunks swizzled, QtTileChunk) and written as 16-byte runs of qt's rows.
 // (The source, |s|'s bits and e4m3: source.cuh.)
 #include <cuda_bf16.h>
@@ -75,23 +75,26 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
   float col_inverse[8];  // 1 / scale, IEEE-rounded as jnp's (a multiply a value after it)
 #pragma unroll
   for (int j = 0; j < 8; ++j) col_inverse[j] = p.qt != nullptr && inside ? __frcp_rn(p.col_scale[col + j]) : 1.f;
-  uint32_t words[8] = {};  // qt: column j's 4 rows, one byte each
+  // A thread's 4 rows lie in one 16-row run: inside the matrix all or none (rows % 16 == 0).
+  const bool live = inside && row0 + 4 * rg < p.rows;
+  float s[4][8] = {};
+  if (live) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t r = row0 + 4 * rg + i;
-    if (!inside || r >= p.rows) continue;
-    float s[8];
-    LoadSource<T>(p.x, p.at, p.activation, r * p.cols + col, s);
-    if (p.q != nullptr) {
-      const float row_inverse = __frcp_rn(p.row_scale[r]);
-      uint64_t packed = 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) packed |= uint64_t(ToE4m3(__fmul_rn(s[j], row_inverse))) << (8 * j);
-      *reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(p.q) + r * p.cols + col) = packed;
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) words[j] |= uint32_t(ToE4m3(__fmul_rn(s[j], col_inverse[j]))) << (8 * i);
+    for (int i = 0; i < 4; ++i) LoadSource<T>(p.x, p.at, p.activation, (row0 + 4 * rg + i) * p.cols + col, s[i]);
   }
+  if (p.q != nullptr && live) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = row0 + 4 * rg + i;
+      const float row_inverse = __frcp_rn(p.row_scale[r]);
+      const uint2 packed{E4m3Word(s[i][0], s[i][1], s[i][2], s[i][3], row_inverse),
+                         E4m3Word(s[i][4], s[i][5], s[i][6], s[i][7], row_inverse)};
+      *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.q) + r * p.cols + col) = packed;
+    }
+  }
+  uint32_t words[8];  // qt: column j's 4 rows, one byte each
+#pragma unroll
+  for (int j = 0; j < 8; ++j) words[j] = E4m3Word(s[0][j], s[1][j], s[2][j], s[3][j], col_inverse[j]);
   if (p.qt == nullptr) return;  // (uniform across the block)
 #pragma unroll
   for (int j = 0; j < 8; ++j) {

@@ -1,5 +1,5 @@
 // Device helpers of the quantization kernels (fp8_quantize.cu, fp8_block_quantize.cu): the
-// source s (x, or dy * act'(at)) 8 values at a time, |s|'s bits for atomicMax, e4m3.
+// source s (x, or dy * act'(at)) 8 values at a time, |s|'s bits for atomicMax, e4m3 words.
 // 16-bit inputs take act' with the hardware tanh / exp approximations (as bias_act_grad:
 // their error is far below e4m3's rounding).
 #pragma once
@@ -41,8 +41,15 @@ __device__ __forceinline__ void LoadSource(const void* x, const void* at, Activa
 // |v|'s bits: ordered as the magnitudes for numbers, NaN above all of them.
 __device__ __forceinline__ unsigned AbsBits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
-__device__ __forceinline__ uint8_t ToE4m3(float v) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+// a, b, c, d times `inverse` (IEEE products), rounded to e4m3 (saturating), as the bytes of
+// one word, a's lowest: two conversions of a pair each, where one a value cost twice the
+// conversions and 64-bit shifts to pack (the passes are bound by their issue rate).
+__device__ __forceinline__ uint32_t E4m3Word(float a, float b, float c, float d, float inverse) {
+  const auto pair = [inverse](float lo, float hi) {
+    return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(lo, inverse), __fmul_rn(hi, inverse)),
+                                             __NV_SATFINITE, __NV_E4M3));
+  };
+  return pair(a, b) | pair(c, d) << 16;
 }
 
 // Byte offset of 16-byte chunk `chunk` (0-7) of qt-tile row `c`: chunks XOR-swizzled by the
