@@ -3,8 +3,9 @@ for a restructuring that should not change what runs (an A/B whose rows move by 
 power-capped H100's +-3 % noise proves little; identical instructions prove it).
     python3 tools/cubin_diff.py A.so|A.cubin B.so|B.cubin [--match SUBSTRING] [--all]
 Reads every sm_90a cubin of a jaxgemm extension (its fatbins; zstd-compressed entries need
-the `zstandard` package) or a cubin (tools: `nvcc -cubin`), and pairs kernels by mangled
-name. Each pair is `same` (every instruction word equal), `renamed` (the same opcode at
+the `zstandard` package) or a cubin (tools: `nvcc -cubin`), and pairs kernels by name
+and template arguments (parameter types may differ; c++filt demangles, else the mangled
+name pairs). Each pair is `same` (every instruction word equal), `renamed` (the same opcode at
 every position: only registers, constant offsets or branch targets differ), `reordered`
 (the same opcodes scheduled otherwise) or `differs` (the code changed); then the kernels
 only one build has. (Opcodes: a 16-byte Hopper instruction's first two bytes.)"""
@@ -12,7 +13,9 @@ only one build has. (Opcodes: a 16-byte Hopper instruction's first two bytes.)""
 import argparse
 import collections
 import re
+import shutil
 import struct
+import subprocess
 
 FATBIN_MAGIC = b"\x50\xed\x55\xba"
 ELF_MAGIC = b"\x7fELF\x02\x01\x01"
@@ -75,6 +78,14 @@ def kernels(path: str) -> dict[str, bytes]:
     return out
 
 
+def by_template(code: dict[str, bytes]) -> dict[str, bytes]:
+    """The kernels keyed by their demangled name without the parameter list (c++filt), so
+    that a kernel whose parameter types changed (not its template arguments) still pairs."""
+    names = list(code)
+    demangled = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
+    return {d[: d.find(">(") + 1] if ">(" in d else d: code[n] for n, d in zip(names, demangled)}
+
+
 def compare(a: bytes, b: bytes) -> str:
     """same; renamed (each instruction's opcode bytes equal, operands apart: other
     registers, constant offsets, branch targets); reordered (the same opcodes in another
@@ -94,10 +105,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("a")
     parser.add_argument("b")
-    parser.add_argument("--match", default="", help="only kernels whose mangled name contains this")
+    parser.add_argument("--match", default="", help="only kernels whose name contains this")
     parser.add_argument("--all", action="store_true", help="list every pair, not only those that differ")
     args = parser.parse_args()
     a, b = kernels(args.a), kernels(args.b)
+    if shutil.which("c++filt"):
+        a, b = by_template(a), by_template(b)
     common = sorted(k for k in set(a) & set(b) if args.match in k)
     verdicts = {k: compare(a[k], b[k]) for k in common}
     for k in common:
