@@ -64,18 +64,25 @@ def _texts(elf: bytes):
             yield title[len(".text."):], elf[offset:offset + size]
 
 
+def _arch(elf: bytes) -> int:
+    """A cubin's SM version (90 for sm_90 and sm_90a): its ELF flags' second byte."""
+    flags, = struct.unpack_from("<I", elf, 0x30)
+    return (flags >> 8) & 0xFF
+
+
 def kernels(path: str) -> dict[str, bytes]:
-    """Every kernel's code in a cubin or an extension (the longest where a name repeats: the
-    sm_90a build, not a stub of another target)."""
+    """Every kernel's code in a cubin or an extension: the newest SM's build of each (the
+    longest there, not a stub that guards a Hopper-only kernel)."""
     data = open(path, "rb").read()
     cubin = data.startswith(ELF_MAGIC) and struct.unpack_from("<H", data, 0x12)[0] == EM_CUDA
     cubins = [data] if cubin else _fatbin_cubins(data)
-    out = {}
+    best = {}
     for elf in cubins:
+        arch = _arch(elf)
         for name, text in _texts(elf):
-            if len(text) > len(out.get(name, b"")):
-                out[name] = text
-    return out
+            if (arch, len(text)) > best.get(name, (-1, -1))[:2]:
+                best[name] = (arch, len(text), text)
+    return {name: text for name, (_, _, text) in best.items()}
 
 
 def by_template(code: dict[str, bytes]) -> dict[str, bytes]:
