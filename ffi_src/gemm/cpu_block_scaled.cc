@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "common/element_type.h"
-#include "gemm/cpu_epilogue.h"
 
 namespace jaxgemm {
 
@@ -24,8 +23,7 @@ void CpuBlockScaledGemm(const GemmProblem& p, const BlockScales& s) {
         }
         acc[col] = sum;
       }
-      char* d = static_cast<char*>(p.d) + z * p.m * p.n * ElementBytes(p.out_type);
-      ApplyEpilogue(GemmEpilogueRow(p, z, row, acc.data(), d));
+      for (int64_t col = 0; col < p.n; ++col) StoreFromFloat(p.d, (z * p.m + row) * p.n + col, acc[col], p.out_type);
     }
   }
 }
