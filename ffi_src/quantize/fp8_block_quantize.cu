@@ -3,8 +3,8 @@
 // load a row for 16-bit inputs). A row's amax is reduced across the 16 lanes that share its
 // rows (shuffles), a column's across the warp's two row groups (a shuffle) and the 8 warps
 // (shared memory), as are the gradient form's column sums (fixed order). Values convert by
-// pairs (E4m3Word); q's rows leave as 8-byte stores; qt through a shared tile written by 8-row words and read as 16-byte runs
-// (its chunks swizzled, QtTileChunk).
+// pairs (E4m3Word); q's rows leave as 8-byte stores; qt through a shared tile written by
+// 8-row words and read as 16-byte runs (its chunks swizzled, QtTileChunk).
 #include <cuda_runtime.h>
 
 #include "quantize/fp8_block_quantize.cuh"

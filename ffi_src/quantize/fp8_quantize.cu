@@ -6,8 +6,9 @@
 //   atomicMax on the bits of |s| (order-free, and NaN's bits exceed every number's), the
 //   column sums as the chunk's fixed-order partial;
 // - quantize: a block covers 128 rows x 64 columns, a thread 4 rows x 8 columns (loaded
-//   first, then converted by pairs); q rows leave as 8-byte stores, qt through a shared tile transposed by 4-byte words (4 rows of
-//   one column; chunks swizzled, QtTileChunk) and written as 16-byte runs of qt's rows.
+//   first, then converted by pairs); q rows leave as 8-byte stores, qt through a shared
+//   tile transposed by 4-byte words (4 rows of one column; chunks swizzled, QtTileChunk)
+//   and written as 16-byte runs of qt's rows.
 // (The source, |s|'s bits and e4m3: source.cuh.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
