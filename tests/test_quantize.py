@@ -11,8 +11,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxgemm import activations
-from jaxgemm.fp8 import quantize_rows
-from jaxgemm.quantize import quantize_both
+from jaxgemm.fp8 import quantize_blocks, quantize_rows, quantize_tiles
+from jaxgemm.quantize import quantize_blocks_both, quantize_both
 
 
 def _on_host(f, *args):
@@ -130,10 +130,8 @@ def test_inside_shard_map_each_device_has_its_own_scales():
     for d in range(4):
         _exact([g[d] for g in per_shard], _want(x[64 * d: 64 * (d + 1)]))
 
-# Blockwise, one pass: 1 x 128 blocks along each orientation's last dim, or 128 x 128 tiles.
 
-from jaxgemm.fp8 import quantize_blocks, quantize_tiles  # noqa: E402
-from jaxgemm.quantize import quantize_blocks_both  # noqa: E402
+# Blockwise, one pass: 1 x 128 blocks along each orientation's last dim, or 128 x 128 tiles.
 
 
 def _want_blocks(s, tiles):
