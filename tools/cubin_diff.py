@@ -23,12 +23,6 @@ EM_CUDA = 190  # e_machine of a cubin (a host .so is EM_X86_64)
 COMPRESSED = 0x8000  # a fatbin entry's flag: its payload is compressed
 
 
-def _elf_end(data: bytes, o: int) -> int:
-    shoff, = struct.unpack_from("<Q", data, o + 0x28)
-    shnum, = struct.unpack_from("<H", data, o + 0x3C)
-    return o + shoff + 64 * shnum
-
-
 def _fatbin_cubins(data: bytes):
     """The ELF payloads of every fatbin in data, compressed ones inflated."""
     for m in re.finditer(re.escape(FATBIN_MAGIC), data):
