@@ -45,7 +45,14 @@ from jaxgemm._compat import explicit_sharding, match_varying
 from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
-from jaxgemm.quantize import E4M3, E4M3_MAX, quantize_blocks_both, quantize_both, scales_of, to_e4m3  # noqa: F401 (E4M3*: this module's API)
+from jaxgemm.quantize import (  # noqa: F401 (E4M3 and E4M3_MAX: this module's API too)
+    E4M3,
+    E4M3_MAX,
+    quantize_blocks_both,
+    quantize_both,
+    scales_of,
+    to_e4m3,
+)
 from jaxgemm.scaled_dense import scaled_dense
 
 BLOCK = BLOCK_SCALE_GRANULE  # blockwise scaling's block (128): the block-scaled kernel's k-tile

@@ -51,10 +51,15 @@ def _source(x, at, activation):
     return s if at is None else s * activations.derivative(activation, at)
 
 
+def _on_ffi(platform) -> bool:
+    """A CUDA GPU, or the CPU's FFI reference (not the XLA CPU route)."""
+    return platform == "cuda" or (platform == "cpu" and not xla_cpu.enabled(platform))
+
+
 def _on_kernel(x, platform) -> bool:
+    """Where the two-pass kernels take x: columns a multiple of 8, rows of 16."""
     rows, cols = x.shape
-    ffi = platform == "cuda" or (platform == "cpu" and not xla_cpu.enabled(platform))
-    return ffi and rows % 16 == 0 and cols % 8 == 0 and rows > 0 and cols > 0
+    return _on_ffi(platform) and rows % 16 == 0 and cols % 8 == 0 and rows > 0 and cols > 0
 
 
 def _empty():
@@ -195,8 +200,7 @@ def _blockwise_jnp(s, tiles):
 def _block_local(x, *at, activation, tiles, want_sum, platform, axes):
     at = at[0] if at else None
     rows, cols = x.shape
-    ffi = platform == "cuda" or (platform == "cpu" and not xla_cpu.enabled(platform))
-    if ffi:
+    if _on_ffi(platform):
         f32 = jnp.float32
         results = (jax.ShapeDtypeStruct((rows, cols), E4M3), jax.ShapeDtypeStruct((rows, cols // BLOCK), f32),
                    jax.ShapeDtypeStruct((cols, rows), E4M3), jax.ShapeDtypeStruct((cols, rows // BLOCK), f32),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from test_scaled import FP8_KERNEL_BOUND, _hopper
+from test_scaled import FP8_KERNEL_BOUND, _ffi_gemm_operands, _fp8_kernel_platform, _hopper
 
 import jaxgemm
 from jaxgemm.fp8 import E4M3_MAX, quantize_rows
@@ -237,8 +237,6 @@ def test_rowwise_forward_is_one_kernel(activation):
     forward is one jaxgemm_gemm call that takes the e4m3 operands, both scales and the bias
     and returns y (and z for gelu): no float32 product, no XLA pass of scales, bias or
     activation after it."""
-    from test_scaled import _ffi_gemm_operands, _fp8_kernel_platform
-
     _fp8_kernel_platform()
     x, w, b = _layer(10, dtype=jnp.bfloat16)
     hlo = jax.jit(lambda x, w, b: jaxgemm.fp8.dense(x, w, b, activation)).lower(x, w, b).compile().as_text()

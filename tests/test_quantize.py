@@ -10,7 +10,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxgemm import activations
+from jaxgemm import activations, xla_cpu
 from jaxgemm.fp8 import quantize_blocks, quantize_rows, quantize_tiles
 from jaxgemm.quantize import quantize_blocks_both, quantize_both
 
@@ -82,18 +82,18 @@ def test_nan_and_zero_rows():
     _exact((q, rs, qt, cs), _want(jnp.asarray(x)))
 
 
-@pytest.mark.parametrize("spec", [P("x", None), P(None, "x"), P("x", "y")])
-def test_sharded_matches_one_device_with_amax_all_reduces_only(spec):
-    """Rows and columns split: every scale is the whole matrix's (all-reduced amax vectors),
-    the quantized copies are split as x is (qt transposed), and nothing gathers x."""
+def _sharded_like_one_device(quantize, shape, spec, seed):
+    """quantize(dy, at) under jit with dy and at placed by `spec` on a 2 x 2 mesh against one
+    device: the same e4m3 copies and scales, the column sums within float32 rounding, and
+    no collective that moves the matrix (all-gather, all-to-all, collective-permute).
+    Returns the compiled HLO."""
     devices = np.array(jax.devices()[:4])
     if devices.size < 4:
         pytest.skip("needs 4 devices")
     mesh = jax.sharding.Mesh(devices.reshape(2, 2), ("x", "y"))
-    rng = np.random.default_rng(3)
-    dy = jnp.asarray(rng.standard_normal((256, 128)), jnp.float32)
-    at = jnp.asarray(rng.standard_normal((256, 128)), jnp.float32)
-    f = jax.jit(lambda dy, at: quantize_both(dy, at, "gelu", want_sum=True))
+    rng = np.random.default_rng(seed)
+    dy, at = (jnp.asarray(rng.standard_normal(shape), jnp.float32) for _ in range(2))
+    f = jax.jit(quantize)
     want = f(dy, at)
     placed = [jax.device_put(a, NamedSharding(mesh, spec)) for a in (dy, at)]
     got = f(*placed)
@@ -101,6 +101,14 @@ def test_sharded_matches_one_device_with_amax_all_reduces_only(spec):
     np.testing.assert_allclose(np.asarray(got[4]), np.asarray(want[4]), rtol=1e-5, atol=1e-5)
     hlo = f.lower(*placed).compile().as_text()
     assert "all-gather" not in hlo and "all-to-all" not in hlo and "collective-permute" not in hlo
+    return hlo
+
+
+@pytest.mark.parametrize("spec", [P("x", None), P(None, "x"), P("x", "y")])
+def test_sharded_matches_one_device_with_amax_all_reduces_only(spec):
+    """Rows and columns split: every scale is the whole matrix's (all-reduced amax vectors),
+    the quantized copies are split as x is (qt transposed), and nothing gathers x."""
+    hlo = _sharded_like_one_device(lambda dy, at: quantize_both(dy, at, "gelu", want_sum=True), (256, 128), spec, 3)
     assert "all-reduce" in hlo
 
 
@@ -109,6 +117,26 @@ def test_vmap_matches_each_matrix():
     got = jax.vmap(quantize_both)(x)
     for i in range(3):
         _exact([g[i] for g in got], quantize_both(x[i]))
+
+
+@pytest.mark.parametrize("call, results, words", [
+    ("jaxgemm_fp8_amax", [(32,), (24,), (3, 24)], r"col_partials must be float32 \(1, cols\)"),
+    ("jaxgemm_fp8_quantize", [(32, 24), (32, 24)], r"q \(rows, cols\) and qt \(cols, rows\)"),
+    ("jaxgemm_fp8_block_quantize", [(32, 24)] * 4 + [(0,)], "multiples of 128"),
+])  # fmt: skip
+def test_ffi_contract(call, results, words):
+    """The handlers' contract (ffi_src/ffi/fp8_quantize_decode.h): a wrong buffer is an error
+    that names the call and x's shape, not a kernel launch (on the CPU's FFI reference)."""
+    if jax.default_backend() != "cpu" or xla_cpu.enabled("cpu"):
+        pytest.skip("the CPU's FFI handlers")
+    x = jnp.ones((32, 24), jnp.float32)
+    types = {"jaxgemm_fp8_amax": [jnp.float32] * 3, "jaxgemm_fp8_quantize": [jnp.float8_e4m3fn] * 2,
+             "jaxgemm_fp8_block_quantize": [jnp.float8_e4m3fn, jnp.float32] * 2 + [jnp.float32]}[call]  # fmt: skip
+    out = [jax.ShapeDtypeStruct(shape, t) for shape, t in zip(results, types)]
+    args = [x, jnp.zeros((0,), jnp.float32)] + ([jnp.ones(32), jnp.ones(24)] if call == "jaxgemm_fp8_quantize" else [])
+    attrs = {"tiles": False} if call == "jaxgemm_fp8_block_quantize" else {}
+    with pytest.raises(Exception, match=words + r".*\(x\(32, 24\)\)"):
+        jax.block_until_ready(jax.ffi.ffi_call(call, out)(*args, activation=np.int64(0), **attrs))
 
 
 def test_bad_input_is_named():
@@ -165,20 +193,7 @@ def test_blocks_in_the_gradient_form(activation):
 def test_blocks_sharded_on_whole_blocks(spec):
     """Split on whole blocks, every block is one device's: no collective but the column
     sums' all-reduce over the split rows."""
-    devices = np.array(jax.devices()[:4])
-    if devices.size < 4:
-        pytest.skip("needs 4 devices")
-    mesh = jax.sharding.Mesh(devices.reshape(2, 2), ("x", "y"))
-    rng = np.random.default_rng(6)
-    dy, at = (jnp.asarray(rng.standard_normal((512, 256)), jnp.float32) for _ in range(2))
-    f = jax.jit(lambda dy, at: quantize_blocks_both(dy, at, "gelu", want_sum=True))
-    want = f(dy, at)
-    placed = [jax.device_put(a, NamedSharding(mesh, spec)) for a in (dy, at)]
-    got = f(*placed)
-    _exact(got[:4], want[:4])
-    np.testing.assert_allclose(np.asarray(got[4]), np.asarray(want[4]), rtol=1e-5, atol=1e-5)
-    hlo = f.lower(*placed).compile().as_text()
-    assert "all-gather" not in hlo and "all-to-all" not in hlo and "collective-permute" not in hlo
+    _sharded_like_one_device(lambda dy, at: quantize_blocks_both(dy, at, "gelu", want_sum=True), (512, 256), spec, 6)
 
 
 def test_blocks_vmap_and_bad_input():

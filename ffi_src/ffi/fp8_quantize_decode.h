@@ -62,22 +62,28 @@ inline bool IsF32Vector(const ffi::AnyBuffer& b, int64_t n) {
   return b.element_type() == ffi::DataType::F32 && b.dimensions().size() == 1 && b.dimensions()[0] == n;
 }
 
+// Whether buffer b is a (rows, cols) matrix of type t.
+inline bool IsMatrix(const ffi::AnyBuffer& b, ffi::DataType t, int64_t rows, int64_t cols) {
+  auto d = b.dimensions();
+  return b.element_type() == t && d.size() == 2 && d[0] == rows && d[1] == cols;
+}
+
+// The InvalidArgument error of call `name` on source x.
+inline ffi::Error Fp8Error(const char* name, const ffi::AnyBuffer& x, const std::string& why) {
+  return ffi::Error::InvalidArgument(std::string(name) + ": " + why + " (x" + ShapeString(x.dimensions()) + ")");
+}
+
 inline ffi::ErrorOr<Fp8QuantizeProblem> DecodeFp8Amax(const ffi::AnyBuffer& x, const ffi::AnyBuffer& at,
                                                       const ffi::AnyBuffer& row_amax, const ffi::AnyBuffer& col_amax,
                                                       const ffi::AnyBuffer& col_partials, int64_t activation) {
-  auto fail = [&](const std::string& why) {
-    return ffi::Unexpected(
-        ffi::Error::InvalidArgument("jaxgemm_fp8_amax: " + why + " (x" + ShapeString(x.dimensions()) + ")"));
-  };
+  auto fail = [&](const std::string& why) { return ffi::Unexpected(Fp8Error("jaxgemm_fp8_amax", x, why)); };
   Fp8QuantizeProblem p;
   if (std::string why = DecodeFp8Source(x, at, activation, &p); !why.empty()) return fail(why);
   if (!IsF32Vector(row_amax, p.rows) || !IsF32Vector(col_amax, p.cols)) {
     return fail("row_amax and col_amax must be float32 (rows,) and (cols,)");
   }
   const bool sums = col_partials.element_count() > 0;
-  auto dp = col_partials.dimensions();
-  if (sums && (col_partials.element_type() != ffi::DataType::F32 || dp.size() != 2 || dp[0] != p.AmaxChunks() ||
-               dp[1] != p.cols)) {
+  if (sums && !IsMatrix(col_partials, ffi::DataType::F32, p.AmaxChunks(), p.cols)) {
     return fail("col_partials must be float32 (" + std::to_string(p.AmaxChunks()) + ", cols)");
   }
   p.row_amax = static_cast<float*>(row_amax.untyped_data());
@@ -90,19 +96,13 @@ inline ffi::ErrorOr<Fp8QuantizeProblem> DecodeFp8Quantize(const ffi::AnyBuffer& 
                                                           const ffi::AnyBuffer& row_scale,
                                                           const ffi::AnyBuffer& col_scale, const ffi::AnyBuffer& q,
                                                           const ffi::AnyBuffer& qt, int64_t activation) {
-  auto fail = [&](const std::string& why) {
-    return ffi::Unexpected(
-        ffi::Error::InvalidArgument("jaxgemm_fp8_quantize: " + why + " (x" + ShapeString(x.dimensions()) + ")"));
-  };
+  auto fail = [&](const std::string& why) { return ffi::Unexpected(Fp8Error("jaxgemm_fp8_quantize", x, why)); };
   Fp8QuantizeProblem p;
   if (std::string why = DecodeFp8Source(x, at, activation, &p); !why.empty()) return fail(why);
-  auto is_e4m3 = [](const ffi::AnyBuffer& b, int64_t rows, int64_t cols) {
-    auto d = b.dimensions();
-    return b.element_type() == ffi::DataType::F8E4M3FN && d.size() == 2 && d[0] == rows && d[1] == cols;
-  };
+  using T = ffi::DataType;
   const bool with_q = q.element_count() > 0, with_qt = qt.element_count() > 0;
-  if ((with_q && (!is_e4m3(q, p.rows, p.cols) || !IsF32Vector(row_scale, p.rows))) ||
-      (with_qt && (!is_e4m3(qt, p.cols, p.rows) || !IsF32Vector(col_scale, p.cols)))) {
+  if ((with_q && (!IsMatrix(q, T::F8E4M3FN, p.rows, p.cols) || !IsF32Vector(row_scale, p.rows))) ||
+      (with_qt && (!IsMatrix(qt, T::F8E4M3FN, p.cols, p.rows) || !IsF32Vector(col_scale, p.cols)))) {
     return fail("q (rows, cols) and qt (cols, rows) must be float8_e4m3fn, with float32 row_scale (rows,) and "
                 "col_scale (cols,)");
   }
@@ -131,8 +131,7 @@ inline ffi::ErrorOr<Fp8BlockQuantizeProblem> DecodeFp8BlockQuantize(
     const ffi::AnyBuffer& qt, const ffi::AnyBuffer& qt_scale, const ffi::AnyBuffer& col_partials, int64_t activation,
     bool tiles) {
   auto fail = [&](const std::string& why) {
-    return ffi::Unexpected(
-        ffi::Error::InvalidArgument("jaxgemm_fp8_block_quantize: " + why + " (x" + ShapeString(x.dimensions()) + ")"));
+    return ffi::Unexpected(Fp8Error("jaxgemm_fp8_block_quantize", x, why));
   };
   Fp8QuantizeProblem source;
   if (std::string why = DecodeFp8Source(x, at, activation, &source); !why.empty()) return fail(why);
@@ -140,19 +139,15 @@ inline ffi::ErrorOr<Fp8BlockQuantizeProblem> DecodeFp8BlockQuantize(
   p.rows = source.rows, p.cols = source.cols, p.type = source.type, p.activation = source.activation;
   p.x = source.x, p.at = source.at, p.tiles = tiles;
   if (p.rows % kQuantBlock != 0 || p.cols % kQuantBlock != 0) return fail("rows and cols must be multiples of 128");
-  auto is = [](const ffi::AnyBuffer& b, ffi::DataType t, int64_t rows, int64_t cols) {
-    auto d = b.dimensions();
-    return b.element_type() == t && d.size() == 2 && d[0] == rows && d[1] == cols;
-  };
   const int64_t rb = p.rows / kQuantBlock, cb = p.cols / kQuantBlock;
   using T = ffi::DataType;
-  if (!is(q, T::F8E4M3FN, p.rows, p.cols) || !is(qt, T::F8E4M3FN, p.cols, p.rows) || !is(q_scale, T::F32, p.rows, cb) ||
-      !is(qt_scale, T::F32, p.cols, rb)) {
+  if (!IsMatrix(q, T::F8E4M3FN, p.rows, p.cols) || !IsMatrix(qt, T::F8E4M3FN, p.cols, p.rows) ||
+      !IsMatrix(q_scale, T::F32, p.rows, cb) || !IsMatrix(qt_scale, T::F32, p.cols, rb)) {
     return fail("q (rows, cols) and qt (cols, rows) must be float8_e4m3fn, q_scale (rows, cols / 128) and qt_scale "
                 "(cols, rows / 128) float32");
   }
   const bool sums = col_partials.element_count() > 0;
-  if (sums && !is(col_partials, T::F32, rb, p.cols)) return fail("col_partials must be float32 (rows / 128, cols)");
+  if (sums && !IsMatrix(col_partials, T::F32, rb, p.cols)) return fail("col_partials must be float32 (rows / 128, cols)");
   p.q = q.untyped_data();
   p.q_scale = static_cast<float*>(q_scale.untyped_data());
   p.qt = qt.untyped_data();

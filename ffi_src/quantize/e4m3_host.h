@@ -1,7 +1,12 @@
-// float -> float8_e4m3fn on the host, for the CPU references of the quantization passes.
+// Host helpers of the quantization passes' CPU references: the source value, NaN-aware
+// amax, float -> float8_e4m3fn and a block's scale.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+
+#include "common/activation.h"
+#include "common/element_type.h"
 
 namespace jaxgemm {
 
@@ -19,6 +24,15 @@ inline uint8_t FloatToE4m3Bits(float v) {
   const int bits = ((e - 1 + 7) << 3) + man;
   return sign | static_cast<uint8_t>(bits > 0x7e ? 0x7e : bits);
 }
+
+// Value i of the source: x, or x * act'(at) in the gradient's form (at non-null).
+inline float SourceValue(const void* x, const void* at, ElementType t, Activation act, int64_t i) {
+  const float v = LoadAsFloat(x, i, t);
+  return at != nullptr ? v * ActivationGrad(act, LoadAsFloat(at, i, t)) : v;
+}
+
+// max(a, |v|) with NaN winning, as jnp.max.
+inline float AbsMax(float a, float v) { return std::isnan(a) || std::isnan(v) ? NAN : std::max(a, std::fabs(v)); }
 
 // The scale of a block whose largest magnitude is amax: amax * (1 / 448), or 1 where that is
 // not positive (all zeros, or a NaN), as quantize.scales_of.

@@ -1,18 +1,11 @@
 // The CPU reference of fp8_block_quantize.h's pass.
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "quantize/e4m3_host.h"
 #include "quantize/fp8_block_quantize.h"
 
 namespace jaxgemm {
-namespace {
-
-// max(a, |v|) with NaN winning, as jnp.max.
-float AbsMax(float a, float v) { return std::isnan(a) || std::isnan(v) ? NAN : std::max(a, std::fabs(v)); }
-
-}  // namespace
 
 void Fp8BlockQuantizeCpu(const Fp8BlockQuantizeProblem& p) {
   constexpr int64_t B = kQuantBlock;
@@ -25,9 +18,7 @@ void Fp8BlockQuantizeCpu(const Fp8BlockQuantizeProblem& p) {
       float tile_amax = 0.f;
       for (int64_t i = 0; i < B; ++i) {
         for (int64_t j = 0; j < B; ++j) {
-          const int64_t at = (tr * B + i) * p.cols + tc * B + j;
-          float v = LoadAsFloat(p.x, at, p.type);
-          if (p.at) v *= ActivationGrad(p.activation, LoadAsFloat(p.at, at, p.type));
+          const float v = SourceValue(p.x, p.at, p.type, p.activation, (tr * B + i) * p.cols + tc * B + j);
           s[i * B + j] = v;
           row_amax[i] = AbsMax(row_amax[i], v);
           col_amax[j] = AbsMax(col_amax[j], v);

@@ -1,6 +1,5 @@
 // The CPU reference of fp8_quantize.h's two passes.
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "quantize/e4m3_host.h"
@@ -9,13 +8,7 @@
 namespace jaxgemm {
 namespace {
 
-float Source(const Fp8QuantizeProblem& p, int64_t i) {
-  const float x = LoadAsFloat(p.x, i, p.type);
-  return p.at ? x * ActivationGrad(p.activation, LoadAsFloat(p.at, i, p.type)) : x;
-}
-
-// max(a, |v|) with NaN winning, as jnp.max.
-float AbsMax(float a, float v) { return std::isnan(a) || std::isnan(v) ? NAN : std::max(a, std::fabs(v)); }
+float Source(const Fp8QuantizeProblem& p, int64_t i) { return SourceValue(p.x, p.at, p.type, p.activation, i); }
 
 }  // namespace
 

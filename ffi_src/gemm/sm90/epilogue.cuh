@@ -196,8 +196,8 @@ __device__ __forceinline__ void Sm90ScaleTile(const Sm90Store& s, float (&acc)[P
 // ffi_src/gemm/NOTES.md, "Epilogues".)
 // The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
 // before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
-template <class P, class TOut, bool kHanded, bool kScales>
-__device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
+template <class P, class TOut, bool kHanded>
+__device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
                                                    int64_t row0, int64_t col0, int64_t slab, int wg,
                                                    unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage,
                                                    bool boxes_in_use) {
@@ -317,8 +317,8 @@ struct Sm90TmaEpilogue {
     }
     if (kWithFused && store.fused) {  // 16-bit outputs only (MakeSm90Store)
       if constexpr (sizeof(TOut) == 2) {
-        Sm90StoreTileFused<P, TOut, Handed::kUsed, kScales>(store, acc, row0, col0, slab, wg, boxes, bias_word,
-                                                             bias_stage, boxes_in_use);
+        Sm90StoreTileFused<P, TOut, Handed::kUsed>(store, acc, row0, col0, slab, wg, boxes, bias_word, bias_stage,
+                                                    boxes_in_use);
         boxes_in_use = Handed::kUsed;
       }
     } else if constexpr (Handed::kUsed) {
