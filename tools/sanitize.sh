@@ -3,12 +3,15 @@
 # fused epilogues and their backward, convolution, the grouped GEMM, its epilogue and gated mode;
 # fp8: the scaled product, fp8.dense both scalings)
 # (jaxgemm installed; run on the GPU machine). Only jaxgemm's kernels are checked.
-#   tools/sanitize.sh
+#   tools/sanitize.sh   (SANITIZE_CASES="sanitize_fp8": the fp8 cases only; SANITIZE_TOOLS=memcheck)
 set -uo pipefail
 out=${OUT:-/tmp/jaxgemm_check}
 cases=$(mktemp -d)  # (the case scripts stay out of $OUT: the device tool returns 8 files at most)
 mkdir -p "$out"
 command -v compute-sanitizer >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+# JAX takes 75 % of the GPU up front by default; under memcheck that allocation has failed
+# (cuMemCreate out of memory, then the tool crashed): allocate as needed.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 cat >"$cases/sanitize_case.py" <<'PY'
 import itertools
 import jax, jax.numpy as jnp
@@ -108,8 +111,8 @@ PY
 # Each report's summary, and its first errors where it has any (so that they are seen where
 # the report files are not). A sanitizer that crashes (rc >= 128: a segfault of the tool
 # itself was seen on an H100, the same case clean on the next run) runs once more.
-for case in sanitize sanitize_fp8; do
-  for tool in memcheck racecheck; do
+for case in ${SANITIZE_CASES:-sanitize sanitize_fp8}; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     report="$out/${case}_$tool.txt"
     for attempt in 1 2; do
       compute-sanitizer --tool $tool --kernel-name kns=jaxgemm --print-limit 20 \
