@@ -17,11 +17,11 @@ Each operand is quantized from the high-precision tensor for the product it ente
 two copies of x and of dz differ in orientation and scales). Rowwise, x, w and dz are
 each quantized into both orientations by two passes over them (quantize.py: the amax,
 then both e4m3 copies; dz's passes read dy and z and sum dbias, dz itself is never
-written), and the forward product is one kernel with its scales, the bias, the
-activation and z in the fp8 GEMM's epilogue (scaled_dense.py); the backward keeps x^T
-and w quantized from the forward. Blockwise, where M, K and N are whole 128-blocks, each
-is quantized both ways in one pass (every block lies in one 128 x 128 tile; w in tiles),
-the same kept for the backward. Every product writes its result's dtype. The gradient
+written); the backward keeps x^T and w quantized from the forward. Blockwise, where M,
+K and N are whole 128-blocks, each is quantized both ways in one pass (every block lies
+in one 128 x 128 tile; w in tiles), the same kept for the backward. Either way the
+forward product is one kernel with its scales, the bias, the activation and z in its
+epilogue (scaled_dense.py). Every product writes its result's dtype. The gradient
 is the straight-through one: quantization counts as the identity. On a Hopper GPU the products
 run on jaxgemm's fp8 kernel; elsewhere `scaled_matmul` dequantizes (same values, float32
 sums). Under sharded jit rowwise scales are the whole batch's (XLA all-reduces the amax
@@ -42,7 +42,6 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgemm import activations
 from jaxgemm._compat import explicit_sharding, match_varying
-from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
 from jaxgemm.quantize import (  # noqa: F401 (E4M3 and E4M3_MAX: this module's API too)
@@ -126,7 +125,8 @@ def _product(a, b, out_dtype, scaling, like=None, b_is_weight=False):
 
 
 def _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype):
-    """(y, z or None) of the rowwise-scaled product on one kernel (scaled_dense.py)."""
+    """(y, z or None) of the scaled product (one scale per row, or blocks) with the bias and
+    the activation in its kernel's epilogue (scaled_dense.py)."""
     outs = scaled_dense(qx[None], qwt[None], sx[None], swt[None], None if bias is None else bias[None],
                         activation=activation, want_aux=want_z, out_dtype=out_dtype)  # fmt: skip
     return outs[0][0], outs[1][0] if want_z else None
@@ -139,16 +139,11 @@ def _whole_blocks(x, w) -> bool:
 
 
 def _blockwise_forward(x, w, bias, activation, want_z, out_dtype):
-    if x.shape[-1] % BLOCK:  # a contraction of no whole blocks: rowwise, on the fused kernel
+    if x.shape[-1] % BLOCK:  # a contraction of no whole blocks: rowwise
         (qx, sx), (qwt, swt) = quantize_rows(x), quantize_rows(w.T)
-        return _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype)
-    return _epilogue(_product(x, w.T, jnp.float32, "blockwise", b_is_weight=True), bias, activation, want_z, out_dtype)
-
-
-def _epilogue(z, bias, activation, want_z, out_dtype):
-    """(y, z or None) of the epilogue in XLA on the float32 product z."""
-    y, *z = epilogue_in_jax(z, None, bias, None, EpilogueConfig(activation=activation, want_aux=want_z), out_dtype)
-    return y, z[0] if want_z else None
+    else:
+        (qx, sx), (qwt, swt) = quantize_blocks(x), quantize_tiles(w.T)
+    return _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
@@ -172,7 +167,7 @@ def _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype):
         # One pass each (quantize.py): x in 1 x 128 blocks both ways, w in 128 x 128 tiles.
         xq, xs, xqt, xst = quantize_blocks_both(x)
         wq, ws, wqt, wst = quantize_blocks_both(w, tiles=True)
-        y, z = _epilogue(_scaled(xq, wqt, xs, wst, jnp.float32), bias, activation, want_z, out_dtype)
+        y, z = _fused_forward(xq, wqt, xs, wst, bias, activation, want_z, out_dtype)
         saved = (xqt, xst, wq, ws, w)
     else:
         y, z = _blockwise_forward(x, w, bias, activation, want_z, out_dtype)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxgemm import _ffi, activations, xla_cpu
@@ -57,7 +58,7 @@ def _abstract(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, out_sharding=None)
     return [Result((lhs.shape[0], lhs.shape[1], rhs.shape[1]), out_dtype)]
 
 
-def _rule(lhs, rhs, lhs_scales, rhs_scales, **params):
+def product_rule(lhs, rhs, lhs_scales, rhs_scales, **params):
     """K = its blocks x the values in one, a compound dim where both exceed 1 (Shardy takes
     no factor of size 1 in one). With one block (per-row or per-tensor scales) K splits
     anywhere: each device scales its partial sums by the whole rows' scales, which every
@@ -139,14 +140,21 @@ def _scales_by_block(scales):
     return jnp.pad(s, ((0, 0), (0, 0), (0, pad))) if pad else s
 
 
-def _block_scaled_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype):
-    """The product on the block-scaled fp8 kernel, which writes bfloat16 or float32 (a
-    float16 result is rounded from float32)."""
+def block_scaled_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, *, bias=None, activation=None,
+                             want_aux=False):  # fmt: skip
+    """[out] (or [out, z] with want_aux) of the block-scaled fp8 kernel: each 128-deep
+    k-tile's products times its block's row scales, summed in float32, then the bias (B or
+    1, N) and the activation (a canonical name) in its epilogue. The kernel writes bfloat16
+    or float32 (a float16 result is rounded from float32)."""
     kernel_dtype = jnp.dtype(jnp.bfloat16) if out_dtype == jnp.bfloat16 else jnp.dtype(jnp.float32)
-    result = jax.ShapeDtypeStruct((lhs.shape[0], lhs.shape[1], rhs.shape[1]), kernel_dtype)
-    out = jax.ffi.ffi_call("jaxgemm_block_scaled_gemm", result)(
-        lhs, rhs, _scales_by_block(lhs_scales), _scales_by_block(rhs_scales))
-    return out.astype(out_dtype)
+    shape = (lhs.shape[0], lhs.shape[1], rhs.shape[1])
+    results = (jax.ShapeDtypeStruct(shape, kernel_dtype), jax.ShapeDtypeStruct(shape if want_aux else (0,), kernel_dtype))
+    bias = jnp.zeros((0,), kernel_dtype) if bias is None else bias.astype(kernel_dtype)
+    outs = jax.ffi.ffi_call("jaxgemm_block_scaled_gemm", results)(
+        lhs, rhs, _scales_by_block(lhs_scales), _scales_by_block(rhs_scales), bias,
+        activation=np.int64(activations.activation_id(activation)),
+    )  # fmt: skip
+    return [x.astype(out_dtype) for x in outs[: 2 if want_aux else 1]]
 
 
 def _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_sharding):
@@ -164,7 +172,7 @@ def scaled_local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_s
     if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform):
         (out,) = fp8_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform)
     elif runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform):
-        out = _block_scaled_kernel_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype)
+        (out,) = block_scaled_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype)
     else:
         out = _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_sharding)
     # K sharded: partial products in the output dtype, summed as XLA sums its dots'.
@@ -180,7 +188,7 @@ def _batch(args, dims, *, out_dtype, out_sharding=None):
 
 
 scaled_matmul_op = define(Op(
-    "jaxgemm_scaled_matmul", abstract=_abstract, rule=_rule, local=scaled_local, batch=_batch, rule_on_cpu=True,
+    "jaxgemm_scaled_matmul", abstract=_abstract, rule=product_rule, local=scaled_local, batch=_batch, rule_on_cpu=True,
 ))  # fmt: skip
 
 

@@ -1,17 +1,18 @@
-"""fp8.dense's rowwise forward as one kernel: the e4m3 product, its row and column scales,
-the bias, the activation and the pre-activation z, all in the fp8 GEMM's epilogue:
+"""fp8.dense's forward as one kernel: the e4m3 product, its scales, the bias, the
+activation and the pre-activation z, all in the kernel's epilogue:
 
-    z[b, m, n] = sum_k lhs[b, m, k] rhs[b, n, k] * lhs_scales[b, m] * rhs_scales[b, n] + bias[b, n]
+    z[b, m, n] = scaled_matmul(lhs, rhs, lhs_scales, rhs_scales)[b, m, n] + bias[b, n]
     y = act(z)
 
-lhs (B, M, K) and rhs (B, N, K) K-major e4m3, their scales (B, M, 1) and (B, N, 1) (one per
-row, as `scaled_matmul` takes them), bias (B, N) or absent. Results: y, and z where asked
-(`want_aux`), both in out_dtype. The kernel writes bfloat16 or float32 (float16 is rounded
-from float32). One primitive in primitive.py's pattern, sharded like `scaled_matmul`'s
-one-block product: B, M and N split with no collective; with K split the partial products
-are summed first and the epilogue runs in XLA on the sum (as it does wherever the fp8
-kernel does not take the product: other GPUs, the CPU, rows that are not 16-byte runs).
-Not differentiable: fp8.dense's custom VJP is its derivative.
+lhs (B, M, K) and rhs (B, N, K) K-major e4m3, their scales (B, M, KB) and (B, N, KB) as
+`scaled_matmul` takes them, bias (B, N) or absent. One scale per row (KB = 1) runs on the
+fp8 GEMM (the scales in its epilogue too), blocks of a multiple of 128 values on the
+block-scaled kernel. Results: y, and z where asked (`want_aux`), both in out_dtype. The
+kernels write bfloat16 or float32 (float16 is rounded from float32). One primitive in
+primitive.py's pattern, sharded like `scaled_matmul`: B, M and N split with no collective;
+with K split the partial products are summed first and the epilogue runs in XLA on the sum
+(as it does wherever no kernel takes the product: other GPUs, the CPU's XLA route, rows
+that are not 16-byte runs). Not differentiable: fp8.dense's custom VJP is its derivative.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ import jax.numpy as jnp
 
 from jaxgemm.epilogue import EpilogueConfig, epilogue_in_jax
 from jaxgemm.primitive import Op, Result, Rule, all_to_front, define
-from jaxgemm.scaled import fp8_kernel_call, runs_on_fp8_kernel, scaled_local
+from jaxgemm.scaled import (
+    block_scaled_kernel_call,
+    fp8_kernel_call,
+    product_rule,
+    runs_on_block_scaled_kernel,
+    runs_on_fp8_kernel,
+    scaled_local,
+)
 
 
 def _abstract(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dtype):
@@ -29,17 +37,22 @@ def _abstract(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out
 
 
 def _rule(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dtype):
-    """scaled_matmul's rule for one block along K (which splits anywhere), and the bias
+    """scaled_matmul's rule (K a compound of blocks and the values in one), and the bias
     along the result's columns."""
-    operands = (("b", "m", "ks"), ("b", "n", "ks"), ("b", "m", "kb"), ("b", "n", "kb")) + (("b", "n"),) * len(bias)
-    return Rule(operands, (("b", "m", "n"),) * (2 if want_aux else 1))
+    product = product_rule(lhs, rhs, lhs_scales, rhs_scales)
+    return Rule(product.operands + (("b", "n"),) * len(bias), (("b", "m", "n"),) * (2 if want_aux else 1),
+                factor_sizes=product.factor_sizes)  # fmt: skip
 
 
 def _local(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dtype, platform, axes):
     bias = bias[0] if bias else None
-    if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform) and not axes.get("ks"):
+    whole_k = not (axes.get("ks") or axes.get("kb"))
+    if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform) and whole_k:
         return fp8_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform, bias=bias, activation=activation,
                                want_aux=want_aux)  # fmt: skip
+    if runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform) and whole_k:
+        return block_scaled_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, bias=bias, activation=activation,
+                                        want_aux=want_aux)  # fmt: skip
     # The product (summed over a split K), then the epilogue once, in XLA.
     (z,) = scaled_local(lhs, rhs, lhs_scales, rhs_scales, out_dtype=jnp.dtype(jnp.float32), platform=platform,
                         axes=axes)  # fmt: skip

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import jaxgemm
+from jaxgemm.activations import apply
 from jaxgemm.scaled import _scales_by_block, runs_on_block_scaled_kernel
+from jaxgemm.scaled_dense import scaled_dense
 from test_scaled import _bound as _scaled_bound
 from test_scaled import _fp8_kernel_platform, _hopper, _operands, _reference, _rel
 
@@ -113,9 +115,13 @@ def test_scales_by_block_layout():
     np.testing.assert_array_equal(t[:, :, 5:], 0)
 
 
-def _ffi(lhs, rhs, sa, sb, out_dtype=jnp.float32):
-    out = jax.ShapeDtypeStruct((lhs.shape[0], lhs.shape[1], rhs.shape[1]), out_dtype)
-    return jax.block_until_ready(jax.ffi.ffi_call("jaxgemm_block_scaled_gemm", out)(lhs, rhs, sa, sb))
+def _ffi(lhs, rhs, sa, sb, out_dtype=jnp.float32, bias=None, aux_dtype=None, activation=0):
+    shape = (lhs.shape[0], lhs.shape[1], rhs.shape[1])
+    results = (jax.ShapeDtypeStruct(shape, out_dtype), jax.ShapeDtypeStruct((0,) if aux_dtype is None else shape,
+                                                                            aux_dtype or out_dtype))  # fmt: skip
+    bias = jnp.zeros((0,), out_dtype) if bias is None else bias
+    call = jax.ffi.ffi_call("jaxgemm_block_scaled_gemm", results)
+    return jax.block_until_ready(call(lhs, rhs, sa, sb, bias, activation=np.int64(activation)))
 
 
 @pytest.mark.parametrize("change, words", [
@@ -124,6 +130,9 @@ def _ffi(lhs, rhs, sa, sb, out_dtype=jnp.float32):
     ("float16 out", "bfloat16 or float32"),
     ("bfloat16 scales", "scales must be float32"),
     ("fewer scale rows", "pitch >= m"),
+    ("bias of 7 columns", r"bias must be \(1 or batch, n\)"),
+    ("float32 aux", "aux must match out"),
+    ("activation 99", "unknown activation id"),
 ])  # fmt: skip
 def test_ffi_contract(change, words):
     """The handler's contract (ffi_src/ffi/block_scaled_decode.h): a clear error, no kernel."""
@@ -139,7 +148,31 @@ def test_ffi_contract(change, words):
         out_dtype = jnp.float16
     elif change == "bfloat16 scales":
         sa = sa.astype(jnp.bfloat16)
-    else:
+    elif change == "fewer scale rows":
         sb = jnp.ones((1, 2, 4))
+    extra = {"bias of 7 columns": {"bias": jnp.ones((1, 7), out_dtype)}, "activation 99": {"activation": 99},
+             "float32 aux": {"out_dtype": jnp.bfloat16, "aux_dtype": jnp.float32}}.get(change, {})  # fmt: skip
+    extra = {"out_dtype": out_dtype} | extra
     with pytest.raises(Exception, match=words):
-        _ffi(lhs, rhs, sa, sb, out_dtype)
+        _ffi(lhs, rhs, sa, sb, **extra)
+
+
+@pytest.mark.parametrize("out_dtype", [jnp.bfloat16, jnp.float32])
+@pytest.mark.parametrize("b, m, n, k, activation, bias_batch", [
+    (1, 136, 264, 256, "gelu", 1),   # ragged M and N: partial tiles, fused TMA store (bf16)
+    (2, 64, 128, 384, "relu", 2),    # a bias per batch index
+    (2, 200, 72, 256, None, 1),      # one bias for the batch (stride 0), no activation
+])  # fmt: skip
+def test_epilogue_in_the_kernel(out_dtype, b, m, n, k, activation, bias_batch):
+    """scaled_dense with blocks of 128: the block-scaled product, the bias, the activation
+    and z in the kernel's epilogue (one call, no XLA pass after it), against float64."""
+    _fp8_kernel_platform()
+    lhs, rhs, ls, rs = _operands(70 + m, b, m, n, k, k // 128)
+    bias = jnp.asarray(np.random.default_rng(m).standard_normal((bias_batch, n)) * 10, out_dtype)
+    fn = lambda *args: scaled_dense(*args, activation=activation, want_aux=True, out_dtype=out_dtype)
+    assert len(_calls(fn, lhs, rhs, ls, rs, bias)) == 1
+    y, z = fn(lhs, rhs, ls, rs, bias)
+    want_z = np.asarray(_reference(lhs, rhs, ls, rs), np.float64) + np.asarray(bias, np.float64)[:, None, :]
+    want_y = np.asarray(apply(activation, jnp.asarray(want_z, jnp.float32)), np.float64)
+    assert y.dtype == z.dtype == out_dtype
+    assert _rel(z, want_z) <= _bound(out_dtype) and _rel(y, want_y) <= _bound(out_dtype)

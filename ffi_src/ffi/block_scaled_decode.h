@@ -4,7 +4,11 @@
 //   scales_a: (batch, blocks, pitch_a) and scales_b: (batch, blocks, pitch_b) float32, the
 //     pitches multiples of 4 and at least m and n, blocks dividing k into blocks of a
 //     multiple of 128 values,
-//   out: (batch, m, n) bfloat16 or float32.
+//   bias: (1 or batch, n) in out's dtype, or empty (none),
+//   out: (batch, m, n) bfloat16 or float32, aux: like out (z, the pre-activation) or empty,
+//   activation: an Activation id.
+// The epilogue is the GEMM's (gemm/epilogue_steps.cuh): z = block-scaled sum + bias,
+// D = act(z), Aux = z.
 #pragma once
 #include <string>
 #include <utility>
@@ -25,7 +29,34 @@ auto BindBlockScaledCall(Binding binding) {
       .template Arg<ffi::AnyBuffer>()            // b
       .template Arg<ffi::AnyBuffer>()            // scales_a
       .template Arg<ffi::AnyBuffer>()            // scales_b
-      .template Ret<ffi::AnyBuffer>();           // out
+      .template Arg<ffi::AnyBuffer>()            // bias (empty: none)
+      .template Ret<ffi::AnyBuffer>()            // out
+      .template Ret<ffi::AnyBuffer>()            // aux (empty: not wanted)
+      .template Attr<int64_t>("activation");
+}
+
+// The epilogue's part of the call into p (whose batch and out_type are decoded): why it
+// cannot serve (empty: it can).
+inline std::string DecodeBlockScaledEpilogue(const ffi::AnyBuffer& bias, const ffi::AnyBuffer& out,
+                                             const ffi::AnyBuffer& aux, int64_t activation, GemmProblem* p) {
+  if (!IsActivation(static_cast<int>(activation))) return "unknown activation id";
+  if (bias.element_count() > 0) {
+    auto dbias = bias.dimensions();
+    if (bias.element_type() != out.element_type() || dbias.size() != 2 || dbias[1] != p->n ||
+        (dbias[0] != 1 && dbias[0] != p->batch.count)) {
+      return "bias must be (1 or batch, n) in out's dtype, got bias" + ShapeString(dbias);
+    }
+    p->epilogue.operand[kEpilogueBias] = bias.untyped_data();
+    if (p->batch.rank == 1 && dbias[0] > 1) p->batch.stride[BatchOperandOf(kEpilogueBias)][0] = p->n;
+  }
+  if (aux.element_count() > 0) {
+    if (aux.element_type() != out.element_type() || aux.element_count() != out.element_count()) {
+      return "aux must match out";
+    }
+    p->epilogue.aux = aux.untyped_data();
+  }
+  p->epilogue.activation = static_cast<Activation>(activation);
+  return "";
 }
 
 struct BlockScaledGemm {
@@ -35,7 +66,9 @@ struct BlockScaledGemm {
 
 inline ffi::ErrorOr<BlockScaledGemm> DecodeBlockScaledGemm(const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
                                                            const ffi::AnyBuffer& scales_a,
-                                                           const ffi::AnyBuffer& scales_b, const ffi::AnyBuffer& out) {
+                                                           const ffi::AnyBuffer& scales_b, const ffi::AnyBuffer& bias,
+                                                           const ffi::AnyBuffer& out, const ffi::AnyBuffer& aux,
+                                                           int64_t activation) {
   auto da = a.dimensions(), db = b.dimensions(), dsa = scales_a.dimensions(), dsb = scales_b.dimensions();
   auto dd = out.dimensions();
   auto fail = [&](const std::string& why) {
@@ -86,6 +119,8 @@ inline ffi::ErrorOr<BlockScaledGemm> DecodeBlockScaledGemm(const ffi::AnyBuffer&
     p.batch.stride[kOperandA][0] = m * k;
     p.batch.stride[kOperandB][0] = n * k;
   }
+  const std::string epilogue_error = DecodeBlockScaledEpilogue(bias, out, aux, activation, &p);
+  if (!epilogue_error.empty()) return fail(epilogue_error);
   p.a = a.untyped_data();
   p.b = b.untyped_data();
   p.d = out.untyped_data();

@@ -11,10 +11,14 @@ namespace jaxgemm {
 namespace {
 
 ffi::Error BlockScaledGemmCpuImpl(ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer scales_a,
-                                  ffi::AnyBuffer scales_b, ffi::Result<ffi::AnyBuffer> out) {
-  auto call = DecodeBlockScaledGemm(a, b, scales_a, scales_b, *out);
+                                  ffi::AnyBuffer scales_b, ffi::AnyBuffer bias, ffi::Result<ffi::AnyBuffer> out,
+                                  ffi::Result<ffi::AnyBuffer> aux, int64_t activation) {
+  auto call = DecodeBlockScaledGemm(a, b, scales_a, scales_b, bias, *out, *aux, activation);
   if (!call.has_value()) return call.error();
-  if (PoisonOutputs()) std::memset(out->untyped_data(), 0xff, out->size_bytes());
+  if (PoisonOutputs()) {
+    std::memset(out->untyped_data(), 0xff, out->size_bytes());
+    if (aux->size_bytes() > 0) std::memset(aux->untyped_data(), 0xff, aux->size_bytes());
+  }
   CpuBlockScaledGemm(call->problem, call->scales);
   return ffi::Error::Success();
 }

@@ -13,11 +13,17 @@ namespace jaxgemm {
 namespace {
 
 ffi::Error BlockScaledGemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer scales_a,
-                                   ffi::AnyBuffer scales_b, ffi::Result<ffi::AnyBuffer> out) {
-  auto call = DecodeBlockScaledGemm(a, b, scales_a, scales_b, *out);
+                                   ffi::AnyBuffer scales_b, ffi::AnyBuffer bias, ffi::Result<ffi::AnyBuffer> out,
+                                   ffi::Result<ffi::AnyBuffer> aux, int64_t activation) {
+  auto call = DecodeBlockScaledGemm(a, b, scales_a, scales_b, bias, *out, *aux, activation);
   if (!call.has_value()) return call.error();
   const GemmProblem& p = call->problem;
-  if (PoisonOutputs()) JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(out->untyped_data(), 0xff, out->size_bytes(), stream));
+  if (PoisonOutputs()) {
+    JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(out->untyped_data(), 0xff, out->size_bytes(), stream));
+    if (aux->size_bytes() > 0) {
+      JG_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(aux->untyped_data(), 0xff, aux->size_bytes(), stream));
+    }
+  }
   if (p.m == 0 || p.n == 0 || p.batch.count == 0) return ffi::Error::Success();
   if (CurrentDeviceComputeCapability() != 90 || !Sm90Supports(p)) {
     return ffi::Error::InvalidArgument(

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/element_type.h"
+#include "gemm/cpu_epilogue.h"
 
 namespace jaxgemm {
 
@@ -23,7 +24,8 @@ void CpuBlockScaledGemm(const GemmProblem& p, const BlockScales& s) {
         }
         acc[col] = sum;
       }
-      for (int64_t col = 0; col < p.n; ++col) StoreFromFloat(p.d, (z * p.m + row) * p.n + col, acc[col], p.out_type);
+      char* d = static_cast<char*>(p.d) + z * p.m * p.n * ElementBytes(p.out_type);
+      ApplyEpilogue(GemmEpilogueRow(p, z, row, acc.data(), d));
     }
   }
 }

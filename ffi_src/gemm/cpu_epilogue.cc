@@ -3,6 +3,17 @@
 namespace jaxgemm {
 namespace {
 
+// Where operand `o` of a GEMM problem starts for output row `row`, by the operand's shape:
+// `slab` is its batch index's offset, `pitch` a matrix operand's row pitch.
+int64_t OperandAtRow(int o, int64_t slab, int64_t row, int64_t pitch) {
+  switch (kEpilogueOperandRows[o].shape) {
+    case OperandShape::kMatrix: return slab + row * pitch;
+    case OperandShape::kColumns: return slab;
+    case OperandShape::kRows: return slab + row;
+  }
+  return slab;
+}
+
 // v rounded to t, as the grouped kernel's epilogue rounds the product before its bias.
 float RoundTo(float v, ElementType t) {
   uint32_t word = 0;
@@ -35,6 +46,28 @@ void ApplyEpilogue(const EpilogueRow& r) {
     if (const void* residual = r.operand[kEpilogueResidual]) v += LoadAsFloat(residual, col, r.type);
     StoreFromFloat(r.out, col, v, r.type);
   }
+}
+
+// z = alpha*acc*row_scale*col_scale + beta*C + bias; D = act(z) + residual; Aux = z.
+EpilogueRow GemmEpilogueRow(const GemmProblem& p, int64_t z, int64_t row, const float* acc, char* d) {
+  const EpilogueParams& e = p.epilogue;
+  const ElementType t = p.out_type;
+  const int64_t row_offset = row * p.ldd;  // within this batch index's m x n slab
+  EpilogueRow r;
+  r.n = p.n;
+  r.type = r.bias_type = t;
+  r.alpha = e.alpha;
+  r.beta = e.beta;
+  for (int o = 0; o < kEpilogueOperands; ++o) {
+    r.operand[o] = ElementAt(e.operand[o], OperandAtRow(o, p.batch.Offset(z, BatchOperandOf(o)), row, p.ldd),
+                             EpilogueOperandType(o, t));
+  }
+  r.z.acc = acc;
+  r.z.bias = r.operand[kEpilogueBias];
+  r.z.aux = ElementAt(e.aux, z * p.m * p.n + row_offset, t);
+  r.activation = e.activation;
+  r.out = ElementAt(d, row_offset, t);
+  return r;
 }
 
 }  // namespace jaxgemm

@@ -43,6 +43,11 @@ struct EpilogueRow {
 
 void ApplyEpilogue(const EpilogueRow& row);
 
+// Output row `row` of batch index z of a GEMM problem (its operands from p.epilogue, acc the
+// row's float32 product, d this batch index's and split's D): the GEMM's and the
+// block-scaled GEMM's rows.
+EpilogueRow GemmEpilogueRow(const GemmProblem& p, int64_t z, int64_t row, const float* acc, char* d);
+
 // base + i elements of type t, for offsetting an operand to its row; null (the operand is
 // off) stays null.
 inline const void* ElementAt(const void* base, int64_t i, ElementType t) {

@@ -22,40 +22,6 @@ void PackPanel(const void* x, ElementType t, bool trans, int64_t ld, int64_t r0,
   }
 }
 
-// Where operand `o` of a GEMM problem starts for output row `row`, by the operand's shape:
-// `slab` is its batch index's offset, `pitch` a matrix operand's row pitch.
-int64_t OperandAtRow(int o, int64_t slab, int64_t row, int64_t pitch) {
-  switch (kEpilogueOperandRows[o].shape) {
-    case OperandShape::kMatrix: return slab + row * pitch;
-    case OperandShape::kColumns: return slab;
-    case OperandShape::kRows: return slab + row;
-  }
-  return slab;
-}
-
-// The epilogue of row `row` of batch z (d: this batch index's and split's D):
-// z = alpha*acc*row_scale*col_scale + beta*C + bias; D = act(z) + residual; Aux = z.
-EpilogueRow RowOperands(const GemmProblem& p, int64_t z, int64_t row, const float* acc, char* d) {
-  const EpilogueParams& e = p.epilogue;
-  const ElementType t = p.out_type;
-  const int64_t row_offset = row * p.ldd;  // within this batch index's m x n slab
-  EpilogueRow r;
-  r.n = p.n;
-  r.type = r.bias_type = t;
-  r.alpha = e.alpha;
-  r.beta = e.beta;
-  for (int o = 0; o < kEpilogueOperands; ++o) {
-    r.operand[o] = ElementAt(e.operand[o], OperandAtRow(o, p.batch.Offset(z, BatchOperandOf(o)), row, p.ldd),
-                             EpilogueOperandType(o, t));
-  }
-  r.z.acc = acc;
-  r.z.bias = r.operand[kEpilogueBias];
-  r.z.aux = ElementAt(e.aux, z * p.m * p.n + row_offset, t);
-  r.activation = e.activation;
-  r.out = ElementAt(d, row_offset, t);
-  return r;
-}
-
 }  // namespace
 
 void CpuGemm(const GemmProblem& p) {
@@ -89,7 +55,7 @@ void CpuGemm(const GemmProblem& p) {
             const float* b_row = b_panel.data() + kk * n;
             for (int64_t c = 0; c < n; ++c) acc[c] += av * b_row[c];
           }
-          ApplyEpilogue(RowOperands(p, z, r0 + r, acc.data(), d));
+          ApplyEpilogue(GemmEpilogueRow(p, z, r0 + r, acc.data(), d));
         }
       }
     }

@@ -38,9 +38,8 @@ cudaError_t LaunchSm90Kernel(const Loads& loads, const GemmProblem& p, int sm_co
     if (store.enabled && !store.fused) {  // (with tf32's D written transposed, too)
       kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kPlain>;
     } else if (store.enabled) {
-      // (MakeSm90Store fuses 16-bit outputs only: no such instance for float ones, nor for
-      // block scales, whose call takes no epilogue)
-      if constexpr (sizeof(TOut) == 2 && !P::kBlockScaled) {
+      // (MakeSm90Store fuses 16-bit outputs only: no such instance for float ones)
+      if constexpr (sizeof(TOut) == 2) {
         kernel = Sm90GemmKernel<P, TIn, TOut, kTransA, kTransB, Loads, Sm90Epilogues::kTmaStores>;
       }
     }
