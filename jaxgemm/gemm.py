@@ -289,9 +289,31 @@ def _split_k_for(a_aval, b_aval, config: GemmConfig, platform: str) -> int:
     batch = math.prod(broadcast_batch(a_aval.shape[:-2], b_aval.shape[:-2]))
     tf32 = runs_as_tf32(a_aval.dtype, config, platform)
     if (a_aval.dtype != jnp.float32 or tf32) and config.kernel != "simt":
-        return _ffi.tensor_core_split_k(m, n, k, batch, sm_count, tf32, config.transpose_a, config.transpose_b,
-                                        _float_output(a_aval.dtype, config))
+        split = _ffi.tensor_core_split_k(m, n, k, batch, sm_count, tf32, config.transpose_a, config.transpose_b,
+                                         _float_output(a_aval.dtype, config))
+        if tf32 and split > 1 and _tf32_split_transposes_b(m, n, config) and not _tf32_split_pays(m, n, k, split):
+            return 1
+        return split
     return int(_ffi.simt_config(m, n, k, batch, sm_count)[2])
+
+
+# An H100's tf32 tensor cores do ~146 flops in the time HBM moves a byte (495 TFLOP/s, 3.35 TB/s).
+_TF32_FLOPS_PER_BYTE = 146
+
+
+def _tf32_split_transposes_b(m: int, n: int, config: GemmConfig) -> bool:
+    """Whether splitting K makes the lowering transpose B, which the unsplit product avoids."""
+    return _tf32_transposes(m, n, config, plain=True)[1] != _tf32_transposes(m, n, config, plain=False)[1]
+
+
+def _tf32_split_pays(m: int, n: int, k: int, split: int) -> bool:
+    """Whether a tf32 split-K saves more than XLA's transpose of B costs (8 bytes an element
+    of B moved): at most (1 - 1/split) of the product's time, which is at least one read of
+    both operands and at least its flops at the tensor cores' rate (both in HBM bytes). With
+    few rows the product is bound by reading B and never pays (128 x 4096^2: 79 us split
+    with the transpose, 42 unsplit, on an H100)."""
+    product_bytes = max(4 * (m * k + k * n), 2 * m * n * k / _TF32_FLOPS_PER_BYTE)
+    return product_bytes * (1 - 1 / split) > 8 * k * n
 
 
 _ROW_ALIGNMENT = 8  # elements: the tensor-core kernels need 16-byte row pitches (TMA, cp.async)

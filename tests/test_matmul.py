@@ -145,6 +145,26 @@ def test_tf32_operand_layouts(ta, tb, m, n, tile, plain, expected):
     assert kb.shape == ((n, 204) if kconfig.transpose_b else (204, n))
 
 
+@pytest.mark.parametrize(
+    "m,n,k,ta,tb,split,pays",
+    [
+        (128, 4096, 4096, False, False, 2, False),  # few rows: bound by reading B, the transpose doubles it
+        (96, 8192, 8192, False, False, 4, False),
+        (4096, 4096, 4096, False, False, 2, True),  # compute-bound: half the product outweighs it
+        (128, 4096, 4096, False, True, 2, True),  # B stored K-major: no transpose either way
+        (64, 4096, 4096, False, False, 2, True),  # <= 64 rows: B is transposed unsplit too
+    ],
+)
+def test_tf32_split_weighs_the_transpose_of_b(m, n, k, ta, tb, split, pays):
+    """A tf32 NN product unsplit runs transposed without copying B; split, the lowering
+    transposes B (8 bytes an element moved), which few-row products do not earn back."""
+    from jaxgemm.gemm import GemmConfig, _tf32_split_pays, _tf32_split_transposes_b
+
+    config = GemmConfig(ta, tb, True, jnp.dtype(jnp.float32))
+    keeps_split = not _tf32_split_transposes_b(m, n, config) or _tf32_split_pays(m, n, k, split)
+    assert keeps_split == pays
+
+
 def test_unknown_precision_is_a_value_error():
     a = jnp.ones((4, 8), jnp.float32)
     with pytest.raises(ValueError, match="unknown precision 'float64'"):
