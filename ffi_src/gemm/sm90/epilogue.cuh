@@ -306,7 +306,7 @@ struct Sm90TmaEpilogue {
 
   // The consumer's rows of a tile, from row0, col0 of D's slab. (alpha is read from `p` where
   // used: passed as a value it changed the kernels' machine code; ffi_src/gemm/NOTES.md,
-  // "Sm90Consume as a loop of phases".)
+  // "ptxas lessons".)
   __device__ __forceinline__ void Store(const Sm90Store& store, float (&acc)[P::kMmaM][P::kBN / 2],
                                         const GemmProblem& p, int64_t row0, int64_t col0, int64_t slab, int wg,
                                         unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage) {

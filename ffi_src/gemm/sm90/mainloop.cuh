@@ -286,8 +286,8 @@ struct Sm90ConsumerRing {
   uint64_t* full;
   uint64_t* empty;
   uint32_t phase = 0;  // (before stage, as the loop's locals were: another order changed
-                       // the kernels' registers; ffi_src/gemm/NOTES.md, "Sm90Consume as a
-                       // loop of phases")
+                       // the kernels' registers; ffi_src/gemm/NOTES.md, "ptxas
+                       // lessons")
   int stage = 0;
 
   __device__ __forceinline__ void WaitFull() const { MbarrierWait(&full[stage], phase); }
