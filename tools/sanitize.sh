@@ -3,7 +3,8 @@
 # fused epilogues and their backward, convolution, the grouped GEMM, its epilogue and gated mode;
 # fp8: the scaled product, fp8.dense both scalings)
 # (jaxgemm installed; run on the GPU machine). Only jaxgemm's kernels are checked.
-#   tools/sanitize.sh   (SANITIZE_CASES="sanitize_fp8": the fp8 cases only; SANITIZE_TOOLS=memcheck)
+#   tools/sanitize.sh   (SANITIZE_CASES="sanitize_fp8": the fp8 cases only; SANITIZE_TOOLS=memcheck;
+#                        SANITIZE_ONLY="blockwise 136": the fp8 cases whose names hold it)
 set -uo pipefail
 out=${OUT:-/tmp/jaxgemm_check}
 cases=$(mktemp -d)  # (the case scripts stay out of $OUT: the device tool returns 8 files at most)
@@ -84,12 +85,18 @@ PY
 # per-row product with its scales in the epilogue (ragged tiles), fp8.dense's rowwise
 # forward (scales, bias, gelu, z in the kernel) and backward, and the block-scaled product.
 cat >"$cases/sanitize_fp8_case.py" <<'PY'
+import os
 import jax, jax.numpy as jnp
 import jaxgemm
 key = jax.random.key(0)
-step = lambda name: print("case:", name, flush=True)  # (marks which call a report's errors follow)
+def step(name):  # whether to run case `name` (SANITIZE_ONLY: a part of the names to run), marked in the report
+    run = os.environ.get("SANITIZE_ONLY", "") in name
+    if run:
+        print("case:", name, flush=True)
+    return run
 for m, n, k in ((136, 264, 256), (64, 128, 512)):
-    step(f"per-row product {m}x{n}x{k}")
+    if not step(f"per-row product {m}x{n}x{k}"):
+        continue
     lhs = jax.random.normal(key, (1, m, k), jnp.float32).astype(jnp.float8_e4m3fn)
     rhs = jax.random.normal(key, (1, n, k), jnp.float32).astype(jnp.float8_e4m3fn)
     ls, rs = jnp.full((1, m, 1), 0.5, jnp.float32), jnp.full((1, n, 1), 2.0, jnp.float32)
@@ -98,14 +105,15 @@ x = jax.random.normal(key, (136, 256), jnp.bfloat16)
 w = jax.random.normal(key, (256, 264), jnp.bfloat16)
 bias = jax.random.normal(key, (264,), jnp.bfloat16)
 for scaling in ("rowwise", "blockwise"):
-    step(f"fp8.dense {scaling} 136x256 -> 264")
+    if not step(f"fp8.dense {scaling} 136x256 -> 264"):
+        continue
     layer = lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling=scaling).astype(jnp.float32).sum()
     jax.block_until_ready(jax.jit(jax.value_and_grad(layer, argnums=(0, 1, 2)))(x, w, bias))
 # Whole 128-blocks: blockwise quantization in one pass (x, w as tiles, dz).
-step("fp8.dense blockwise in whole blocks 128x256 -> 384")
-x2, w2 = x[:128], jax.random.normal(key, (256, 384), jnp.bfloat16)
-layer = lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise").astype(jnp.float32).sum()
-jax.block_until_ready(jax.jit(jax.value_and_grad(layer, argnums=(0, 1, 2)))(x2, w2, w2[0]))
+if step("fp8.dense blockwise in whole blocks 128x256 -> 384"):
+    x2, w2 = x[:128], jax.random.normal(key, (256, 384), jnp.bfloat16)
+    layer = lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise").astype(jnp.float32).sum()
+    jax.block_until_ready(jax.jit(jax.value_and_grad(layer, argnums=(0, 1, 2)))(x2, w2, w2[0]))
 print("sanitize cases done")
 PY
 # Each report's summary, and its first errors where it has any (so that they are seen where
