@@ -1,7 +1,7 @@
 """Benchmark: jaxgemm.conv2d vs XLA (cuDNN) on ResNet-50's layers and a few others (LAYERS), in one process.
 
     python -m jaxgemm.bench.conv [--dtypes bfloat16,float32] [--batch 64] [--iterations 30] [--json out.json]
-                                 [--plot out.png] [--breakdown]
+                                 [--plot out.png] [--breakdown] [--from rows.json --title ...]
 
 For every layer, the forward pass alone and forward + backward (gradients of x and w) of
 `conv2d(x, w, stride, "SAME")` against `lax.conv_general_dilated` on the same inputs
@@ -119,6 +119,7 @@ def run_layer(layer: Layer, dtype: str, batch: int, iterations: int, seed: int =
             f"{kind}_ours_tflops": mult * flops / ours_ms / 1e9,
             f"{kind}_rel_err": max(rel_error(g, r) for g, r in zip(got, want)),
             "timer": method,
+            "device": jax.devices()[0].device_kind,
         })  # fmt: skip
     return row
 
@@ -156,7 +157,8 @@ def format_table(rows: list[dict]) -> str:
                 f"{r['wgrad_xla_over_ours']:>8.3f}"
             )
     if rows:
-        lines.append(f"(ms per call, timer: {rows[0]['timer']}, device: {jax.devices()[0].device_kind})")
+        device = rows[0].get("device", jax.devices()[0].device_kind)
+        lines.append(f"(ms per call, timer: {rows[0]['timer']}, device: {device})")
     return "\n".join(lines)
 
 
@@ -171,7 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", metavar="PNG", help="draw the rates and ratios (needs matplotlib)")
     parser.add_argument("--kernel", choices=["sm80", "sm90"], help="force our conv kernel family (default: heuristic)")
     parser.add_argument("--breakdown", action="store_true", help="also time dgrad alone and wgrad alone")
+    parser.add_argument("--from", dest="from_json", metavar="JSON", help="print / plot these rows (a file of --json) "
+                        "instead of measuring")  # fmt: skip
+    parser.add_argument("--title", help="the plot's title (default: the benchmark and this process's device)")
     args = parser.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            rows = json.load(f)
+        print(format_table(rows))
+        if args.plot:
+            plot_rows(rows, args.plot, args.title)
+            print(f"wrote {args.plot}")
+        return 0
     if jax.default_backend() != "gpu":
         print(f"no GPU (JAX backend: {jax.default_backend()}): jaxgemm lowers to XLA's own convolution here; "
               f"batch {args.batch or 2} so that the run finishes", file=sys.stderr)
@@ -194,12 +207,12 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(rows, f, indent=1)
     print(format_table(rows))
     if args.plot:
-        plot_rows(rows, args.plot)
+        plot_rows(rows, args.plot, args.title)
         print(f"wrote {args.plot}")
     return 0
 
 
-def plot_rows(rows: list[dict], path: str) -> None:
+def plot_rows(rows: list[dict], path: str, title: str | None = None) -> None:
     """jaxgemm.bench.plot's figure: one suite per (dtype, pass), the forward and forward + backward."""
     from jaxgemm.bench.plot import plot
 
@@ -210,7 +223,7 @@ def plot_rows(rows: list[dict], path: str) -> None:
             suites.setdefault(f"{r['dtype']} {label}", []).append(
                 {"name": r["name"], "baseline": "XLA", "ours_tflops": ours, "xla_tflops": ours / ratio,
                  "xla_over_ours": ratio})
-    plot(suites, path, f"jaxgemm.conv2d vs XLA, ResNet-50's layers and others, {jax.devices()[0].device_kind}")
+    plot(suites, path, title or f"jaxgemm.conv2d vs XLA, ResNet-50's layers and others, {jax.devices()[0].device_kind}")
 
 
 if __name__ == "__main__":
