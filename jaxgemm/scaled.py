@@ -114,13 +114,19 @@ def runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform: str) -> bool:
             and _on_fp8_platform(platform))  # fmt: skip
 
 
+def _kernel_dtype(out_dtype):
+    """What the fp8 kernels write for out_dtype: bfloat16 or float32 (float16 is rounded from
+    float32 after them)."""
+    return jnp.dtype(jnp.bfloat16) if out_dtype == jnp.bfloat16 else jnp.dtype(jnp.float32)
+
+
 def fp8_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform, *, bias=None, activation=None,
                     want_aux=False):  # fmt: skip
     """[out] (or [out, z] with want_aux) of the fp8 kernel: sum_k lhs[b, m, k] rhs[b, n, k]
     times the row scale of lhs and of rhs (the row_scale and col_scale operands, float32),
     then the bias (B, N) and the activation (a canonical name), all in its epilogue. The
     kernel writes bfloat16 or float32 (a float16 result is rounded from float32)."""
-    kernel_dtype = jnp.dtype(jnp.bfloat16) if out_dtype == jnp.bfloat16 else jnp.dtype(jnp.float32)
+    kernel_dtype = _kernel_dtype(out_dtype)
     config = GemmConfig(transpose_b=True, out_dtype=kernel_dtype, split_k=1)
     outs = call_gemm_ffi(
         lhs, rhs, config=config, out_shape=(lhs.shape[0], lhs.shape[1], rhs.shape[1]),
@@ -146,7 +152,7 @@ def block_scaled_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, *, bia
     k-tile's products times its block's row scales, summed in float32, then the bias (B or
     1, N) and the activation (a canonical name) in its epilogue. The kernel writes bfloat16
     or float32 (a float16 result is rounded from float32)."""
-    kernel_dtype = jnp.dtype(jnp.bfloat16) if out_dtype == jnp.bfloat16 else jnp.dtype(jnp.float32)
+    kernel_dtype = _kernel_dtype(out_dtype)
     shape = (lhs.shape[0], lhs.shape[1], rhs.shape[1])
     results = (jax.ShapeDtypeStruct(shape, kernel_dtype), jax.ShapeDtypeStruct(shape if want_aux else (0,), kernel_dtype))
     bias = jnp.zeros((0,), kernel_dtype) if bias is None else bias.astype(kernel_dtype)

@@ -41,8 +41,9 @@ inline std::string DecodeBlockScaledEpilogue(const ffi::AnyBuffer& bias, const f
                                              const ffi::AnyBuffer& aux, int64_t activation, GemmProblem* p) {
   if (!IsActivation(static_cast<int>(activation))) return "unknown activation id";
   if (bias.element_count() > 0) {
+    // (The operand table's rule for its dtype and shape, one batch dim of 1 or batch.)
     auto dbias = bias.dimensions();
-    if (bias.element_type() != out.element_type() || dbias.size() != 2 || dbias[1] != p->n ||
+    if (!CheckEpilogueOperand(bias, kEpilogueOperandRows[kEpilogueBias], *p, 1).empty() ||
         (dbias[0] != 1 && dbias[0] != p->batch.count)) {
       return "bias must be (1 or batch, n) in out's dtype, got bias" + ShapeString(dbias);
     }
