@@ -33,7 +33,9 @@ def parser(doc, sizes, backends=("jaxgemm", "xla")):
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--backend", choices=backends, default="jaxgemm")
-    parser.add_argument("--compare", action="store_true", help="train with both backends; write a PNG and a JSON")
+    parser.add_argument("--compare", nargs="?", const=("jaxgemm", "xla"), type=_backend_list(backends),
+                        metavar="BACKENDS", help="train with several backends (comma-separated; alone: jaxgemm,xla) "
+                        "and write a PNG and a JSON of their curves and step times")  # fmt: skip
     parser.add_argument("--size", choices=tuple(sizes), default="cpu")
     parser.add_argument("--steps", type=int, help="default: the size's")
     parser.add_argument("--batch-size", type=int, help="global batch (split over the devices); default: the size's")
@@ -47,14 +49,37 @@ def parser(doc, sizes, backends=("jaxgemm", "xla")):
     return parser
 
 
+def _backend_list(known):
+    """--compare's argument: two or more distinct names of `known`, comma-separated."""
+
+    def parse(text):
+        names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+        unknown = [name for name in names if name not in known]
+        if unknown or len(names) < 2:
+            raise argparse.ArgumentTypeError(f"needs two or more of {', '.join(known)}, comma-separated; got {text!r}")
+        return names
+
+    return parse
+
+
 def config(args, sizes):
     """The --size's config, with --steps, --batch-size and --lr where given."""
     overrides = {k: getattr(args, k) for k in ("steps", "batch_size", "lr") if getattr(args, k)}
     return dataclasses.replace(sizes[args.size], **overrides)
 
 
-def backends(args):
-    return ("jaxgemm", "xla") if args.compare else (args.backend,)
+def backends(parser, args):
+    """The backends to train: --compare's, else --backend alone (which --compare's list replaces)."""
+    if args.compare and args.backend != "jaxgemm":
+        parser.error(f"--compare names the backends it trains: put {args.backend} in its list "
+                     f"(--compare jaxgemm,{args.backend}) instead of --backend {args.backend}")  # fmt: skip
+    return args.compare or (args.backend,)
+
+
+def compare_name(base, backends):
+    """The --compare report's file name: base_compare for jaxgemm against XLA, else
+    base_compare_<backend>_<backend>..."""
+    return f"{base}_compare" if tuple(backends) == ("jaxgemm", "xla") else f"{base}_compare_" + "_".join(backends)
 
 
 # ---------------------------------------------------------------------------------------
@@ -351,7 +376,7 @@ def device_summary():
 def write_compare(out_dir, name, runs, config, throughput_unit, throughput_per_step, log_y=False, device=None):
     """runs: {backend: {"curve": [[step, loss], ...], "eval": [[step, loss], ...],
     "eval_name": str, "summary": str, "step_ms": float, ...}}. Writes out_dir/name.json and
-    name.png (the train loss of both backends on one axis, their held-out losses dashed; the
+    name.png (the train loss of every backend on one axis, their held-out losses dashed; the
     median step time and throughput side by side); returns the two paths. `device` names
     the machine (default: this process's devices; a plot redrawn from a JSON passes its own)."""
     import matplotlib
@@ -366,10 +391,10 @@ def write_compare(out_dir, name, runs, config, throughput_unit, throughput_per_s
     with open(json_path, "w") as f:
         json.dump(report, f, indent=1)
 
-    # Both backends compute the same function, so their curves should lie on top of each
-    # other: jaxgemm's is drawn wide and pale, XLA's thin over it.
-    colors = {"jaxgemm": "tab:orange", "xla": "tab:blue"}
-    widths, markers = {"jaxgemm": 4.0, "xla": 1.2}, {"jaxgemm": "o", "xla": "x"}
+    # jaxgemm and XLA compute the same function, so their curves should lie on top of each
+    # other: jaxgemm's is drawn wide and pale, the others thin over it.
+    colors = {"jaxgemm": "tab:orange", "xla": "tab:blue", "fp8": "tab:green", "fp8-blockwise": "tab:red"}
+    widths, markers = {"jaxgemm": 4.0}, {"jaxgemm": "o", "xla": "x", "fp8": "^", "fp8-blockwise": "v"}
     fig, (ax_loss, ax_time) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     for backend, run in runs.items():
         steps, losses = zip(*run["curve"])
@@ -414,9 +439,12 @@ def write_compare(out_dir, name, runs, config, throughput_unit, throughput_per_s
 
 
 def report_compare(out_dir, name, runs, config, unit, items_per_step, log_y=False):
-    """Prints jaxgemm's median step time against XLA's, then writes name.{json,png}."""
-    ratio = runs["jaxgemm"]["step_ms"] / runs["xla"]["step_ms"]
-    print(f"step time jaxgemm / xla: {ratio:.3f} (jaxgemm at {1 / ratio:.2f}x XLA's {unit}/s)")
+    """Prints each backend's median step time against XLA's (or the first backend's where
+    XLA did not run), then writes name.{json,png}."""
+    base = "xla" if "xla" in runs else next(iter(runs))
+    for backend in (b for b in runs if b != base):
+        ratio = runs[backend]["step_ms"] / runs[base]["step_ms"]
+        print(f"step time {backend} / {base}: {ratio:.3f} ({backend} at {1 / ratio:.2f}x {base}'s {unit}/s)")
     # A step can go no faster than the host makes its batch: near that bound the ratio
     # compares the input pipelines more than the kernels.
     batch_ms = max(run.get("batch_ms", 0.0) for run in runs.values())

