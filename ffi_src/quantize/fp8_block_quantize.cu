@@ -22,8 +22,8 @@ __device__ __forceinline__ float ScaleOfBits(unsigned amax_bits) {
   return amax > 0.f ? __fmul_rn(amax, 1.f / 448.f) : 1.f;
 }
 
-template <class T>
-__global__ void __launch_bounds__(kThreads) Fp8BlockQuantizeKernel(const Fp8BlockQuantizeProblem p) {
+template <class T, Activation kAct>
+__global__ void __launch_bounds__(kThreads, 2) Fp8BlockQuantizeKernel(const Fp8BlockQuantizeProblem p) {
   __shared__ unsigned col_bits[kThreads / 32][kB];
   __shared__ float col_sums[kThreads / 32][kB];
   __shared__ alignas(16) uint8_t tile[kB][kPitch];  // qt's block: a row per column of the tile
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads) Fp8BlockQuantizeKernel(const Fp8Bloc
   float col_sum[8] = {};
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    LoadSource<T>(p.x, p.at, p.activation, (row0 + i) * p.cols + col0, v[i]);
+    LoadSource<T, kAct>(p.x, p.at, (row0 + i) * p.cols + col0, v[i]);
     row_bits[i] = 0;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -118,8 +118,8 @@ cudaError_t LaunchFp8BlockQuantize(const Fp8BlockQuantizeProblem& p, cudaStream_
                     IsAligned(p.at, 16) && IsAligned(p.q, 16) && IsAligned(p.qt, 16);
   if (!fits) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(p.cols / kB), static_cast<unsigned>(p.rows / kB));
-  return WithQuantizeType(p.type, [&](auto t) {
-    Fp8BlockQuantizeKernel<decltype(t)><<<grid, kThreads, 0, stream>>>(p);
+  return WithQuantizeSource(p.type, p.at, p.activation, [&](auto t, auto act) {
+    Fp8BlockQuantizeKernel<decltype(t), decltype(act)::value><<<grid, kThreads, 0, stream>>>(p);
     return cudaGetLastError();
   });
 }
