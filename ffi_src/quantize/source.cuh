@@ -12,6 +12,7 @@
 
 #include "common/activation.h"
 #include "common/device_numeric.cuh"
+#include "common/with_activation.h"
 #include "gemm/epilogue_steps.cuh"
 
 namespace jaxgemm {
@@ -26,9 +27,8 @@ __device__ __forceinline__ float QuantizeGrad(Activation act, float at) {
 }
 
 // The source's 8 values from element i (16-byte aligned runs): x (kAct kNone), or
-// x * act'(at). The activation is a kernel's template argument (WithQuantizeSource): as a
-// runtime switch per value, unrolled over a thread's 64 values, it made the blockwise pass
-// ~8,600 instructions with ~480 branches, and its gradient form ran at ~1 TB/s.
+// x * act'(at). The activation is a kernel's template argument (WithQuantizeSource,
+// common/with_activation.h).
 template <class T, Activation kAct>
 __device__ __forceinline__ void LoadSource(const void* x, const void* at, int64_t i, float (&s)[8]) {
   const Vec<T, 8> xv = *reinterpret_cast<const Vec<T, 8>*>(static_cast<const T*>(x) + i);
@@ -77,19 +77,7 @@ cudaError_t WithQuantizeType(ElementType t, F f) {
 template <class F>
 cudaError_t WithQuantizeSource(ElementType type, const void* at, Activation activation, F f) {
   const Activation act = at != nullptr ? activation : Activation::kNone;
-  return WithQuantizeType(type, [&](auto t) -> cudaError_t {
-    using A = Activation;
-    switch (act) {
-      case A::kNone: return f(t, std::integral_constant<A, A::kNone>{});
-      case A::kRelu: return f(t, std::integral_constant<A, A::kRelu>{});
-      case A::kGelu: return f(t, std::integral_constant<A, A::kGelu>{});
-      case A::kGeluExact: return f(t, std::integral_constant<A, A::kGeluExact>{});
-      case A::kSilu: return f(t, std::integral_constant<A, A::kSilu>{});
-      case A::kSigmoid: return f(t, std::integral_constant<A, A::kSigmoid>{});
-      case A::kTanh: return f(t, std::integral_constant<A, A::kTanh>{});
-    }
-    return cudaErrorInvalidValue;
-  });
+  return WithQuantizeType(type, [&](auto t) { return WithActivation(act, [&](auto a) { return f(t, a); }); });
 }
 
 }  // namespace jaxgemm
