@@ -55,7 +55,11 @@ def test_both_orientations_match_the_row_quantizer(shape, dtype):
     _exact((q, rs, qt, cs), _want(x.astype(jnp.float32)))
 
 
-@pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
+# Each activation is a kernel instance of its own on a GPU (source.cuh, WithQuantizeSource).
+ACTIVATIONS = [None, "relu", "gelu", "gelu_exact", "silu", "sigmoid", "tanh"]
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_the_gradient_form(activation, dtype):
     """dz = dy * act'(at), quantized both ways, and its column sums (dbias), never written."""
@@ -178,13 +182,14 @@ def test_blocks_both_ways_match_the_block_quantizers(shape, tiles, dtype):
     _exact(got, _want_blocks(x.astype(jnp.float32), tiles))
 
 
-@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
-def test_blocks_in_the_gradient_form(activation):
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_blocks_in_the_gradient_form(activation, dtype):
     rng = np.random.default_rng(5)
-    dy = jnp.asarray(rng.standard_normal((256, 128)), jnp.float32)
-    at = jnp.asarray(rng.standard_normal((256, 128)), jnp.float32) if activation else None
+    dy = jnp.asarray(rng.standard_normal((256, 128)), dtype)
+    at = jnp.asarray(rng.standard_normal((256, 128)), dtype) if activation else None
     got = jax.jit(lambda dy, at: quantize_blocks_both(dy, at, activation, want_sum=True))(dy, at)
-    dz = dy * (activations.derivative(activation, at) if activation else 1.0)
+    dz = dy.astype(jnp.float32) * (activations.derivative(activation, at) if activation else 1.0)
     (_exact if activation in (None, "relu") else _nearly)(got[:4], _want_blocks(dz, False))
     np.testing.assert_allclose(np.asarray(got[4]), np.asarray(dz, np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
 

@@ -5,25 +5,27 @@
 //   32 threads x kVec columns per row, 8 row lanes; 16-byte loads and stores.
 // - scalar kernel otherwise: 64 columns x 4 row lanes.
 // 16-bit types use the hardware tanh / exp approximations in act' (relative error ~5e-4,
-// below the output's rounding); float32 gets the exact functions.
+// below the output's rounding); float32 gets the exact functions. One kernel instance per
+// activation (common/with_activation.h).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <type_traits>
 
 #include "common/device_numeric.cuh"
+#include "common/with_activation.h"
 #include "elementwise/bias_act_grad.cuh"
 #include "gemm/epilogue.cuh"
 
 namespace jaxgemm {
 namespace {
 
-template <bool kApprox>
-__device__ __forceinline__ float Grad(Activation act, float z) {
+template <bool kApprox, Activation kAct>
+__device__ __forceinline__ float Grad(float z) {
   if constexpr (kApprox) {
-    return ActivationGradWith(act, z, [](float x) { return TanhApprox(x); }, [](float x) { return SigmoidApprox(x); });
+    return ActivationGradWith(kAct, z, [](float x) { return TanhApprox(x); }, [](float x) { return SigmoidApprox(x); });
   } else {
-    return ActivationGrad(act, z);
+    return ActivationGrad(kAct, z);
   }
 }
 
@@ -39,7 +41,7 @@ struct ChunkRows {
 
 constexpr int kScalarCols = 64, kScalarLanes = 4;
 
-template <class T>
+template <class T, Activation kAct>
 __global__ void __launch_bounds__(kScalarCols* kScalarLanes) BiasActGradKernel(const BiasActGradProblem p) {
   constexpr bool kApprox = !std::is_same_v<T, float>;
   __shared__ float partial[kScalarLanes][kScalarCols];
@@ -55,7 +57,7 @@ __global__ void __launch_bounds__(kScalarCols* kScalarLanes) BiasActGradKernel(c
     T* dz = static_cast<T*>(p.dz);
     for (int64_t r = rows.begin + lane_row; r < rows.end; r += kScalarLanes) {
       const int64_t i = (b * p.rows + r) * p.cols + col;
-      float v = ToFloat(dy[i]) * Grad<kApprox>(p.activation, ToFloat(z[i]));
+      float v = ToFloat(dy[i]) * Grad<kApprox, kAct>(ToFloat(z[i]));
       if (extra) v += ToFloat(extra[i]);
       dz[i] = FromFloat<T>(v);
       sum += v;
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(kScalarCols* kScalarLanes) BiasActGradKernel(c
 
 constexpr int kVecThreads = 32, kVecLanes = 8;
 
-template <class T>
+template <class T, Activation kAct>
 __global__ void __launch_bounds__(kVecThreads* kVecLanes) BiasActGradVecKernel(const BiasActGradProblem p) {
   constexpr bool kApprox = !std::is_same_v<T, float>;
   constexpr int kVec = 16 / sizeof(T);
@@ -95,7 +97,7 @@ __global__ void __launch_bounds__(kVecThreads* kVecLanes) BiasActGradVecKernel(c
       V dz;
 #pragma unroll
       for (int j = 0; j < kVec; ++j) {
-        float v = ToFloat(dy.v[j]) * Grad<kApprox>(p.activation, ToFloat(z.v[j]));
+        float v = ToFloat(dy.v[j]) * Grad<kApprox, kAct>(ToFloat(z.v[j]));
         if (p.extra) v += ToFloat(extra.v[j]);
         dz.v[j] = FromFloat<T>(v);
         sum[j] += v;
@@ -117,7 +119,7 @@ __global__ void __launch_bounds__(kVecThreads* kVecLanes) BiasActGradVecKernel(c
   }
 }
 
-template <class T>
+template <class T, Activation kAct>
 cudaError_t Launch(const BiasActGradProblem& p, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   const bool vector_ok = p.cols % kVec == 0 && IsAligned(p.dy, 16) && IsAligned(p.z, 16) && IsAligned(p.dz, 16) &&
@@ -127,10 +129,10 @@ cudaError_t Launch(const BiasActGradProblem& p, cudaStream_t stream) {
     constexpr int kBlockCols = kVecThreads * kVec;
     static_assert(kBlockCols <= kVecThreads * kVecLanes, "one summing thread per column of the block");
     const dim3 grid(static_cast<unsigned>((p.cols + kBlockCols - 1) / kBlockCols), chunks, batch);
-    BiasActGradVecKernel<T><<<grid, kVecThreads * kVecLanes, 0, stream>>>(p);
+    BiasActGradVecKernel<T, kAct><<<grid, kVecThreads * kVecLanes, 0, stream>>>(p);
   } else {
     const dim3 grid(static_cast<unsigned>((p.cols + kScalarCols - 1) / kScalarCols), chunks, batch);
-    BiasActGradKernel<T><<<grid, kScalarCols * kScalarLanes, 0, stream>>>(p);
+    BiasActGradKernel<T, kAct><<<grid, kScalarCols * kScalarLanes, 0, stream>>>(p);
   }
   return cudaGetLastError();
 }
@@ -140,13 +142,16 @@ cudaError_t Launch(const BiasActGradProblem& p, cudaStream_t stream) {
 cudaError_t LaunchBiasActGrad(const BiasActGradProblem& p, cudaStream_t stream) {
   if (p.batch == 0 || p.cols == 0) return cudaSuccess;
   if (p.batch > 65535 || p.chunks > 65535) return cudaErrorInvalidConfiguration;
-  switch (p.type) {
-    case ElementType::kF32: return Launch<float>(p, stream);
-    case ElementType::kF16: return Launch<__half>(p, stream);
-    case ElementType::kBF16: return Launch<__nv_bfloat16>(p, stream);
-    case ElementType::kF8E4M3: break;  // (GEMM inputs only)
-  }
-  return cudaErrorInvalidValue;
+  return WithActivation(p.activation, [&](auto act) {
+    constexpr Activation kAct = decltype(act)::value;
+    switch (p.type) {
+      case ElementType::kF32: return Launch<float, kAct>(p, stream);
+      case ElementType::kF16: return Launch<__half, kAct>(p, stream);
+      case ElementType::kBF16: return Launch<__nv_bfloat16, kAct>(p, stream);
+      case ElementType::kF8E4M3: break;  // (GEMM inputs only)
+    }
+    return cudaErrorInvalidValue;
+  });
 }
 
 }  // namespace jaxgemm

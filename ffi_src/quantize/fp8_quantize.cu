@@ -25,7 +25,7 @@ namespace {
 
 constexpr int kAmaxThreads = 256, kAmaxCols = 256, kAmaxWarps = kAmaxThreads / 32;
 
-template <class T>
+template <class T, Activation kAct>
 __global__ void __launch_bounds__(kAmaxThreads) Fp8AmaxKernel(const Fp8QuantizeProblem p) {
   __shared__ unsigned col_bits[kAmaxWarps][kAmaxCols];
   __shared__ float col_sums[kAmaxWarps][kAmaxCols];
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kAmaxThreads) Fp8AmaxKernel(const Fp8QuantizeP
 #pragma unroll 4
   for (int64_t r = row0 + warp; r < row0 + kAmaxRows && r < p.rows; r += kAmaxWarps) {
     float s[8] = {};
-    if (inside) LoadSource<T>(p.x, p.at, p.activation, r * p.cols + col, s);
+    if (inside) LoadSource<T, kAct>(p.x, p.at, r * p.cols + col, s);
     unsigned rmax = 0;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kAmaxThreads) Fp8AmaxKernel(const Fp8QuantizeP
 constexpr int kQuantRows = 128, kQuantCols = 64, kQuantThreads = 256;
 constexpr int kTilePitch = kQuantRows + 16;  // bytes per qt row in shared memory (16-byte aligned)
 
-template <class T>
+template <class T, Activation kAct>
 __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8QuantizeProblem p) {
   __shared__ alignas(16) uint8_t tile[kQuantCols][kTilePitch];  // qt's block: a row per column
   const int g = threadIdx.x % 8, rg = threadIdx.x / 8;       // columns 8 g.., rows 4 rg..
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
   float s[4][8] = {};
   if (live) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) LoadSource<T>(p.x, p.at, p.activation, (row0 + 4 * rg + i) * p.cols + col, s[i]);
+    for (int i = 0; i < 4; ++i) LoadSource<T, kAct>(p.x, p.at, (row0 + 4 * rg + i) * p.cols + col, s[i]);
   }
   if (p.q != nullptr && live) {
 #pragma unroll
@@ -131,8 +131,8 @@ cudaError_t LaunchFp8Amax(const Fp8QuantizeProblem& p, cudaStream_t stream) {
     if (status != cudaSuccess) return status;
   }
   const dim3 grid(static_cast<unsigned>((p.cols + kAmaxCols - 1) / kAmaxCols), static_cast<unsigned>(p.AmaxChunks()));
-  return WithQuantizeType(p.type, [&](auto t) {
-    Fp8AmaxKernel<decltype(t)><<<grid, kAmaxThreads, 0, stream>>>(p);
+  return WithQuantizeSource(p.type, p.at, p.activation, [&](auto t, auto act) {
+    Fp8AmaxKernel<decltype(t), decltype(act)::value><<<grid, kAmaxThreads, 0, stream>>>(p);
     return cudaGetLastError();
   });
 }
@@ -142,8 +142,8 @@ cudaError_t LaunchFp8Quantize(const Fp8QuantizeProblem& p, cudaStream_t stream) 
   if (!Fits(p)) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((p.cols + kQuantCols - 1) / kQuantCols),
                   static_cast<unsigned>((p.rows + kQuantRows - 1) / kQuantRows));
-  return WithQuantizeType(p.type, [&](auto t) {
-    Fp8QuantizeKernel<decltype(t)><<<grid, kQuantThreads, 0, stream>>>(p);
+  return WithQuantizeSource(p.type, p.at, p.activation, [&](auto t, auto act) {
+    Fp8QuantizeKernel<decltype(t), decltype(act)::value><<<grid, kQuantThreads, 0, stream>>>(p);
     return cudaGetLastError();
   });
 }

@@ -12,6 +12,7 @@
 
 #include "common/activation.h"
 #include "common/device_numeric.cuh"
+#include "common/with_activation.h"
 #include "gemm/epilogue_steps.cuh"
 
 namespace jaxgemm {
@@ -25,16 +26,18 @@ __device__ __forceinline__ float QuantizeGrad(Activation act, float at) {
   }
 }
 
-// The source's 8 values from element i (16-byte aligned runs): x, or x * act'(at).
-template <class T>
-__device__ __forceinline__ void LoadSource(const void* x, const void* at, Activation act, int64_t i, float (&s)[8]) {
+// The source's 8 values from element i (16-byte aligned runs): x (kAct kNone), or
+// x * act'(at). The activation is a kernel's template argument (WithQuantizeSource,
+// common/with_activation.h).
+template <class T, Activation kAct>
+__device__ __forceinline__ void LoadSource(const void* x, const void* at, int64_t i, float (&s)[8]) {
   const Vec<T, 8> xv = *reinterpret_cast<const Vec<T, 8>*>(static_cast<const T*>(x) + i);
 #pragma unroll
   for (int j = 0; j < 8; ++j) s[j] = ToFloat(xv.v[j]);
-  if (at != nullptr) {
+  if constexpr (kAct != Activation::kNone) {
     const Vec<T, 8> av = *reinterpret_cast<const Vec<T, 8>*>(static_cast<const T*>(at) + i);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) s[j] *= QuantizeGrad<T>(act, ToFloat(av.v[j]));
+    for (int j = 0; j < 8; ++j) s[j] *= QuantizeGrad<T>(kAct, ToFloat(av.v[j]));
   }
 }
 
@@ -66,6 +69,15 @@ cudaError_t WithQuantizeType(ElementType t, F f) {
     case ElementType::kF8E4M3: break;
   }
   return cudaErrorInvalidValue;
+}
+
+// Calls f(t, act) for a pass's source: t a value of its element type, act the
+// std::integral_constant of its activation (kNone where there is no `at`: x alone, or an
+// identity's dz = dy).
+template <class F>
+cudaError_t WithQuantizeSource(ElementType type, const void* at, Activation activation, F f) {
+  const Activation act = at != nullptr ? activation : Activation::kNone;
+  return WithQuantizeType(type, [&](auto t) { return WithActivation(act, [&](auto a) { return f(t, a); }); });
 }
 
 }  // namespace jaxgemm
