@@ -35,8 +35,11 @@ AMAX_ROWS = 128  # rows per partial column sum of the amax pass (kAmaxRows)
 
 def scales_of(amax):
     """amax times 1 / 448 (the reciprocal rounded to float32 once, as XLA folds a division
-    by a constant and as the block kernel computes it), or 1 where everything is zero."""
-    return jnp.where(amax > 0, amax * np.float32(1.0 / E4M3_MAX), 1.0)
+    by a constant and as the block kernel computes it), or 1 where everything is zero. At
+    least float32's smallest normal: below it 1 / scale is infinite and turns the zeros
+    beside a tiny amax (< 1.3e-36) into NaN."""
+    scales = jnp.maximum(amax * np.float32(1.0 / E4M3_MAX), np.finfo(np.float32).tiny)
+    return jnp.where(amax > 0, scales, 1.0)
 
 
 def to_e4m3(s, scales):

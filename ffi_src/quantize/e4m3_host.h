@@ -2,6 +2,7 @@
 // amax, float -> float8_e4m3fn and a block's scale.
 #pragma once
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 
@@ -34,8 +35,9 @@ inline float SourceValue(const void* x, const void* at, ElementType t, Activatio
 // max(a, |v|) with NaN winning, as jnp.max.
 inline float AbsMax(float a, float v) { return std::isnan(a) || std::isnan(v) ? NAN : std::max(a, std::fabs(v)); }
 
-// The scale of a block whose largest magnitude is amax: amax * (1 / 448), or 1 where that is
-// not positive (all zeros, or a NaN), as quantize.scales_of.
-inline float E4m3ScaleOf(float amax) { return amax > 0.f ? amax * (1.f / 448.f) : 1.f; }
+// The scale of a block whose largest magnitude is amax: amax * (1 / 448) but at least
+// float32's smallest normal, or 1 where amax is not positive (all zeros, or a NaN), as
+// quantize.scales_of.
+inline float E4m3ScaleOf(float amax) { return amax > 0.f ? std::max(amax * (1.f / 448.f), FLT_MIN) : 1.f; }
 
 }  // namespace jaxgemm

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 
 #include "common/ptx.cuh"
 #include "quantize/fp8_block_quantize.cuh"
@@ -20,11 +21,12 @@ namespace {
 
 constexpr int kThreads = 256, kB = static_cast<int>(kQuantBlock), kPitch = kB + 16;  // qt tile row: 16-byte aligned
 
-// amax * (1 / 448), or 1 where that is not positive (all zeros, or NaN's bits), as
-// quantize.scales_of.
+// amax * (1 / 448) but at least float32's smallest normal (whose reciprocal is finite: a
+// smaller scale made 1 / scale infinite and a block's zeros NaN), or 1 where amax is not
+// positive (all zeros, or NaN's bits), as quantize.scales_of.
 __device__ __forceinline__ float ScaleOfBits(unsigned amax_bits) {
   const float amax = __uint_as_float(amax_bits);
-  return amax > 0.f ? __fmul_rn(amax, 1.f / 448.f) : 1.f;
+  return amax > 0.f ? fmaxf(__fmul_rn(amax, 1.f / 448.f), FLT_MIN) : 1.f;
 }
 
 // A tile's scratch: the column reductions across the warps, and qt's block.
