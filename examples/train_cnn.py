@@ -266,7 +266,8 @@ def main(argv=None):
               f"{r['images_per_s']:,.0f} images/s  wall {r['wall_s']:.1f} s")
     if args.compare:
         config = dataclasses.asdict(cfg) | {"data": data_name, "seed": args.seed}
-        common.report_compare(args.out, common.compare_name("cnn", runs), runs, config, "images", cfg.batch_size, log_y=True)
+        common.report_compare(args.out, common.compare_name("cnn", runs), runs, config, "images", cfg.batch_size,
+                              log_y=True)
     if any(r["test_accuracy"] < 0.97 for r in runs.values()):
         print("test accuracy below 97%: exit status 1 (train longer: --steps)", file=sys.stderr)
         return 1

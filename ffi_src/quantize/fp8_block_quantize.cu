@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 2) Fp8BlockQuantizeKernel(const Fp8B
   __shared__ TileShared sh;
   const int64_t tr = blockIdx.y, tc = blockIdx.x, first = tr * kB * p.cols + tc * kB;
   QuantizeTile<T, kAct>(p, tr, tc, static_cast<const T*>(p.x) + first,
-                  p.at != nullptr ? static_cast<const T*>(p.at) + first : nullptr, p.cols, sh);
+                        p.at != nullptr ? static_cast<const T*>(p.at) + first : nullptr, p.cols, sh);
 }
 
 // A 16-bit x without a gradient's second source: a persistent grid, each block walking
