@@ -121,13 +121,15 @@ def _kernel_dtype(out_dtype):
 
 
 def fp8_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform, *, bias=None, activation=None,
-                    want_aux=False):  # fmt: skip
+                    want_aux=False, tile=None):  # fmt: skip
     """[out] (or [out, z] with want_aux) of the fp8 kernel: sum_k lhs[b, m, k] rhs[b, n, k]
     times the row scale of lhs and of rhs (the row_scale and col_scale operands, float32),
     then the bias (B, N) and the activation (a canonical name), all in its epilogue. The
-    kernel writes bfloat16 or float32 (a float16 result is rounded from float32)."""
+    kernel writes bfloat16 or float32 (a float16 result is rounded from float32). `tile`:
+    the sm90 schedule's (tile_m, tile_n), forced (tools/fp8_forward_sweep.py); None: the
+    heuristic's."""
     kernel_dtype = _kernel_dtype(out_dtype)
-    config = GemmConfig(transpose_b=True, out_dtype=kernel_dtype, split_k=1)
+    config = GemmConfig(transpose_b=True, out_dtype=kernel_dtype, split_k=1, kernel="sm90" if tile else None, tile=tile)
     outs = call_gemm_ffi(
         lhs, rhs, config=config, out_shape=(lhs.shape[0], lhs.shape[1], rhs.shape[1]),
         workspace_bytes=gemm_workspace_bytes(lhs.shape, rhs.shape, lhs.dtype, config, 1, platform),
