@@ -6,8 +6,8 @@
     quantize: q = e4m3(s * (1 / row_scale)) (R, C), qt = e4m3(s^T * (1 / col_scale)) (C, R)
 
 with scale = amax / 448 (1 where a row or column is all zeros; at least float32's smallest
-normal, so that 1 / scale stays finite). q feeds the product that
-contracts the columns, qt (transposed, K-major) the one that contracts the rows: fp8.dense's
+normal, so that 1 / scale stays finite). q feeds the product that contracts the columns, qt
+(transposed, K-major) the one that contracts the rows: fp8.dense's
 x and x^T, w and w^T, dz and dz^T. Each pass reads s once (XLA's own fusions read it once
 per reduction and per orientation); nothing between the passes holds s, in the gradient's
 form not even dz.
