@@ -25,7 +25,8 @@ def main():
     parser.add_argument("--shapes", default="32768x4096x1024,32768x1024x4096")
     args = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
-    print(f"{'tokens x out x in':>20} {'tile':>10} " + " ".join(f"{v:>16}" for v in VARIANTS) + "  (ms, x scales alone)")
+    heads = " ".join(f"{v:>16}" for v in VARIANTS)
+    print(f"{'tokens x out x in':>20} {'tile':>10} {heads}  (ms, x scales alone)")
     for shape in args.shapes.split(","):
         m, n, k = (int(v) for v in shape.split("x"))
         kx, kw, kb = jax.random.split(jax.random.key(0), 3)
