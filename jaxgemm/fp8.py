@@ -11,7 +11,9 @@ e4m3 on `scaled_matmul`, each operand scaled along its contraction in one of two
   kernel. A product whose contraction is not a multiple of 128 scales that product's
   operands rowwise instead.
 dbias = sum(dz), dz = dy * act'(z), all in float32 (z saved by the forward in the output's
-dtype; y instead for relu, nothing without an activation).
+dtype; y instead for relu, nothing without an activation). grad_format="e5m2" quantizes dz
+to e5m2 instead (TransformerEngine's HYBRID recipe), in XLA, and its products dequantize:
+jaxgemm's fp8 kernels take e4m3 only.
 
 Each operand is quantized from the high-precision tensor for the product it enters (the
 two copies of x and of dz differ in orientation and scales). Rowwise, x, w and dz are
@@ -44,37 +46,40 @@ from jaxgemm import activations
 from jaxgemm._compat import explicit_sharding, match_varying
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
-from jaxgemm.quantize import (  # noqa: F401 (E4M3 and E4M3_MAX: this module's API too)
+from jaxgemm.quantize import (  # noqa: F401 (E4M3, E4M3_MAX and E5M2: this module's API too)
     E4M3,
     E4M3_MAX,
+    E5M2,
     quantize_blocks_both,
     quantize_both,
     scales_of,
-    to_e4m3,
+    to_fp8,
 )
 from jaxgemm.scaled_dense import scaled_dense
 
 BLOCK = BLOCK_SCALE_GRANULE  # blockwise scaling's block (128): the block-scaled kernel's k-tile
 SCALINGS = ("rowwise", "blockwise")
+GRAD_FORMATS = {"e4m3": E4M3, "e5m2": E5M2}  # dz's format (e5m2: TransformerEngine's HYBRID)
 
 
-def quantize_rows(x):
-    """x (..., R, K) as e4m3 values and float32 scales (..., R, 1), one per row: each row
-    divided by amax / 448, so its largest magnitude maps onto e4m3's largest value (an
-    all-zero row gets scale 1). `scaled_matmul(q, ..., scales, ...)` multiplies them back."""
+def quantize_rows(x, dtype=E4M3):
+    """x (..., R, K) as e4m3 values (or `dtype` float8_e5m2) and float32 scales (..., R, 1),
+    one per row: each row divided by amax / 448 (e5m2: 57344), so its largest magnitude maps
+    onto the format's largest value (an all-zero row gets scale 1).
+    `scaled_matmul(q, ..., scales, ...)` multiplies them back."""
     x = jnp.asarray(x, jnp.float32)
-    scales = scales_of(jnp.max(jnp.abs(x), axis=-1, keepdims=True))
-    q = to_e4m3(x, scales)
+    scales = scales_of(jnp.max(jnp.abs(x), axis=-1, keepdims=True), dtype)
+    q = to_fp8(x, scales, dtype)
     return q, scales
 
 
-def quantize_blocks(x, block=BLOCK):
-    """x (..., R, K), K a multiple of `block`: e4m3 values and float32 scales
+def quantize_blocks(x, block=BLOCK, dtype=E4M3):
+    """x (..., R, K), K a multiple of `block`: e4m3 (or `dtype`) values and float32 scales
     (..., R, K // block), one per row and block of `block` values (1 x 128 blocks)."""
     x = jnp.asarray(x, jnp.float32)
     blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))
-    scales = scales_of(jnp.max(jnp.abs(blocks), axis=-1, keepdims=True))
-    q = to_e4m3(blocks, scales)
+    scales = scales_of(jnp.max(jnp.abs(blocks), axis=-1, keepdims=True), dtype)
+    q = to_fp8(blocks, scales, dtype)
     return q.reshape(x.shape), scales[..., 0]
 
 
@@ -87,15 +92,15 @@ def quantize_tiles(w, block=BLOCK):
     padded = jnp.pad(w, ((0, -r % block), (0, 0)))
     tiles = padded.reshape(padded.shape[0] // block, block, k // block, block)
     scales = scales_of(jnp.max(jnp.abs(tiles), axis=(1, 3), keepdims=True))
-    q = to_e4m3(tiles, scales).reshape(padded.shape)[:r]
+    q = to_fp8(tiles, scales).reshape(padded.shape)[:r]
     return q, jnp.repeat(scales[:, 0, :, 0], block, axis=0)[:r]
 
 
-def _quantized(a, scaling, tiles=False):
-    """a (R, K) quantized for a product contracting K."""
+def _quantized(a, scaling, tiles=False, dtype=E4M3):
+    """a (R, K) quantized (into dtype; weights' tiles e4m3) for a product contracting K."""
     if scaling == "rowwise":
-        return quantize_rows(a)
-    return quantize_tiles(a) if tiles else quantize_blocks(a)
+        return quantize_rows(a, dtype)
+    return quantize_tiles(a) if tiles else quantize_blocks(a, dtype=dtype)
 
 
 def _typed_like(like, transposed=False):
@@ -115,12 +120,12 @@ def _scaled(qa, qb, sa, sb, out_dtype, like=None, transposed=False):
                          out_sharding=_typed_like(like, transposed))[0]  # fmt: skip
 
 
-def _product(a, b, out_dtype, scaling, like=None, b_is_weight=False):
-    """a (M, K) @ b (N, K)^T on quantized copies of both, into out_dtype; the weights in
-    tiles when blockwise."""
+def _product(a, b, out_dtype, scaling, like=None, b_is_weight=False, a_dtype=E4M3, b_dtype=E4M3):
+    """a (M, K) @ b (N, K)^T on copies of both quantized into a_dtype and b_dtype, into
+    out_dtype; the weights in tiles when blockwise."""
     if a.shape[-1] % BLOCK:
         scaling = "rowwise"  # (both operands: scaled_matmul's blocks must agree)
-    (qa, sa), (qb, sb) = _quantized(a, scaling), _quantized(b, scaling, tiles=b_is_weight)
+    (qa, sa), (qb, sb) = _quantized(a, scaling, dtype=a_dtype), _quantized(b, scaling, b_is_weight, b_dtype)
     return _scaled(qa, qb, sa, sb, out_dtype, like)
 
 
@@ -146,12 +151,12 @@ def _blockwise_forward(x, w, bias, activation, want_z, out_dtype):
     return _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
-def _dense(x, w, bias, activation, out_dtype, scaling, x_dtype):
-    return _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _dense(x, w, bias, activation, out_dtype, scaling, x_dtype, grad_format):
+    return _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype, grad_format)[0]
 
 
-def _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype):
+def _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype, grad_format):
     # What act'(z) needs, in the output's dtype (as jaxgemm.dense keeps its aux): nothing
     # without an activation, y for relu, else z rounded once.
     want_z = activation is not None and not activations.derivative_from_output(activation)
@@ -176,14 +181,15 @@ def _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype):
     return y, (saved, bias, at)
 
 
-def _dense_bwd(activation, out_dtype, scaling, x_dtype, residuals, dy):
+def _dense_bwd(activation, out_dtype, scaling, x_dtype, grad_format, residuals, dy):
     saved, bias, at = residuals
+    dz_dtype = GRAD_FORMATS[grad_format]
     if len(saved) == 5:  # rowwise, or blockwise in whole blocks: x^T and w quantized by the forward
         # dz = dy * act'(z) quantized both ways, and its column sums (dbias): two passes
         # rowwise, one blockwise.
         xqt, xst, wq, ws, w = saved
         quantize = quantize_both if scaling == "rowwise" else quantize_blocks_both
-        dzq, dzs, dzqt, dzst, *dbias = quantize(dy, at, activation, want_sum=bias is not None)
+        dzq, dzs, dzqt, dzst, *dbias = quantize(dy, at, activation, want_sum=bias is not None, dtype=dz_dtype)
         dx = _scaled(dzq, wq, dzs, ws, x_dtype, like=xqt, transposed=True)
         dw = _scaled(xqt, dzqt, xst, dzst, w.dtype, like=w)
         return dx, dw, None if bias is None else dbias[0].astype(bias.dtype)
@@ -192,8 +198,8 @@ def _dense_bwd(activation, out_dtype, scaling, x_dtype, residuals, dy):
     if activation is not None:
         dz = dz * activations.derivative(activation, at)
     # (Each product written in its gradient's dtype by the kernel: no float32 copy between.)
-    dx = _product(dz, w, x.dtype, scaling, like=x, b_is_weight=True)
-    dw = _product(x.T, dz.T, w.dtype, scaling, like=w)
+    dx = _product(dz, w, x.dtype, scaling, like=x, b_is_weight=True, a_dtype=dz_dtype)
+    dw = _product(x.T, dz.T, w.dtype, scaling, like=w, b_dtype=dz_dtype)
     dbias = None if bias is None else jnp.sum(dz, axis=0).astype(bias.dtype)
     return dx, dw, dbias
 
@@ -201,7 +207,8 @@ def _dense_bwd(activation, out_dtype, scaling, x_dtype, residuals, dy):
 _dense.defvjp(_dense_fwd, _dense_bwd)
 
 
-def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise", out_sharding=None):
+def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise", grad_format="e4m3",
+          out_sharding=None):  # fmt: skip
     """`activation(x @ w + bias)` with its forward and backward products in float8 e4m3
     (this module's docstring says how each operand is scaled).
 
@@ -213,6 +220,10 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise"
       out_dtype: the result's dtype (default: x's).
       scaling: "rowwise" (one scale per row of each operand) or "blockwise" (1 x 128
         blocks of x and dz, 128 x 128 tiles of w).
+      grad_format: the backward's dz in "e4m3" (as the forward) or "e5m2" (TransformerEngine's
+        HYBRID recipe: two more exponent bits, one fewer mantissa bit). jaxgemm's fp8
+        kernels take e4m3 only: with "e5m2" dz's quantization runs in XLA and its two
+        products dequantize into float32 (the numerics of the recipe, not its speed).
       out_sharding: the result's sharding, a NamedSharding or a PartitionSpec of the
         current mesh (as `jaxgemm.dense`'s): the result is resharded (Explicit axes) or
         constrained (Auto) to it.
@@ -234,11 +245,13 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise"
                             f"got {jnp.dtype(value.dtype)}")  # fmt: skip
     if scaling not in SCALINGS:
         raise ValueError(f"jaxgemm.fp8.dense: scaling must be one of {SCALINGS}, got {scaling!r}")
+    if grad_format not in GRAD_FORMATS:
+        raise ValueError(f"jaxgemm.fp8.dense: grad_format must be one of {tuple(GRAD_FORMATS)}, got {grad_format!r}")
     activation = activations.canonical(activation)
     out_dtype = jnp.dtype(out_dtype or x.dtype)
     # Inside shard_map, the weights vary over the batch's axes too, so that their cotangents
     # (per-shard sums) are psummed by the cast's transpose, as for JAX's own dots.
     rows, w, *bias = match_varying((x.reshape(-1, x.shape[-1]), w) + (() if bias is None else (bias,)))
     out_sharding = canonical_out_sharding(out_sharding, "jaxgemm.fp8.dense")
-    y = _dense(rows, w, bias[0] if bias else None, activation, out_dtype, scaling, jnp.dtype(rows.dtype))
+    y = _dense(rows, w, bias[0] if bias else None, activation, out_dtype, scaling, jnp.dtype(rows.dtype), grad_format)
     return constrain_output(y.reshape(x.shape[:-1] + (w.shape[1],)), out_sharding)

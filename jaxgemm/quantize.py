@@ -31,22 +31,30 @@ from jaxgemm.primitive import Op, Result, Rule, all_to_front, define
 
 E4M3 = jnp.float8_e4m3fn
 E4M3_MAX = float(jnp.finfo(E4M3).max)  # 448
+E5M2 = jnp.float8_e5m2  # (a gradient's wider range: fp8.dense's grad_format="e5m2"; jnp only)
 AMAX_ROWS = 128  # rows per partial column sum of the amax pass (kAmaxRows)
 
 
-def scales_of(amax):
-    """amax times 1 / 448 (the reciprocal rounded to float32 once, as XLA folds a division
-    by a constant and as the block kernel computes it), or 1 where everything is zero. At
-    least float32's smallest normal: below it 1 / scale is infinite and turns the zeros
-    beside a tiny amax (< 1.3e-36) into NaN."""
-    scales = jnp.maximum(amax * np.float32(1.0 / E4M3_MAX), np.finfo(np.float32).tiny)
+def scales_of(amax, dtype=E4M3):
+    """amax times 1 / 448 (dtype's largest value; the reciprocal rounded to float32 once, as
+    XLA folds a division by a constant and as the block kernel computes it), or 1 where
+    everything is zero. At least float32's smallest normal: below it 1 / scale is infinite
+    and turns the zeros beside a tiny amax (< 1.3e-36) into NaN."""
+    largest = float(jnp.finfo(dtype).max)
+    scales = jnp.maximum(amax * np.float32(1.0 / largest), np.finfo(np.float32).tiny)
     return jnp.where(amax > 0, scales, 1.0)
 
 
+def to_fp8(s, scales, dtype=E4M3):
+    """s times 1 / scales in dtype (e4m3 or e5m2), rounded to nearest, saturated to its
+    largest value (a multiply a value: the kernels' quantize pass is bound by its issue
+    rate, division costs ~8 instructions)."""
+    largest = float(jnp.finfo(dtype).max)
+    return jnp.clip(s * (1.0 / scales), -largest, largest).astype(dtype)
+
+
 def to_e4m3(s, scales):
-    """s times 1 / scales in e4m3, rounded to nearest, saturated to +-448 (a multiply a value:
-    the kernels' quantize pass is bound by its issue rate, division costs ~8 instructions)."""
-    return jnp.clip(s * (1.0 / scales), -E4M3_MAX, E4M3_MAX).astype(E4M3)
+    return to_fp8(s, scales, E4M3)
 
 
 def _source(x, at, activation):
@@ -121,31 +129,32 @@ fp8_amax_op = define(Op("jaxgemm_fp8_amax", abstract=_amax_abstract, rule=_amax_
 # The quantize pass: x (R, C) [, at], row scales (R,), column scales (C,) -> q, qt.
 
 
-def _quantize_abstract(x, *rest, activation):
+def _quantize_abstract(x, *rest, activation, dtype):
     rows, cols = x.shape
-    return [Result((rows, cols), E4M3), Result((cols, rows), E4M3)]
+    return [Result((rows, cols), jnp.dtype(dtype)), Result((cols, rows), jnp.dtype(dtype))]
 
 
-def _quantize_rule(x, *rest, activation):
+def _quantize_rule(x, *rest, activation, dtype):
     return Rule((("r", "c"),) * (len(rest) - 1) + (("r",), ("c",)), (("r", "c"), ("c", "r")))
 
 
-def _quantize_local(x, *rest, activation, platform, axes):
+def _quantize_local(x, *rest, activation, dtype, platform, axes):
     at, (row_scale, col_scale) = (rest[0] if len(rest) == 3 else None), rest[-2:]
     rows, cols = x.shape
-    if _on_kernel(x, platform):
+    if _on_kernel(x, platform) and jnp.dtype(dtype) == E4M3:  # (the kernels write e4m3)
         results = (jax.ShapeDtypeStruct((rows, cols), E4M3), jax.ShapeDtypeStruct((cols, rows), E4M3))
         q, qt = jax.ffi.ffi_call("jaxgemm_fp8_quantize", results)(
             x, _empty().astype(x.dtype) if at is None else at, row_scale, col_scale,
             activation=np.int64(activations.activation_id(activation)))  # fmt: skip
         return [q, qt]
     s = _source(x, at, activation)
-    return [to_e4m3(s, row_scale[:, None]), to_e4m3(s, col_scale[None, :]).T]
+    return [to_fp8(s, row_scale[:, None], dtype), to_fp8(s, col_scale[None, :], dtype).T]
 
 
-def _quantize_batch(args, dims, *, activation):
+def _quantize_batch(args, dims, *, activation, dtype):
     args = all_to_front(args, dims)
-    outs = jax.vmap(lambda *a: _quantize_local(*a, activation=activation, platform="jnp", axes={}))(*args)
+    local = lambda *a: _quantize_local(*a, activation=activation, dtype=dtype, platform="jnp", axes={})  # noqa: E731
+    outs = jax.vmap(local)(*args)
     return list(outs), [0, 0]
 
 
@@ -168,14 +177,15 @@ def _block_dims(x):
     return (("rb", "rs") if rows > BLOCK else "rs"), (("cb", "cs") if cols > BLOCK else "cs")
 
 
-def _block_abstract(x, *at, activation, tiles, want_sum):
+def _block_abstract(x, *at, activation, tiles, want_sum, dtype):
     rows, cols = x.shape
     f32 = jnp.float32
-    return ([Result((rows, cols), E4M3), Result((rows, cols // BLOCK), f32), Result((cols, rows), E4M3),
+    q = jnp.dtype(dtype)
+    return ([Result((rows, cols), q), Result((rows, cols // BLOCK), f32), Result((cols, rows), q),
              Result((cols, rows // BLOCK), f32)] + [Result((cols,), f32)] * want_sum)  # fmt: skip
 
 
-def _block_rule(x, *at, activation, tiles, want_sum):
+def _block_rule(x, *at, activation, tiles, want_sum, dtype):
     r, c = _block_dims(x)
     rb = "rb" if isinstance(r, tuple) else "rb1"  # (a single block: a size-1 dim of its own)
     cb = "cb" if isinstance(c, tuple) else "cb1"
@@ -184,27 +194,27 @@ def _block_rule(x, *at, activation, tiles, want_sum):
     return Rule(((r, c),) * (1 + len(at)), results, replicated=frozenset({"rb1", "cb1"}), factor_sizes=sizes)
 
 
-def _blockwise_jnp(s, tiles):
+def _blockwise_jnp(s, tiles, dtype=E4M3):
     """The definition on s (float32, (R, C) multiples of 128): (q, q_scale, qt, qt_scale)."""
     rows, cols = s.shape
     t = s.reshape(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK)
     if tiles:
-        scale = jnp.broadcast_to(scales_of(jnp.max(jnp.abs(t), axis=(1, 3), keepdims=True)), t.shape)
+        scale = jnp.broadcast_to(scales_of(jnp.max(jnp.abs(t), axis=(1, 3), keepdims=True), dtype), t.shape)
         row_scale, col_scale = scale, scale
     else:
-        row_scale = jnp.broadcast_to(scales_of(jnp.max(jnp.abs(t), axis=3, keepdims=True)), t.shape)
-        col_scale = jnp.broadcast_to(scales_of(jnp.max(jnp.abs(t), axis=1, keepdims=True)), t.shape)
-    q = to_e4m3(t, row_scale).reshape(rows, cols)
-    qt = to_e4m3(t, col_scale).reshape(rows, cols).T
+        row_scale = jnp.broadcast_to(scales_of(jnp.max(jnp.abs(t), axis=3, keepdims=True), dtype), t.shape)
+        col_scale = jnp.broadcast_to(scales_of(jnp.max(jnp.abs(t), axis=1, keepdims=True), dtype), t.shape)
+    q = to_fp8(t, row_scale, dtype).reshape(rows, cols)
+    qt = to_fp8(t, col_scale, dtype).reshape(rows, cols).T
     q_scale = row_scale[:, :, :, 0].reshape(rows, cols // BLOCK)
     qt_scale = col_scale[:, 0, :, :].transpose(1, 2, 0).reshape(cols, rows // BLOCK)
     return q, q_scale, qt, qt_scale
 
 
-def _block_local(x, *at, activation, tiles, want_sum, platform, axes):
+def _block_local(x, *at, activation, tiles, want_sum, dtype, platform, axes):
     at = at[0] if at else None
     rows, cols = x.shape
-    if _on_ffi(platform):
+    if _on_ffi(platform) and jnp.dtype(dtype) == E4M3:  # (the kernel writes e4m3)
         f32 = jnp.float32
         results = (jax.ShapeDtypeStruct((rows, cols), E4M3), jax.ShapeDtypeStruct((rows, cols // BLOCK), f32),
                    jax.ShapeDtypeStruct((cols, rows), E4M3), jax.ShapeDtypeStruct((cols, rows // BLOCK), f32),
@@ -215,16 +225,16 @@ def _block_local(x, *at, activation, tiles, want_sum, platform, axes):
         col_sum = partials.sum(axis=0)
     else:
         s = _source(x, at, activation)
-        outs, col_sum = list(_blockwise_jnp(s, tiles)), jnp.sum(s, axis=0)
+        outs, col_sum = list(_blockwise_jnp(s, tiles, dtype)), jnp.sum(s, axis=0)
     if not want_sum:
         return outs
     return outs + [jax.lax.psum(col_sum, axes["rb"]) if axes.get("rb") else col_sum]
 
 
-def _block_batch(args, dims, *, activation, tiles, want_sum):
+def _block_batch(args, dims, *, activation, tiles, want_sum, dtype):
     args = all_to_front(args, dims)
     outs = jax.vmap(lambda x, *at: _block_local(x, *at, activation=activation, tiles=tiles, want_sum=want_sum,
-                                                platform="jnp", axes={}))(*args)  # fmt: skip
+                                                dtype=dtype, platform="jnp", axes={}))(*args)  # fmt: skip
     return list(outs), [0] * len(outs)
 
 
@@ -232,21 +242,23 @@ fp8_block_quantize_op = define(Op("jaxgemm_fp8_block_quantize", abstract=_block_
                                   local=_block_local, batch=_block_batch))  # fmt: skip
 
 
-def quantize_blocks_both(x, at=None, activation=None, *, tiles=False, want_sum=False):
-    """x (R, C), or dz = x * act'(at), both multiples of 128, in e4m3 both ways with 1 x 128
-    block scales along each orientation's last dim (or with `tiles` one scale per 128 x 128
-    tile): (q (R, C), its scales (R, C / 128), qt (C, R), its scales (C, R / 128)), and with
-    want_sum the column sums of the source (C,) after them."""
+def quantize_blocks_both(x, at=None, activation=None, *, tiles=False, want_sum=False, dtype=E4M3):
+    """x (R, C), or dz = x * act'(at), both multiples of 128, in e4m3 (or `dtype`
+    float8_e5m2, in jnp) both ways with 1 x 128 block scales along each orientation's last
+    dim (or with `tiles` one scale per 128 x 128 tile): (q (R, C), its scales (R, C / 128),
+    qt (C, R), its scales (C, R / 128)), and with want_sum the column sums of the source
+    (C,) after them."""
     if x.ndim != 2 or x.shape[0] % BLOCK or x.shape[1] % BLOCK or (at is not None and at.shape != x.shape):
         raise ValueError(f"quantize_blocks_both: needs x (R, C) of multiples of {BLOCK} and at like it, got "
                          f"x{x.shape}" + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
     operands = (x,) if at is None else (x, at.astype(x.dtype))
     return tuple(fp8_block_quantize_op.bind(*operands, activation=None if at is None else activation, tiles=tiles,
-                                            want_sum=want_sum))  # fmt: skip
+                                            want_sum=want_sum, dtype=jnp.dtype(dtype).name))  # fmt: skip
 
 
-def quantize_both(x, at=None, activation=None, *, want_sum=False):
-    """x (R, C), or dz = x * act'(at) where `at` is given, in e4m3 both ways:
+def quantize_both(x, at=None, activation=None, *, want_sum=False, dtype=E4M3):
+    """x (R, C), or dz = x * act'(at) where `at` is given, in e4m3 (or `dtype` float8_e5m2,
+    in jnp) both ways:
     (q (R, C), row scales (R, 1), qt (C, R), column scales (C, 1)), and with want_sum the
     column sums of the source in float32 (C,) after them (a bias gradient). `activation`: a
     canonical name (activations.canonical) or None."""
@@ -256,6 +268,6 @@ def quantize_both(x, at=None, activation=None, *, want_sum=False):
     operands = (x,) if at is None else (x, at.astype(x.dtype))
     activation = None if at is None else activation
     row_amax, col_amax, *col_sum = fp8_amax_op.bind(*operands, activation=activation, want_sum=want_sum)
-    row_scale, col_scale = scales_of(row_amax), scales_of(col_amax)
-    q, qt = fp8_quantize_op.bind(*operands, row_scale, col_scale, activation=activation)
+    row_scale, col_scale = scales_of(row_amax, dtype), scales_of(col_amax, dtype)
+    q, qt = fp8_quantize_op.bind(*operands, row_scale, col_scale, activation=activation, dtype=jnp.dtype(dtype).name)
     return (q, row_scale[:, None], qt, col_scale[:, None]) + tuple(col_sum)

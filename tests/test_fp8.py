@@ -94,6 +94,45 @@ def test_gradient_is_straight_through():
         assert _rel(ours, theirs) <= QUANTIZATION_BOUND
 
 
+def _dequantized64_as(a, dtype):
+    """float64 values of quantize_rows(a, dtype)."""
+    q, s = quantize_rows(a, dtype)
+    return np.asarray(q.astype(jnp.float32), np.float64) * np.asarray(s, np.float64)
+
+
+@pytest.mark.parametrize("scaling", jaxgemm.fp8.SCALINGS)
+def test_e5m2_gradients(scaling):
+    """grad_format="e5m2" (the HYBRID recipe): the same forward, dz quantized to e5m2 in both
+    backward products (and nothing else), the gradients within e5m2's rounding of the
+    unquantized layer's; rowwise, dx exactly the product of e5m2 dz and e4m3 w."""
+    x, w, b = _layer(9, m=128, k=256, n=128)
+    dy = jnp.asarray(np.random.default_rng(10).standard_normal((128, 128)), jnp.float32)
+    def layer(fmt):
+        return lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling=scaling, grad_format=fmt)
+
+    y4, vjp4 = jax.vjp(layer("e4m3"), x, w, b)
+    y5, vjp5 = jax.vjp(layer("e5m2"), x, w, b)
+    np.testing.assert_array_equal(np.asarray(y4), np.asarray(y5))
+    grads4, grads5 = vjp4(dy), vjp5(dy)
+    exact = jax.vjp(lambda x, w, b: jax.nn.gelu(jnp.dot(x, w, precision="highest") + b), x, w, b)[1](dy)
+    for g4, g5, theirs in zip(grads4, grads5, exact):
+        assert _rel(g5, theirs) <= 2 * QUANTIZATION_BOUND  # (e5m2 rounds to 1/8 of a value)
+        assert _rel(g5, theirs) >= _rel(g4, theirs) or _rel(g5, theirs) <= 1e-5  # coarser, or exact (dbias)
+    jaxpr = str(jax.make_jaxpr(lambda x: vjp5(dy))(x))
+    assert "f8_e5m2" in jaxpr and "f8_e4m3fn" in jaxpr
+    if scaling == "rowwise" and not _hopper():
+        z = jaxgemm.fp8.dense(x, w, b)
+        dz = dy * jaxgemm.activations.derivative("gelu", z)
+        want = _dequantized64_as(dz, jnp.float8_e5m2) @ _dequantized64(w).T
+        assert _rel(grads5[0], want) <= 1e-5
+
+
+def test_bad_grad_format():
+    x, w, b = _layer(11)
+    with pytest.raises(ValueError, match="grad_format must be one of"):
+        jaxgemm.fp8.dense(x, w, b, grad_format="e3m4")
+
+
 @pytest.mark.parametrize("scaling", jaxgemm.fp8.SCALINGS)
 def test_dtypes_batch_dims_jit_and_vmap(scaling):
     """bf16 inputs: bf16 results and gradients; (..., K) inputs; jit(grad) and vmap."""

@@ -53,6 +53,27 @@ def test_tiny_amax_scales_no_zero_into_nan():
             assert np.abs(values * scale - ref).max() <= 0.07 * 1e-37
 
 
+def test_e5m2():
+    """dtype=float8_e5m2 (fp8.dense's grad_format="e5m2"): both passes and the block pass in
+    jnp on any platform (the kernels write e4m3), the e5m2 quantizers' values and scales."""
+    rng = np.random.default_rng(12)
+    dy, at = (jnp.asarray(rng.standard_normal((256, 128)), jnp.float32) for _ in range(2))
+    dz = dy * activations.derivative("gelu", at)
+    e5m2 = jnp.float8_e5m2
+    got = jax.jit(lambda dy, at: quantize_both(dy, at, "gelu", dtype=e5m2))(dy, at)
+    want = quantize_rows(dz, e5m2) + quantize_rows(dz.T, e5m2)
+    blocks = jax.jit(lambda dy, at: quantize_blocks_both(dy, at, "gelu", dtype=e5m2))(dy, at)
+    want_blocks = quantize_blocks(dz, dtype=e5m2) + quantize_blocks(dz.T, dtype=e5m2)
+    for g, w in zip(got + blocks, want + want_blocks):  # (act' in and outside the pass: a rounding apart)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        values = g.dtype == e5m2
+        g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+        if values:
+            assert np.mean(g != w) <= 2e-3 and np.linalg.norm(g - w) <= 1e-2 * np.linalg.norm(w)
+        else:
+            np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
 def _exact(got, want):
     """Equal values (NaN where NaN; -0 and +0 alike: XLA may turn dy * relu'(at) into a select)."""
     for g, w in zip(got, want):
