@@ -53,9 +53,6 @@ def to_fp8(s, scales, dtype=E4M3):
     return jnp.clip(s * (1.0 / scales), -largest, largest).astype(dtype)
 
 
-def to_e4m3(s, scales):
-    return to_fp8(s, scales, E4M3)
-
 
 def _source(x, at, activation):
     """s in float32: x, or x * act'(at)."""
