@@ -53,7 +53,6 @@ def to_fp8(s, scales, dtype=E4M3):
     return jnp.clip(s * (1.0 / scales), -largest, largest).astype(dtype)
 
 
-
 def _source(x, at, activation):
     """s in float32: x, or x * act'(at)."""
     s = x.astype(jnp.float32)
