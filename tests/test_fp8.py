@@ -194,6 +194,29 @@ def test_sharded_jit(name):
 
 
 @pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices")
+@pytest.mark.parametrize("scaling", jaxgemm.fp8.SCALINGS)
+def test_e5m2_gradients_compose(scaling):
+    """grad_format="e5m2" under vmap of grad and under data-parallel sharded jit: the
+    unbatched, unsharded gradients, and no gather (whole 128-row blocks a device)."""
+    x, w, b = _layer(12, m=512)
+    loss = lambda x, w, b: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", scaling=scaling, grad_format="e5m2") ** 2)
+    grad = jax.value_and_grad(loss, argnums=(0, 1, 2))
+    value, grads = grad(x, w, b)
+    mapped = jax.jit(jax.vmap(jax.grad(loss), in_axes=(0, None, None)))(x.reshape(2, 256, 256), w, b)
+    for i, half in enumerate(jnp.split(x, 2)):
+        assert _rel(mapped[i], jax.grad(loss)(half, w, b)) <= 1e-5
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:4])
+    specs = (P("x", None), P(), P())
+    jitted = jax.jit(grad, in_shardings=tuple(NamedSharding(mesh, spec) for spec in specs))
+    sharded_value, sharded_grads = jitted(x, w, b)
+    hlo = jitted.lower(x, w, b).compile().as_text()
+    assert "all-gather" not in hlo and "all-to-all" not in hlo and "all-reduce" in hlo
+    assert _rel(sharded_value, value) <= 1e-5
+    for ours, theirs in zip(sharded_grads, grads):
+        assert _rel(ours, theirs) <= 2e-3  # (as test_sharded_jit: a rounding step of dz)
+
+
+@pytest.mark.skipif(len(jax.devices()) < 4, reason="needs 4 devices")
 def test_data_parallel_explicit_mode():
     """The same on an Explicit mesh: the output typed split like x, the gradients typed
     like their primals (dw contracts the split batch: typed replicated, like w)."""
