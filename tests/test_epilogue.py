@@ -189,10 +189,11 @@ def test_dense_forward_and_backward(act, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_bias_act_grad_kernel(act, dtype):
     """The fused backward alone, with the aux cotangent: vector path (columns a multiple of
-    16 bytes, spanning several blocks), scalar path (odd columns), ragged row chunks, and
-    more than 256 chunks (many rows of few columns: a first conv layer's output)."""
+    16 bytes, spanning several blocks; rows of 8-16 vectors on the narrow blocks), scalar
+    path (odd columns), ragged row chunks, and more than 256 chunks (many rows of few
+    columns: a first conv layer's output)."""
     rng = np.random.default_rng(21)
-    for rows, cols in ((300, 264), (130, 70), (2, 8), (20000, 16)):
+    for rows, cols in ((300, 264), (130, 70), (2, 8), (20000, 16), (1000, 128), (500, 64)):
         dy, z, extra = (random(rng, (rows, cols), dtype) for _ in range(3))
         dz, dbias = jax.jit(lambda dy, z, e: bias_act_grad(dy, z, e, act))(dy, z, extra)
         f32 = lambda t: jnp.asarray(t, jnp.float32)  # noqa: E731

@@ -2,7 +2,9 @@
 // and batch index; its row lanes walk the chunk's rows, and each column's partial sum is
 // reduced across the lanes in a fixed order (deterministic).
 // - vector kernel (columns a multiple of 16 bytes' worth of elements, aligned buffers):
-//   32 threads x kVec columns per row, 8 row lanes; 16-byte loads and stores.
+//   kColThreads x kVec columns per row (32 threads, or 16 / 8 where the row is narrower:
+//   a 128-column bf16 row left half of 32 column threads idle), 256 / kColThreads row
+//   lanes; 16-byte loads and stores.
 // - scalar kernel otherwise: 64 columns x 4 row lanes.
 // 16-bit types use the hardware tanh / exp approximations in act' (relative error ~5e-4,
 // below the output's rounding); float32 gets the exact functions. One kernel instance per
@@ -73,12 +75,12 @@ __global__ void __launch_bounds__(kScalarCols* kScalarLanes) BiasActGradKernel(c
   }
 }
 
-constexpr int kVecThreads = 32, kVecLanes = 8;
+constexpr int kVecBlock = 256;  // threads of a vector kernel's block
 
-template <class T, Activation kAct>
-__global__ void __launch_bounds__(kVecThreads* kVecLanes) BiasActGradVecKernel(const BiasActGradProblem p) {
+template <class T, Activation kAct, int kVecThreads>
+__global__ void __launch_bounds__(kVecBlock) BiasActGradVecKernel(const BiasActGradProblem p) {
   constexpr bool kApprox = !std::is_same_v<T, float>;
-  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kVec = 16 / sizeof(T), kVecLanes = kVecBlock / kVecThreads;
   using V = Vec<T, kVec>;
   __shared__ float partial[kVecLanes][kVecThreads * kVec];
   const int lane_col = threadIdx.x % kVecThreads, lane_row = threadIdx.x / kVecThreads;
@@ -119,6 +121,15 @@ __global__ void __launch_bounds__(kVecThreads* kVecLanes) BiasActGradVecKernel(c
   }
 }
 
+template <class T, Activation kAct, int kVecThreads>
+void LaunchVec(const BiasActGradProblem& p, cudaStream_t stream) {
+  constexpr int kBlockCols = kVecThreads * (16 / sizeof(T));
+  static_assert(kBlockCols <= kVecBlock, "one summing thread per column of the block");
+  const dim3 grid(static_cast<unsigned>((p.cols + kBlockCols - 1) / kBlockCols), static_cast<unsigned>(p.chunks),
+                  static_cast<unsigned>(p.batch));
+  BiasActGradVecKernel<T, kAct, kVecThreads><<<grid, kVecBlock, 0, stream>>>(p);
+}
+
 template <class T, Activation kAct>
 cudaError_t Launch(const BiasActGradProblem& p, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
@@ -126,10 +137,15 @@ cudaError_t Launch(const BiasActGradProblem& p, cudaStream_t stream) {
                          (p.extra == nullptr || IsAligned(p.extra, 16));
   const unsigned chunks = static_cast<unsigned>(p.chunks), batch = static_cast<unsigned>(p.batch);
   if (vector_ok) {
-    constexpr int kBlockCols = kVecThreads * kVec;
-    static_assert(kBlockCols <= kVecThreads * kVecLanes, "one summing thread per column of the block");
-    const dim3 grid(static_cast<unsigned>((p.cols + kBlockCols - 1) / kBlockCols), chunks, batch);
-    BiasActGradVecKernel<T, kAct><<<grid, kVecThreads * kVecLanes, 0, stream>>>(p);
+    // As few column threads as cover the row's vectors (8 at least), the rest as row lanes.
+    const int64_t vectors = p.cols / kVec;
+    if (vectors <= 8) {
+      LaunchVec<T, kAct, 8>(p, stream);
+    } else if (vectors <= 16) {
+      LaunchVec<T, kAct, 16>(p, stream);
+    } else {
+      LaunchVec<T, kAct, 32>(p, stream);
+    }
   } else {
     const dim3 grid(static_cast<unsigned>((p.cols + kScalarCols - 1) / kScalarCols), chunks, batch);
     BiasActGradKernel<T, kAct><<<grid, kScalarCols * kScalarLanes, 0, stream>>>(p);
