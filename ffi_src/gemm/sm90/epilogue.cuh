@@ -238,26 +238,13 @@ __device__ __forceinline__ bool Sm90StoreTileFused(const Sm90Store& store, const
     const int mi = c / kColBlocks, nb = c % kColBlocks;
     source.word0 = 32 * nb + lane % 4;
     EpilogueLinear<TOut>(scalars, source, v);
-    if constexpr (kLate > 0) {
-      if (defer && c >= kBlocks - kLate) {  // (compile-time indices into late_words)
-        EpilogueActivation<TOut>(scalars, v);
-        const bool last = c == kBlocks - 1;
-#pragma unroll
-        for (int u = 0; u < 8; ++u)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t word = PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]);
-            (last ? late_words[1][2 * u + h] : late_words[0][2 * u + h]) = word;
-          }
-        continue;
-      }
-    }
+    const bool late = defer && c >= kBlocks - kLate;
     // The stores that last read this block's boxes are done with them (without Aux, the
     // other box's store may still be reading).
     unsigned char* const d_box = boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes;
     const int slot = with_aux ? 0 : c % 2;  // kHanded: the barrier pair of the block's boxes
     if constexpr (kHanded) {
-      if (c >= (with_aux ? 1 : 2) || boxes_in_use) NamedBarrierSync(H::Free(wg, slot), H::kThreads);
+      if (!late && (c >= (with_aux ? 1 : 2) || boxes_in_use)) NamedBarrierSync(H::Free(wg, slot), H::kThreads);
     } else {
       if (tid == 0) {
         if (with_aux) {
@@ -270,6 +257,19 @@ __device__ __forceinline__ bool Sm90StoreTileFused(const Sm90Store& store, const
     }
     EpilogueAux(source, v);  // into box 0
     EpilogueActivation<TOut>(scalars, v);
+    if constexpr (kLate > 0) {
+      if (late) {  // (one activation for all blocks: the code of every activation is long)
+        const bool last = c == kBlocks - 1;  // (compile-time indices into late_words)
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t word = PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]);
+            (last ? late_words[1][2 * u + h] : late_words[0][2 * u + h]) = word;
+          }
+        continue;
+      }
+    }
     Sm90WriteBoxValues<TOut>(SharedAddress(d_box) + row_offset, unit_xor, v);
     FenceProxyAsyncShared();
     if constexpr (kHanded) {
