@@ -196,16 +196,11 @@ __device__ __forceinline__ void Sm90ScaleTile(const Sm90Store& s, float (&acc)[P
 // ffi_src/gemm/NOTES.md, "Epilogues".)
 // The bias: thread t < kBN / 2 brings columns 2t, 2t + 1 of the tile (`bias_word`, loaded
 // before the mainloop by Sm90BiasWord) to `bias_stage`, which every block then reads.
-// kLate > 0 (kHanded, 16-bit, four blocks a tile) and no Aux: the last kLate blocks, whose
-// boxes wait for the stores of the first ones, are rounded into `late_words` instead, as
-// the plain epilogue's late boxes (Sm90TmaEpilogue), and written under the next tile's
-// first wgmmas; returns whether it left them there.
-template <class P, class TOut, bool kHanded, int kLate, class LateWords>
-__device__ __forceinline__ bool Sm90StoreTileFused(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
+template <class P, class TOut, bool kHanded>
+__device__ __forceinline__ void Sm90StoreTileFused(const Sm90Store& store, const float (&acc)[P::kMmaM][P::kBN / 2],
                                                    int64_t row0, int64_t col0, int64_t slab, int wg,
                                                    unsigned char* boxes, uint32_t bias_word, uint32_t* bias_stage,
-                                                   bool boxes_in_use, LateWords& late_words) {
-  static_assert(kLate == 0 || (kHanded && kLate == 2), "late blocks: the handed four-block tiles");
+                                                   bool boxes_in_use) {
   using H = Sm90HandedStores<P, TOut>;
   // The parameters and the thread index are read through values the compiler cannot see
   // through, so they are loaded on each tile: hoisted out of the tile loop they would hold
@@ -230,7 +225,6 @@ __device__ __forceinline__ bool Sm90StoreTileFused(const Sm90Store& store, const
   Sm90BoxLane(thread, &row_offset, &unit_xor);
   Sm90FusedSource<TOut> source{{}, stage, SharedAddress(boxes) + row_offset, unit_xor, 0, with_bias, with_aux};
   const EpilogueScalars scalars{s.alpha, 0.f, s.activation};
-  const bool defer = kLate > 0 && !with_aux;
 #pragma unroll 1
   for (int c = 0; c < kBlocks; ++c) {
     float v[2][16];
@@ -238,13 +232,12 @@ __device__ __forceinline__ bool Sm90StoreTileFused(const Sm90Store& store, const
     const int mi = c / kColBlocks, nb = c % kColBlocks;
     source.word0 = 32 * nb + lane % 4;
     EpilogueLinear<TOut>(scalars, source, v);
-    const bool late = defer && c >= kBlocks - kLate;
     // The stores that last read this block's boxes are done with them (without Aux, the
     // other box's store may still be reading).
     unsigned char* const d_box = boxes + (with_aux ? 1 : c % 2) * P::kOutBoxBytes;
     const int slot = with_aux ? 0 : c % 2;  // kHanded: the barrier pair of the block's boxes
     if constexpr (kHanded) {
-      if (!late && (c >= (with_aux ? 1 : 2) || boxes_in_use)) NamedBarrierSync(H::Free(wg, slot), H::kThreads);
+      if (c >= (with_aux ? 1 : 2) || boxes_in_use) NamedBarrierSync(H::Free(wg, slot), H::kThreads);
     } else {
       if (tid == 0) {
         if (with_aux) {
@@ -257,19 +250,6 @@ __device__ __forceinline__ bool Sm90StoreTileFused(const Sm90Store& store, const
     }
     EpilogueAux(source, v);  // into box 0
     EpilogueActivation<TOut>(scalars, v);
-    if constexpr (kLate > 0) {
-      if (late) {  // (one activation for all blocks: the code of every activation is long)
-        const bool last = c == kBlocks - 1;  // (compile-time indices into late_words)
-#pragma unroll
-        for (int u = 0; u < 8; ++u)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t word = PackPair<TOut>(v[h][2 * u], v[h][2 * u + 1]);
-            (last ? late_words[1][2 * u + h] : late_words[0][2 * u + h]) = word;
-          }
-        continue;
-      }
-    }
     Sm90WriteBoxValues<TOut>(SharedAddress(d_box) + row_offset, unit_xor, v);
     FenceProxyAsyncShared();
     if constexpr (kHanded) {
@@ -285,7 +265,6 @@ __device__ __forceinline__ bool Sm90StoreTileFused(const Sm90Store& store, const
       BulkCommitGroup();
     }
   }
-  return defer;
 }
 
 // A consumer's TMA-store epilogue across its items (Sm90Consume): which of the above a tile
@@ -295,10 +274,8 @@ __device__ __forceinline__ bool Sm90StoreTileFused(const Sm90Store& store, const
 // while the next tile's first wgmmas run (WritePending; or at the exit), so that the tensor
 // cores do not idle through those waits. (A float tile's 8 boxes are all written at once:
 // their words would not fit registers.) kWithFused: the instance holds the fused epilogue;
-// kScales: with the row and column scales (fp8 inputs). kFusedLate: the fused epilogue
-// leaves its last two blocks late too (without Aux; the TMA-store instances only: in the
-// one with the general epilogue the words raised its spills 182 -> 426 B).
-template <class P, class TOut, bool kRegisterA, bool kWithFused, bool kScales, bool kFusedLate>
+// kScales: with the row and column scales (fp8 inputs).
+template <class P, class TOut, bool kRegisterA, bool kWithFused, bool kScales>
 struct Sm90TmaEpilogue {
   using Handed = Sm90HandedStores<P, TOut>;
   static constexpr int kLateBoxes =
@@ -340,8 +317,8 @@ struct Sm90TmaEpilogue {
     }
     if (kWithFused && store.fused) {  // 16-bit outputs only (MakeSm90Store)
       if constexpr (sizeof(TOut) == 2) {
-        pending = Sm90StoreTileFused<P, TOut, Handed::kUsed, kFusedLate ? kLateBoxes : 0>(
-            store, acc, row0, col0, slab, wg, boxes, bias_word, bias_stage, boxes_in_use, late_words);
+        Sm90StoreTileFused<P, TOut, Handed::kUsed>(store, acc, row0, col0, slab, wg, boxes, bias_word, bias_stage,
+                                                    boxes_in_use);
         boxes_in_use = Handed::kUsed;
       }
     } else if constexpr (Handed::kUsed) {

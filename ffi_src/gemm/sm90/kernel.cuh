@@ -131,7 +131,7 @@ __device__ __forceinline__ void Sm90Consume(const GemmProblem& p, const Schedule
   int64_t i = -1;  // position in the block's tile sequence
   // fp8 products' row and column scales (the block-scaled call takes no epilogue operands)
   constexpr bool kScales = sizeof(TIn) == 1 && !P::kBlockScaled;
-  Sm90TmaEpilogue<P, TOut, Mma::kRegisterA, kWithFused, kScales, kTmaStoresOnly> epilogue;
+  Sm90TmaEpilogue<P, TOut, Mma::kRegisterA, kWithFused, kScales> epilogue;
   auto write_pending = [&] {
     if constexpr (!kGrouped) epilogue.WritePending(wg, boxes);
   };
