@@ -91,7 +91,8 @@ constexpr double kCooperativeTailK = 128;
 // tools/fp8_forward_sweep.py, bias + gelu + z) the cooperative 256 x 256 took 0.396 ms at
 // 32768 x 4096 x 1024 against the pingpong 128 x 128's 0.369, and 0.229 against 0.220 at
 // 32768 x 1024 x 4096 (plain, 0.246 against 0.266 and 0.194 / 0.196): 8x the term puts
-// both on the pingpong and leaves K >= 8192 (16384 x 4096 x 14336) cooperative.
+// both on the pingpong and leaves K >= 8192 (16384 x 4096 x 14336) cooperative. Measured
+// with it (same H100): 0.369 and 0.220 ms; fp8.dense's step 1.356 -> 1.327 and 1.120 -> 1.105.
 constexpr double kFp8AuxEpilogueScale = 8;
 // At K <= 256 an item is a few k-tiles and then its boxes, so over many waves both schedules
 // are bound by writing the output, and the cooperative tiles ran 0-10% faster (8192^2 x 64
