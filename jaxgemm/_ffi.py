@@ -44,6 +44,12 @@ def sm90_choice(m: int, n: int, k: int, batch: int, sm_count: int, tf32: bool = 
     return tuple(_jaxgemm.sm90_choice(m, n, k, batch, sm_count, tf32, transpose_a, transpose_b, out_f32))
 
 
+def sm90_choice_fp8(m: int, n: int, k: int, sm_count: int, aux: bool) -> tuple[int, int, int]:
+    """(tile_m, tile_n, split_k) the Hopper heuristic picks for an e4m3 product (both operands
+    K-major, bfloat16 result), with or without the Aux output (fp8.dense's forward writes z)."""
+    return tuple(_jaxgemm.sm90_choice_fp8(m, n, k, sm_count, aux))
+
+
 def sm90_grid_sms(m: int, n: int, k: int, batch: int, sm_count: int, split_k: int, tf32: bool = False,
                   transpose_a: bool = False, transpose_b: bool = False) -> int:
     """The SMs the Hopper heuristic's persistent grid is planned for at `split_k` (computed on

@@ -193,6 +193,16 @@ def test_few_rows_shared_wave_follows_the_stream_k_switch(monkeypatch):
     assert _ffi.sm90_grid_sms(16, 4096, 4096, 1, SMS, 1) == 132
 
 
+def test_fp8_products_writing_aux_take_the_pingpong_below_deep_k():
+    """fp8.dense's forward (bias, gelu and z in the epilogue) ran faster on the pingpong
+    128 x 128 than on the cooperative tiles at K = 1024 and 4096 (one H100, s61); without z,
+    and at K = 14336, the cooperative tiles stay."""
+    for m, n, k in ((32768, 4096, 1024), (32768, 1024, 4096), (8192, 4096, 2048)):
+        assert _ffi.sm90_choice_fp8(m, n, k, SMS, True)[:2] == (128, 128), (m, n, k)
+        assert _ffi.sm90_choice_fp8(m, n, k, SMS, False)[:2] != (128, 128), (m, n, k)
+    assert _ffi.sm90_choice_fp8(16384, 4096, 14336, SMS, True)[1] == 256
+
+
 def test_workspace_follows_the_output_type_the_kernel_writes():
     """Stream-K's workspace is sized for the pick of the output type the kernel writes
     (384 x 12288 x 4096: 128 x 256 tiles for bf16, the pingpong's for float32), and the

@@ -290,6 +290,17 @@ void DefineHeuristicQueries(nb::module_& m) {
     const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
     return nb::make_tuple(t.m, t.n, p.split_k);
   });
+  // The pick for an fp8 product (both operands K-major, bf16 result) with or without Aux
+  // (fp8.dense's forward writes z beside y), whose fused epilogue costs the cooperative
+  // tiles more: (tile_m, tile_n, split).
+  m.def("sm90_choice_fp8", [](int64_t m, int64_t n, int64_t k, int sm_count, bool aux) {
+    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, 1, false, false, true, false, true);
+    static char aux_tag;  // (only whether Aux is there matters to the pick)
+    if (aux) p.epilogue.aux = &aux_tag;
+    p.split_k = jaxgemm::ChooseTensorCoreSplitK(p, sm_count, true);
+    const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
+    return nb::make_tuple(t.m, t.n, p.split_k);
+  });
   // The SMs the heuristic's sm90 grid is planned for, at the problem's split (sm90_choice's):
   // fewer than sm_count where few-row items are shared out stream-K instead of split.
   m.def("sm90_grid_sms", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, int64_t split_k,

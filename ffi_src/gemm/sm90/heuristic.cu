@@ -85,6 +85,15 @@ constexpr double kPingpongManyWaveSpeed = 0.84;
 // slower (4096 x 2048, 2048 x 4096, 512 x 16384 x 2048).
 constexpr double kCooperativeEpilogueK = 128;
 constexpr double kCooperativeTailK = 128;
+// fp8 products writing Aux (fp8.dense's forward, z beside y): the fused epilogue sends both
+// through one pair of boxes, waiting for each block's stores before the next, and the
+// mainloop it is counted in runs twice as fast. On one H100 (s61,
+// tools/fp8_forward_sweep.py, bias + gelu + z) the cooperative 256 x 256 took 0.396 ms at
+// 32768 x 4096 x 1024 against the pingpong 128 x 128's 0.369, and 0.229 against 0.220 at
+// 32768 x 1024 x 4096 (plain, 0.246 against 0.266 and 0.194 / 0.196): 8x the term puts
+// both on the pingpong and leaves K >= 8192 (16384 x 4096 x 14336) cooperative. Measured
+// with it (same H100): 0.369 and 0.220 ms; fp8.dense's step 1.356 -> 1.327 and 1.120 -> 1.105.
+constexpr double kFp8AuxEpilogueScale = 8;
 // At K <= 256 an item is a few k-tiles and then its boxes, so over many waves both schedules
 // are bound by writing the output, and the cooperative tiles ran 0-10% faster (8192^2 x 64
 // and x 256; 8192 x 4096 x 256 0.795 against the pingpong's 0.751, 8192^2 x 256 0.830
@@ -402,7 +411,9 @@ double Sm90Cost(const GemmProblem& p, int sm_count, const Sm90Candidate& c, bool
   const bool cooperative = c.tile.n == 256 || (many_tall_rows && waves > 1);
   const bool few_shallow_waves = gemm && c.tile.n == 256 && waves <= kShallowExposedMaxWaves;
   const bool exposed_epilogue = !tf32 && cooperative && (k > 256 || float_out || few_shallow_waves);
-  const double epilogue_k = !exposed_epilogue ? 0.0 : float_out ? kCooperativeFloatEpilogueK : kCooperativeEpilogueK;
+  const double epilogue_scale = IsFloat8(p.in_type) && p.epilogue.aux != nullptr ? kFp8AuxEpilogueScale : 1.0;
+  const double epilogue_k =
+      !exposed_epilogue ? 0.0 : float_out ? kCooperativeFloatEpilogueK : kCooperativeEpilogueK * epilogue_scale;
   const double tail_k = exposed_epilogue ? kCooperativeTailK : 0.0;
   // A shared single wave's heads wait for their partners' partial tiles and add them.
   const double fixup_k = shared_wave ? kSharedWavePartialK * (std::ceil(workers / items) + 1) : 0.0;
