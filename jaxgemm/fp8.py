@@ -73,10 +73,20 @@ def quantize_rows(x, dtype=E4M3):
     return q, scales
 
 
+def _check_blocks(name, x, block, rank=None):
+    """A ValueError naming x's shape unless its last dim is whole blocks of `block` values."""
+    if rank is not None and x.ndim != rank:
+        raise ValueError(f"jaxgemm.fp8.{name}: needs a {rank}-D array, got shape {x.shape}")
+    if x.ndim < 2 or not isinstance(block, int) or block < 1 or x.shape[-1] % block:
+        raise ValueError(f"jaxgemm.fp8.{name}: needs x (..., R, K) with K a multiple of block={block!r}, "
+                         f"got shape {x.shape}")  # fmt: skip
+
+
 def quantize_blocks(x, block=BLOCK, dtype=E4M3):
     """x (..., R, K), K a multiple of `block`: e4m3 (or `dtype`) values and float32 scales
     (..., R, K // block), one per row and block of `block` values (1 x 128 blocks)."""
     x = jnp.asarray(x, jnp.float32)
+    _check_blocks("quantize_blocks", x, block)
     blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // block, block))
     scales = scales_of(jnp.max(jnp.abs(blocks), axis=-1, keepdims=True), dtype)
     q = to_fp8(blocks, scales, dtype)
@@ -88,6 +98,7 @@ def quantize_tiles(w, block=BLOCK):
     block x block (the last row tile may be shorter), as `scaled_matmul` takes them:
     (R, K // block), each tile's scale repeated over its rows."""
     w = jnp.asarray(w, jnp.float32)
+    _check_blocks("quantize_tiles", w, block, rank=2)
     r, k = w.shape
     padded = jnp.pad(w, ((0, -r % block), (0, 0)))
     tiles = padded.reshape(padded.shape[0] // block, block, k // block, block)

@@ -127,6 +127,17 @@ def test_e5m2_gradients(scaling):
         assert _rel(grads5[0], want) <= 1e-5
 
 
+def test_quantizers_name_a_k_that_is_not_whole_blocks():
+    with pytest.raises(ValueError, match=r"quantize_blocks: needs x \(\.\.\., R, K\) with K a multiple of block=128, got shape \(8, 200\)"):
+        jaxgemm.fp8.quantize_blocks(jnp.ones((8, 200)))
+    with pytest.raises(ValueError, match=r"quantize_tiles: .* block=64, got shape \(256, 96\)"):
+        jaxgemm.fp8.quantize_tiles(jnp.ones((256, 96)), block=64)
+    with pytest.raises(ValueError, match=r"quantize_tiles: needs a 2-D array, got shape \(2, 128, 128\)"):
+        jaxgemm.fp8.quantize_tiles(jnp.ones((2, 128, 128)))
+    q, s = jaxgemm.fp8.quantize_blocks(jnp.ones((2, 8, 256)))  # leading dims, whole blocks: fine
+    assert q.shape == (2, 8, 256) and s.shape == (2, 8, 2)
+
+
 def test_bad_grad_format():
     x, w, b = _layer(11)
     with pytest.raises(ValueError, match="grad_format must be one of"):
