@@ -283,23 +283,23 @@ void DefineHeuristicQueries(nb::module_& m) {
     return nb::make_tuple(plan.column_blocks, plan.cluster);
   });
   // The sm90 heuristic's choice for a problem, without a device: (tile_m, tile_n, split_k).
-  m.def("sm90_choice", [](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, bool tf32, bool trans_a,
-                          bool trans_b, bool out_f32) {
-    jaxgemm::GemmProblem p = ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b, out_f32);
+  auto choice = [](jaxgemm::GemmProblem p, int sm_count) {
     p.split_k = jaxgemm::ChooseTensorCoreSplitK(p, sm_count, true);
     const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
     return nb::make_tuple(t.m, t.n, p.split_k);
+  };
+  m.def("sm90_choice", [choice](int64_t m, int64_t n, int64_t k, int64_t batch, int sm_count, bool tf32,
+                                bool trans_a, bool trans_b, bool out_f32) {
+    return choice(ShapeOnly(m, n, k, batch, tf32, trans_a, trans_b, out_f32), sm_count);
   });
-  // The pick for an fp8 product (both operands K-major, bf16 result) with or without Aux
+  // The same for an fp8 product (both operands K-major, bf16 result) with or without Aux
   // (fp8.dense's forward writes z beside y), whose fused epilogue costs the cooperative
-  // tiles more: (tile_m, tile_n, split).
-  m.def("sm90_choice_fp8", [](int64_t m, int64_t n, int64_t k, int sm_count, bool aux) {
+  // tiles more.
+  m.def("sm90_choice_fp8", [choice](int64_t m, int64_t n, int64_t k, int sm_count, bool aux) {
     jaxgemm::GemmProblem p = ShapeOnly(m, n, k, 1, false, false, true, false, true);
     static char aux_tag;  // (only whether Aux is there matters to the pick)
     if (aux) p.epilogue.aux = &aux_tag;
-    p.split_k = jaxgemm::ChooseTensorCoreSplitK(p, sm_count, true);
-    const jaxgemm::Sm90Tile t = jaxgemm::ChooseSm90Tile(p, sm_count);
-    return nb::make_tuple(t.m, t.n, p.split_k);
+    return choice(p, sm_count);
   });
   // The SMs the heuristic's sm90 grid is planned for, at the problem's split (sm90_choice's):
   // fewer than sm_count where few-row items are shared out stream-K instead of split.
