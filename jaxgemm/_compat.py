@@ -97,3 +97,12 @@ def xla_out_sharding(x, y, dims):
     specs = [() if s is None else tuple(s.spec) for s in shardings]
     entry = lambda o, d: specs[o][d] if d < len(specs[o]) else None  # noqa: E731
     return {"out_sharding": NamedSharding(mesh, P(*(None if pair is None else entry(*pair) for pair in dims)))}
+
+
+def max_over_varying(x):
+    """x's maximum over the manual axes it varies over (shard_map with check_vma), so that
+    it comes back invariant: a whole tensor's amax from each device's part of it."""
+    aval = jax.typeof(x)
+    vma = getattr(aval, "vma", None)  # (older JAX; 0.10 and 0.11 keep it in the manual axis type)
+    vma = tuple(sorted(vma if vma is not None else getattr(getattr(aval, "mat", None), "varying", ())))
+    return jax.lax.pmax(x, vma) if vma else x

@@ -26,8 +26,14 @@ jax.nn.gelu, approximate=False)` is "gelu_exact"), `jax.nn.silu` / `jax.nn.swish
 `jax.nn.sigmoid`, `jnp.tanh`). It is applied in the kernel's float32 epilogue, after the
 bias, and its gradient runs jaxgemm's fused backward kernel. Any other function is a
 TypeError at construction: apply it to the layer's output instead. `Linear` also takes
-`fp8="rowwise"` or `"blockwise"`: the layer then runs on `jaxgemm.fp8.dense` (e4m3
-products forward and backward, the parameters kept in `param_dtype`).
+`fp8="rowwise"`, `"blockwise"` or `"delayed"`: the layer then runs on `jaxgemm.fp8.dense`
+(e4m3 products forward and backward, the parameters kept in `param_dtype`). "delayed"
+keeps its amax histories in an `Fp8History` variable, which a training step updates from
+its gradient instead of the optimizer::
+
+    grad = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, jf.FP8_TRAINABLE))
+    loss, grads = grad(model, batch)
+    optimizer.update(model, jf.write_fp8_histories(model, grads))
 
 Like every jaxgemm op, the layers work under `nnx.jit`, `nnx.grad`, `nnx.vmap`,
 `nnx.scan`, `nnx.remat` and sharded `jit`. Importing this module needs flax
@@ -52,7 +58,24 @@ from jaxgemm import fp8 as fp8_layer
 from jaxgemm.conv import conv2d
 from jaxgemm.nn import dense
 
-__all__ = ["Conv", "Linear"]
+__all__ = ["Conv", "FP8_TRAINABLE", "Fp8History", "Linear", "write_fp8_histories"]
+
+
+class Fp8History(nnx.Variable):
+    """A Linear(fp8="delayed") layer's amax histories, float32 (3, H): rows x, w and dz
+    (jaxgemm.fp8.AmaxHistory). Its gradient is the updated history, not a gradient."""
+
+
+# What a training step differentiates: the parameters and the fp8 histories.
+FP8_TRAINABLE = nnx.Any(nnx.Param, Fp8History)
+
+
+def write_fp8_histories(model, grads):
+    """Writes the Fp8History entries of `grads` (the updated histories) into `model` and
+    returns the rest (the parameters' gradients, for the optimizer)."""
+    histories, rest = nnx.State.split(grads, Fp8History, ...)
+    nnx.update(model, histories)
+    return rest
 
 # nnx.Linear's and nnx.Conv's default initializers (the same objects where flax has them).
 try:
@@ -87,10 +110,12 @@ class Linear(nnx.Module):
       GPUs); `"tensorfloat32"` or `lax.Precision.DEFAULT` / `HIGH` allow tf32.
       `preferred_element_type` is `jaxgemm.dense`'s `out_dtype` (the computation dtype or
       float32).
-    - `fp8`: None, or "rowwise" / "blockwise" to run the layer on `jaxgemm.fp8.dense` with
-      that scaling: the forward and both backward products in float8 e4m3, the
-      parameters kept in `param_dtype` as the high-precision copy the optimizer updates
-      (`precision` then does not apply).
+    - `fp8`: None, or "rowwise" / "blockwise" / "delayed" to run the layer on
+      `jaxgemm.fp8.dense` with that scaling: the forward and both backward products in
+      float8 e4m3, the parameters kept in `param_dtype` as the high-precision copy the
+      optimizer updates (`precision` then does not apply). "delayed" adds the variable
+      `fp8_history` (Fp8History, `fp8_history` steps long, 16 by default; the module
+      docstring shows the training step that updates it).
     - There is no `dot_general` argument: the point of the layer is the op it runs on.
     """
 
@@ -109,6 +134,7 @@ class Linear(nnx.Module):
         preferred_element_type: tp.Any | None = None,
         activation: str | tp.Callable | None = None,
         fp8: str | None = None,
+        fp8_history: int | None = None,
         rngs: nnx.Rngs,
         kernel_metadata: tp.Mapping[str, tp.Any] = MappingProxyType({}),
         bias_metadata: tp.Mapping[str, tp.Any] = MappingProxyType({}),
@@ -133,6 +159,8 @@ class Linear(nnx.Module):
         self.preferred_element_type = preferred_element_type
         self.activation = activation
         self.fp8 = fp8
+        if fp8 == "delayed":
+            self.fp8_history = Fp8History(jnp.stack(fp8_layer.amax_history(fp8_history or 16)))
 
     def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
         """`activation(inputs @ kernel + bias)` over the last axis of `inputs`.
@@ -148,8 +176,9 @@ class Linear(nnx.Module):
         bias = self.bias[...] if self.bias is not None else None
         inputs, kernel, bias = self.promote_dtype((inputs, kernel, bias), dtype=self.dtype)
         if self.fp8 is not None:
+            history = fp8_layer.AmaxHistory(*self.fp8_history[...]) if self.fp8 == "delayed" else None
             return fp8_layer.dense(inputs, kernel, bias, self.activation, out_dtype=self.preferred_element_type,
-                                   scaling=self.fp8, out_sharding=out_sharding)  # fmt: skip
+                                   scaling=self.fp8, history=history, out_sharding=out_sharding)  # fmt: skip
         return dense(
             inputs,
             kernel,

@@ -37,13 +37,14 @@ differentiable (a custom VJP).
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from jaxgemm import activations
-from jaxgemm._compat import explicit_sharding, match_varying
+from jaxgemm._compat import explicit_sharding, match_varying, max_over_varying
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
 from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
 from jaxgemm.quantize import (  # noqa: F401 (E4M3, E4M3_MAX and E5M2: this module's API too)
@@ -52,13 +53,14 @@ from jaxgemm.quantize import (  # noqa: F401 (E4M3, E4M3_MAX and E5M2: this modu
     E5M2,
     quantize_blocks_both,
     quantize_both,
+    quantize_tensor,
     scales_of,
     to_fp8,
 )
 from jaxgemm.scaled_dense import scaled_dense
 
 BLOCK = BLOCK_SCALE_GRANULE  # blockwise scaling's block (128): the block-scaled kernel's k-tile
-SCALINGS = ("rowwise", "blockwise")
+SCALINGS = ("rowwise", "blockwise", "delayed")
 GRAD_FORMATS = {"e4m3": E4M3, "e5m2": E5M2}  # dz's format (e5m2: TransformerEngine's HYBRID)
 
 
@@ -218,7 +220,85 @@ def _dense_bwd(activation, out_dtype, scaling, x_dtype, grad_format, residuals, 
 _dense.defvjp(_dense_fwd, _dense_bwd)
 
 
-def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise", grad_format="e4m3",
+# ---------------------------------------------------------------------------------------
+# Delayed scaling (TransformerEngine's DelayedScaling): one scale per tensor, from the
+# largest |value| of the tensor's last H steps, so each quantization is a single pass
+# (quantize.quantize_tensor) that also records this step's amax.
+
+
+class AmaxHistory(NamedTuple):
+    """A layer's amax histories for scaling="delayed": float32 (H,) each, newest first,
+    for its input x, its weights w and its output gradient dz. Zeros: never seen (scale 1,
+    as TransformerEngine starts). Under `grad` its cotangent is the updated history (this
+    step's amax pushed in front): write it back instead of an optimizer update, as Flax's
+    fp8 ops do with their _overwrite_with_gradient collection."""
+
+    x: jax.Array
+    w: jax.Array
+    dz: jax.Array
+
+
+def amax_history(length=16):
+    """A new AmaxHistory of `length` steps (all zeros)."""
+    if not isinstance(length, int) or length < 1:
+        raise ValueError(f"jaxgemm.fp8.amax_history: length must be a positive int, got {length!r}")
+    return AmaxHistory(*(jnp.zeros((length,), jnp.float32) for _ in range(3)))
+
+
+def _pushed(history, amax):
+    """The history with this step's amax in front and its oldest entry dropped."""
+    return jnp.concatenate([max_over_varying(amax).reshape(1), history[:-1]])
+
+
+def _per_row(scale, rows):
+    """One tensor's scale as scaled_matmul's per-row scales (rows, 1)."""
+    return jnp.broadcast_to(scale, (rows, 1))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _delayed_dense(x, w, bias, history, activation, out_dtype, x_dtype, grad_format):
+    return _delayed_fwd(x, w, bias, history, activation, out_dtype, x_dtype, grad_format)[0]
+
+
+def _delayed_fwd(x, w, bias, history, activation, out_dtype, x_dtype, grad_format):
+    want_z = activation is not None and not activations.derivative_from_output(activation)
+    sx, sw = scales_of(jnp.max(history.x)), scales_of(jnp.max(history.w))
+    xq, xqt, x_amax = quantize_tensor(x, sx)
+    wq, wqt, w_amax = quantize_tensor(w, sw)
+    y, z = _fused_forward(xq, wqt, _per_row(sx, x.shape[0]), _per_row(sw, w.shape[1]), bias, activation, want_z,
+                          out_dtype)  # fmt: skip
+    at = z if want_z else (y if activation is not None else None)
+    return y, ((xqt, wq, w, sx, sw, x_amax, w_amax), bias, at, history)
+
+
+def _delayed_bwd(activation, out_dtype, x_dtype, grad_format, residuals, dy):
+    (xqt, wq, w, sx, sw, x_amax, w_amax), bias, at, history = residuals
+    dz_dtype = GRAD_FORMATS[grad_format]
+    sdz = scales_of(jnp.max(history.dz), dz_dtype)
+    dzq, dzqt, dz_amax, *dbias = quantize_tensor(dy, sdz, at, activation, want_sum=bias is not None, dtype=dz_dtype)
+    m, n = dy.shape
+    k = w.shape[0]
+    dx = _scaled(dzq, wq, _per_row(sdz, m), _per_row(sw, k), x_dtype, like=xqt, transposed=True)
+    dw = _scaled(xqt, dzqt, _per_row(sx, k), _per_row(sdz, n), w.dtype, like=w)
+    new = AmaxHistory(_pushed(history.x, x_amax), _pushed(history.w, w_amax), _pushed(history.dz, dz_amax))
+    return dx, dw, None if bias is None else dbias[0].astype(bias.dtype), new
+
+
+_delayed_dense.defvjp(_delayed_fwd, _delayed_bwd)
+
+
+def _check_history(history):
+    if not isinstance(history, AmaxHistory):
+        raise TypeError("jaxgemm.fp8.dense: scaling='delayed' needs history=an AmaxHistory (jaxgemm.fp8.amax_history()), "
+                        f"got {type(history).__name__}")  # fmt: skip
+    shapes = [jnp.shape(h) for h in history]
+    if any(len(s) != 1 or s != shapes[0] or s[0] < 1 for s in shapes) or any(
+            jnp.result_type(h) != jnp.float32 for h in history):  # fmt: skip
+        raise ValueError(f"jaxgemm.fp8.dense: history's x, w and dz must be float32 vectors of one length >= 1, got "
+                         f"shapes {shapes} and dtypes {[str(jnp.result_type(h)) for h in history]}")  # fmt: skip
+
+
+def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise", grad_format="e4m3", history=None,
           out_sharding=None):  # fmt: skip
     """`activation(x @ w + bias)` with its forward and backward products in float8 e4m3
     (this module's docstring says how each operand is scaled).
@@ -229,8 +309,13 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise"
       bias: optional (N,) bias.
       activation: None, a name accepted by `jaxgemm.matmul`, or the jax.nn function of one.
       out_dtype: the result's dtype (default: x's).
-      scaling: "rowwise" (one scale per row of each operand) or "blockwise" (1 x 128
-        blocks of x and dz, 128 x 128 tiles of w).
+      scaling: "rowwise" (one scale per row of each operand), "blockwise" (1 x 128
+        blocks of x and dz, 128 x 128 tiles of w) or "delayed" (one scale per tensor,
+        from the largest |value| of its last steps in `history`: each tensor quantized
+        by a single pass, TransformerEngine's DelayedScaling).
+      history: scaling="delayed"'s AmaxHistory (`amax_history()`), one per layer and
+        call. Its gradient is the updated history: write it back after each step (the
+        first step, from zeros, runs at scale 1). Not batched under vmap.
       grad_format: the backward's dz in "e4m3" (as the forward) or "e5m2" (TransformerEngine's
         HYBRID recipe: two more exponent bits, one fewer mantissa bit). jaxgemm's fp8
         kernels take e4m3 only: with "e5m2" dz's quantization runs in XLA and its two
@@ -264,5 +349,13 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise"
     # (per-shard sums) are psummed by the cast's transpose, as for JAX's own dots.
     rows, w, *bias = match_varying((x.reshape(-1, x.shape[-1]), w) + (() if bias is None else (bias,)))
     out_sharding = canonical_out_sharding(out_sharding, "jaxgemm.fp8.dense")
-    y = _dense(rows, w, bias[0] if bias else None, activation, out_dtype, scaling, jnp.dtype(rows.dtype), grad_format)
+    bias = bias[0] if bias else None
+    if scaling == "delayed":
+        _check_history(history)
+        y = _delayed_dense(rows, w, bias, AmaxHistory(*(jnp.asarray(h) for h in history)), activation, out_dtype,
+                           jnp.dtype(rows.dtype), grad_format)  # fmt: skip
+    elif history is not None:
+        raise ValueError(f"jaxgemm.fp8.dense: history is scaling='delayed''s; scaling={scaling!r} takes none")
+    else:
+        y = _dense(rows, w, bias, activation, out_dtype, scaling, jnp.dtype(rows.dtype), grad_format)
     return constrain_output(y.reshape(x.shape[:-1] + (w.shape[1],)), out_sharding)

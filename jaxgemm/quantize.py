@@ -122,36 +122,57 @@ fp8_amax_op = define(Op("jaxgemm_fp8_amax", abstract=_amax_abstract, rule=_amax_
 
 
 # ---------------------------------------------------------------------------------------
-# The quantize pass: x (R, C) [, at], row scales (R,), column scales (C,) -> q, qt.
+# The quantize pass: x (R, C) [, at], row scales (R,) or (1,), column scales (C,) or (1,)
+# -> q, qt [, amax (1,)] [, column sums (C,)]. One scale for all: per-tensor scaling; the
+# amax (of the whole tensor) and the sums are delayed scaling's, which has no amax pass.
 
 
-def _quantize_abstract(x, *rest, activation, dtype):
+def _quantize_abstract(x, *rest, activation, dtype, want_amax=False, want_sum=False):
     rows, cols = x.shape
-    return [Result((rows, cols), jnp.dtype(dtype)), Result((cols, rows), jnp.dtype(dtype))]
+    f32 = jnp.float32
+    return ([Result((rows, cols), jnp.dtype(dtype)), Result((cols, rows), jnp.dtype(dtype))]
+            + [Result((1,), f32)] * want_amax + [Result((cols,), f32)] * want_sum)  # fmt: skip
 
 
-def _quantize_rule(x, *rest, activation, dtype):
-    return Rule((("r", "c"),) * (len(rest) - 1) + (("r",), ("c",)), (("r", "c"), ("c", "r")))
+def _quantize_rule(x, *rest, activation, dtype, want_amax=False, want_sum=False):
+    row_scale, col_scale = rest[-2:]
+    scale_dims = tuple((f,) if s.shape[0] > 1 or n == 1 else (f + "1",)
+                       for f, s, n in (("r", row_scale, x.shape[0]), ("c", col_scale, x.shape[1])))  # fmt: skip
+    results = (("r", "c"), ("c", "r")) + (("one",),) * want_amax + (("c",),) * want_sum
+    return Rule((("r", "c"),) * (len(rest) - 1) + scale_dims, results, replicated=frozenset({"r1", "c1", "one"}))
 
 
-def _quantize_local(x, *rest, activation, dtype, platform, axes):
+def _quantize_local(x, *rest, activation, dtype, want_amax=False, want_sum=False, platform, axes):
     at, (row_scale, col_scale) = (rest[0] if len(rest) == 3 else None), rest[-2:]
     rows, cols = x.shape
     if _on_kernel(x, platform) and jnp.dtype(dtype) == E4M3:  # (the kernels write e4m3)
-        results = (jax.ShapeDtypeStruct((rows, cols), E4M3), jax.ShapeDtypeStruct((cols, rows), E4M3))
-        q, qt = jax.ffi.ffi_call("jaxgemm_fp8_quantize", results)(
+        f32 = jnp.float32
+        results = (jax.ShapeDtypeStruct((rows, cols), E4M3), jax.ShapeDtypeStruct((cols, rows), E4M3),
+                   jax.ShapeDtypeStruct((1 if want_amax else 0,), f32),
+                   jax.ShapeDtypeStruct((-(-rows // AMAX_ROWS), cols) if want_sum else (0,), f32))  # fmt: skip
+        q, qt, amax, partials = jax.ffi.ffi_call("jaxgemm_fp8_quantize", results)(
             x, _empty().astype(x.dtype) if at is None else at, row_scale, col_scale,
             activation=np.int64(activations.activation_id(activation)))  # fmt: skip
-        return [q, qt]
-    s = _source(x, at, activation)
-    return [to_fp8(s, row_scale[:, None], dtype), to_fp8(s, col_scale[None, :], dtype).T]
+        col_sum = partials.sum(axis=0)
+    else:
+        s = _source(x, at, activation)
+        q, qt = to_fp8(s, row_scale[:, None], dtype), to_fp8(s, col_scale[None, :], dtype).T
+        amax, col_sum = jnp.max(jnp.abs(s)).reshape(1), jnp.sum(s, axis=0)
+    outs = [q, qt]
+    if want_amax:  # (the whole tensor's: a max over every device that holds part of it)
+        split = tuple(axes.get("r", ())) + tuple(axes.get("c", ()))
+        outs.append(jax.lax.pmax(amax, split) if split else amax)
+    if want_sum:
+        outs.append(jax.lax.psum(col_sum, axes["r"]) if axes.get("r") else col_sum)
+    return outs
 
 
-def _quantize_batch(args, dims, *, activation, dtype):
+def _quantize_batch(args, dims, *, activation, dtype, want_amax=False, want_sum=False):
     args = all_to_front(args, dims)
-    local = lambda *a: _quantize_local(*a, activation=activation, dtype=dtype, platform="jnp", axes={})  # noqa: E731
+    local = lambda *a: _quantize_local(*a, activation=activation, dtype=dtype, want_amax=want_amax,  # noqa: E731
+                                       want_sum=want_sum, platform="jnp", axes={})  # fmt: skip
     outs = jax.vmap(local)(*args)
-    return list(outs), [0, 0]
+    return list(outs), [0] * len(outs)
 
 
 fp8_quantize_op = define(Op("jaxgemm_fp8_quantize", abstract=_quantize_abstract, rule=_quantize_rule,
@@ -267,3 +288,19 @@ def quantize_both(x, at=None, activation=None, *, want_sum=False, dtype=E4M3):
     row_scale, col_scale = scales_of(row_amax, dtype), scales_of(col_amax, dtype)
     q, qt = fp8_quantize_op.bind(*operands, row_scale, col_scale, activation=activation, dtype=jnp.dtype(dtype).name)
     return (q, row_scale[:, None], qt, col_scale[:, None]) + tuple(col_sum)
+
+
+def quantize_tensor(x, scale, at=None, activation=None, *, want_sum=False, dtype=E4M3):
+    """x (R, C), or dz = x * act'(at), in e4m3 (or `dtype` float8_e5m2, in jnp) both ways
+    with one given float32 `scale` for the whole tensor, in one pass: (q (R, C), qt (C, R),
+    amax), amax the largest |source| (a float32 scalar, over every device that holds part
+    of it), and with want_sum the column sums (C,) after them. Delayed scaling's pass: the
+    scale comes from earlier steps' amax, this step's is recorded for the next."""
+    if x.ndim != 2 or (at is not None and at.shape != x.shape):
+        raise ValueError(f"quantize_tensor: needs x (R, C) and at like it, got x{x.shape}"
+                         + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
+    operands = (x,) if at is None else (x, at.astype(x.dtype))
+    scale = jnp.reshape(jnp.asarray(scale, jnp.float32), (1,))
+    q, qt, amax, *col_sum = fp8_quantize_op.bind(*operands, scale, scale, activation=None if at is None else activation,
+                                                 dtype=jnp.dtype(dtype).name, want_amax=True, want_sum=want_sum)  # fmt: skip
+    return (q, qt, amax[0]) + tuple(col_sum)

@@ -32,6 +32,8 @@ _REFERENCE_ACT = {
 # A nonzero bias initializer, so that the bias is tested (the default is zeros).
 BIAS_INIT = nnx.initializers.uniform(1.0)
 
+CURRENT_SCALINGS = ("rowwise", "blockwise")  # (scaling="delayed" takes a history: test_fp8_delayed.py)
+
 
 def KERNEL_INIT(key, shape, dtype=jnp.float32):
     """Uniform with lecun_normal's variance, drawn flat: random arrays of rank 4 take
@@ -215,10 +217,10 @@ def test_linear_vector_input_and_preferred_element_type():
 
 
 def test_linear_signature_mirrors_nnx():
-    _check_signature(jf.Linear, nnx.Linear, {"dot_general"}, added=("activation", "fp8"))
+    _check_signature(jf.Linear, nnx.Linear, {"dot_general"}, added=("activation", "fp8", "fp8_history"))
 
 
-@pytest.mark.parametrize("scaling", jaxgemm.fp8.SCALINGS)
+@pytest.mark.parametrize("scaling", CURRENT_SCALINGS)
 def test_linear_fp8_is_the_fp8_layer(scaling):
     """fp8= runs the layer on jaxgemm.fp8.dense (forward and gradients the same arrays),
     within e4m3's rounding of the unquantized layer; the parameters stay float32."""
@@ -235,6 +237,32 @@ def test_linear_fp8_is_the_fp8_layer(scaling):
     np.testing.assert_array_equal(grads["bias"][...], want_b)
     unquantized = jf.Linear(256, 128, activation="gelu", rngs=nnx.Rngs(0))
     assert _rel(y, unquantized(x)) <= 0.1  # (test_fp8.QUANTIZATION_BOUND)
+
+
+def test_linear_fp8_delayed_trains_its_history():
+    """fp8="delayed": an Fp8History variable (3, H) of zeros; the training step of the
+    module docstring writes the history's gradient (this step's amax pushed in front) into
+    it and hands the optimizer the parameters' gradients only, the same as fp8.dense's."""
+    layer = jf.Linear(256, 128, activation="gelu", fp8="delayed", fp8_history=4, rngs=nnx.Rngs(0))
+    assert isinstance(layer.fp8_history, jf.Fp8History) and layer.fp8_history[...].shape == (3, 4)
+    x = jax.random.normal(jax.random.key(1), (64, 256), jnp.float32)
+    loss = lambda layer, x: jnp.sum(layer(x) ** 2)
+    optimizer = nnx.Optimizer(layer, optax.sgd(1e-3), wrt=nnx.Param)
+    w0, b0 = layer.kernel[...], layer.bias[...]
+
+    @nnx.jit
+    def step(layer, optimizer, x):
+        value, grads = nnx.value_and_grad(loss, argnums=nnx.DiffState(0, jf.FP8_TRAINABLE))(layer, x)
+        optimizer.update(layer, jf.write_fp8_histories(layer, grads))
+        return value
+
+    step(layer, optimizer, x)
+    direct = lambda w, b, h, x: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h) ** 2)
+    want_w, want_b, want_h = jax.grad(direct, argnums=(0, 1, 2))(w0, b0, jaxgemm.fp8.amax_history(4), x)
+    np.testing.assert_array_equal(layer.fp8_history[...], jnp.stack(want_h))
+    assert float(layer.fp8_history[0, 0]) == float(jnp.max(jnp.abs(x))) and float(layer.fp8_history[0, 1]) == 0
+    np.testing.assert_allclose(layer.kernel[...], w0 - 1e-3 * want_w, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(layer.bias[...], b0 - 1e-3 * want_b, rtol=1e-6, atol=1e-7)
 
 
 def test_linear_fp8_must_name_a_scaling():

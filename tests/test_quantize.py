@@ -1,7 +1,9 @@
 """jaxgemm.quantize: a matrix (or a layer's dz = dy * act'(at)) quantized to e4m3 in both
 orientations by the two passes (amax, then q and qt), against jnp's per-row quantizer on
 the matrix and its transpose: the kernels where the shape fits (rows % 16, columns % 8),
-jnp elsewhere; NaN and zero rows; sharded jit (amax all-reduces only); vmap; bad input."""
+jnp elsewhere; NaN and zero rows; sharded jit (amax all-reduces only); vmap; bad input.
+Then the single passes: blockwise (1 x 128 blocks or 128 x 128 tiles), and per-tensor with
+a given scale (delayed scaling's, which also writes the amax and the column sums)."""
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgemm import activations, xla_cpu
 from jaxgemm.fp8 import quantize_blocks, quantize_rows, quantize_tiles
-from jaxgemm.quantize import quantize_blocks_both, quantize_both
+from jaxgemm.quantize import quantize_blocks_both, quantize_both, quantize_tensor, to_fp8
 
 
 def _on_host(f, *args):
@@ -172,7 +174,9 @@ def test_vmap_matches_each_matrix():
 
 @pytest.mark.parametrize("call, results, words", [
     ("jaxgemm_fp8_amax", [(32,), (24,), (3, 24)], r"col_partials must be float32 \(1, cols\)"),
-    ("jaxgemm_fp8_quantize", [(32, 24), (32, 24)], r"q \(rows, cols\) and qt \(cols, rows\)"),
+    ("jaxgemm_fp8_quantize", [(32, 24), (32, 24), (0,), (0,)], r"q \(rows, cols\) and qt \(cols, rows\)"),
+    ("jaxgemm_fp8_quantize", [(32, 24), (24, 32), (2,), (0,)], r"amax must be float32 \(1,\)"),
+    ("jaxgemm_fp8_quantize", [(32, 24), (24, 32), (1,), (2, 24)], r"col_partials must be float32 \(1, cols\)"),
     ("jaxgemm_fp8_block_quantize", [(32, 24)] * 4 + [(0,)], "multiples of 128"),
 ])  # fmt: skip
 def test_ffi_contract(call, results, words):
@@ -181,7 +185,7 @@ def test_ffi_contract(call, results, words):
     if jax.default_backend() != "cpu" or xla_cpu.enabled("cpu"):
         pytest.skip("the CPU's FFI handlers")
     x = jnp.ones((32, 24), jnp.float32)
-    types = {"jaxgemm_fp8_amax": [jnp.float32] * 3, "jaxgemm_fp8_quantize": [jnp.float8_e4m3fn] * 2,
+    types = {"jaxgemm_fp8_amax": [jnp.float32] * 3, "jaxgemm_fp8_quantize": [jnp.float8_e4m3fn] * 2 + [jnp.float32] * 2,
              "jaxgemm_fp8_block_quantize": [jnp.float8_e4m3fn, jnp.float32] * 2 + [jnp.float32]}[call]  # fmt: skip
     out = [jax.ShapeDtypeStruct(shape, t) for shape, t in zip(results, types)]
     args = [x, jnp.zeros((0,), jnp.float32)] + ([jnp.ones(32), jnp.ones(24)] if call == "jaxgemm_fp8_quantize" else [])
@@ -255,3 +259,53 @@ def test_blocks_vmap_and_bad_input():
         _exact([g[i] for g in got], quantize_blocks_both(x[i], tiles=True))
     with pytest.raises(ValueError, match=r"multiples of 128.*x\(100, 128\)"):
         quantize_blocks_both(jnp.ones((100, 128)))
+
+
+# Per-tensor, one pass with a given scale: q, qt, the tensor's amax [, column sums].
+
+
+def _want_tensor(s, scale):
+    """jnp's definition on s (float32): q, qt and the amax."""
+    return _on_host(lambda s: (to_fp8(s, scale), to_fp8(s.T, scale), jnp.max(jnp.abs(s))), s)
+
+
+@pytest.mark.parametrize("shape", [(256, 384), (48, 40), (130, 72), (17, 24)])  # the last two: jnp
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_tensor_with_a_given_scale(shape, dtype):
+    """Values beyond 448 x scale saturate (a stale history's clipping), the rest round."""
+    x = jnp.asarray(np.random.default_rng(shape[1]).standard_normal(shape) * 5, dtype)
+    scale = jnp.float32(0.03)  # (|x| up to ~20 > 448 x 0.03 = 13.4: some saturate)
+    got = jax.jit(quantize_tensor)(x, scale)
+    _exact(got, _want_tensor(x.astype(jnp.float32), scale))
+    assert np.asarray(got[0], np.float32).max() == 448.0
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_tensor_in_the_gradient_form(activation, dtype):
+    rng = np.random.default_rng(9)
+    dy = jnp.asarray(rng.standard_normal((144, 200)), dtype)
+    at = jnp.asarray(rng.standard_normal((144, 200)), dtype) if activation else None
+    got = jax.jit(lambda dy, at: quantize_tensor(dy, 0.004, at, activation, want_sum=True))(dy, at)
+    dz = dy.astype(jnp.float32) * (activations.derivative(activation, at) if activation else 1.0)
+    (_exact if activation in (None, "relu") else _nearly)(got[:3], _want_tensor(dz, jnp.float32(0.004)))
+    _check_dbias(got[3], dz, activation, dtype)
+
+
+def test_tensor_nan_is_its_amax():
+    x = np.random.default_rng(3).standard_normal((32, 16)).astype(np.float32)
+    x[3, 5] = np.nan
+    q, qt, amax = quantize_tensor(jnp.asarray(x), 1.0)
+    assert np.isnan(amax) and np.isnan(np.asarray(q, np.float32)[3, 5]) and np.isnan(np.asarray(qt, np.float32)[5, 3])
+
+
+@pytest.mark.parametrize("spec", [P("x", None), P(None, "x"), P("x", "y")])
+def test_tensor_sharded_all_reduces_the_amax_only(spec):
+    """Split any way, the amax is the whole tensor's (one all-reduce of a scalar, and the
+    column sums' over split rows), q and qt split as x is; nothing gathers x."""
+    def quantize(dy, at):  # (the amax twice, so that the helper's 4 exact outputs hold it)
+        q, qt, amax, sums = quantize_tensor(dy, 0.01, at, "gelu", want_sum=True)
+        return q, qt, amax, amax, sums
+
+    hlo = _sharded_like_one_device(quantize, (256, 128), spec, 10)
+    assert "all-reduce" in hlo

@@ -27,9 +27,10 @@ HIGHEST precision, and the custom calls of XLA's fp8 dot.
 and the error of ours with a float32 result from the float64 definition.
 
 --dense: a layer of M tokens, K -> N features, bf16, bias + gelu, forward and backward (the
-vjp of all three inputs): jaxgemm.fp8.dense rowwise ("fp8") and blockwise ("fp8_block")
-against jaxgemm.dense and jnp's bf16 layer, and the rowwise layer's output and gradients
-against jnp's (the e4m3 rounding, ~4e-2).
+vjp of all three inputs): jaxgemm.fp8.dense rowwise ("fp8"), blockwise ("fp8_block") and
+delayed ("fp8_delayed": its history from a step on the same inputs, its vjp the new
+history too) against jaxgemm.dense and jnp's bf16 layer, and the rowwise and delayed
+layers' output and gradients against jnp's (the e4m3 rounding, ~4e-2).
     python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 10] [--blocks | --dense]
 """
 
@@ -177,25 +178,45 @@ def fwd_bwd(layer):
     return run
 
 
+def delayed_layer(x, w, bias, ct):
+    """fp8.dense(scaling="delayed") as a layer of (x, w, bias) whose vjp also returns the
+    new history (as a training step computes it), from the history one step on these
+    inputs leaves (each tensor's own amax)."""
+    def layer(x, w, b, h):
+        return jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h)
+
+    history = jax.jit(lambda *a: jax.vjp(layer, *a)[1](ct)[3])(x, w, bias, jaxgemm.fp8.amax_history())
+
+    def run(x, w, bias, ct):
+        y, vjp = jax.vjp(layer, x, w, bias, history)
+        return y, vjp(ct)[:3], vjp(ct)[3]
+
+    return run
+
+
 def bench_dense(shapes, iterations):
     layers = {
         "fp8": lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu"),
         "fp8_block": lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise"),
+        "fp8_delayed": None,
         "jaxgemm": lambda x, w, b: jaxgemm.dense(x, w, b, "gelu"),
         "xla": lambda x, w, b: jax.nn.gelu(x @ w + b),
     }
     print(f"{'tokens x out x in':>20} " + " ".join(f"{n + ' ms':>12}" for n in layers)
-          + "  xla/fp8  jaxgemm/fp8  jaxgemm/fp8_block  fp8 err: y      dx      dw      db")
+          + "  jaxgemm/ fp8  fp8_block  fp8_delayed   err fp8: y dx dw db, delayed: y dx dw db")
     for m, n, k in shapes:
         inputs = layer_inputs(m, n, k)
-        jitted = {name: jax.jit(fwd_bwd(layer)) for name, layer in layers.items()}
+        jitted = {name: jax.jit(fwd_bwd(layer) if layer else delayed_layer(*inputs)) for name, layer in layers.items()}
         ms, method = time_alternating_ms(jitted, inputs, iterations, rounds=2)
-        ours, theirs = jitted["fp8"](*inputs), jitted["xla"](*inputs)
-        ours, theirs = [ours[0], *ours[1]], [theirs[0], *theirs[1]]
-        errors = " ".join(f"{rel_error(a.astype(jnp.float32), b.astype(jnp.float32)):7.1e}" for a, b in zip(ours, theirs))
+        theirs = jitted["xla"](*inputs)
+        errors = ""
+        for name in ("fp8", "fp8_delayed"):
+            ours = jitted[name](*inputs)
+            errors += " " + " ".join(f"{rel_error(a.astype(jnp.float32), b.astype(jnp.float32)):7.1e}"
+                                     for a, b in zip([ours[0], *ours[1]], [theirs[0], *theirs[1]]))  # fmt: skip
         print(f"{m}x{n}x{k}".rjust(20) + " " + " ".join(f"{ms[name]:12.3f}" for name in layers)
-              + f"  {ms['xla'] / ms['fp8']:7.3f}  {ms['jaxgemm'] / ms['fp8']:11.3f}"
-              + f"  {ms['jaxgemm'] / ms['fp8_block']:17.3f}  {errors}  ({method})")
+              + "         " + "  ".join(f"{ms['jaxgemm'] / ms[name]:.3f}" for name in ("fp8", "fp8_block", "fp8_delayed"))
+              + f"  {errors}  ({method})")
 
 
 def main():

@@ -2,7 +2,7 @@
 the iterations), against jaxgemm.dense's bf16 layer: every kernel of the step in launch
 order, then the sums of the GEMMs, of jaxgemm's quantization passes and of everything else
 (XLA's fusions: scales, transposes, element-wise work, and bias_act_grad).
-    python3 -P tools/fp8_breakdown.py [--shapes 16384x14336x4096,...] [--scaling rowwise,blockwise]
+    python3 -P tools/fp8_breakdown.py [--shapes 16384x14336x4096,...] [--scaling rowwise,blockwise,delayed]
 A shape is tokens x out features x in features; bf16 x, w, bias, gelu."""
 
 import argparse
@@ -14,7 +14,7 @@ import jax
 import jaxgemm
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (python -P leaves it out)
-from bench_fp8 import fwd_bwd, layer_inputs  # noqa: E402 (this folder's: the same layer and inputs)
+from bench_fp8 import delayed_layer, fwd_bwd, layer_inputs  # noqa: E402 (this folder's: the same layer and inputs)
 from kernel_breakdown import breakdown  # noqa: E402
 
 SHAPES = "16384x14336x4096,32768x1024x4096,32768x4096x1024,8192x8192x8192"
@@ -50,7 +50,8 @@ def main():
         show("bf16 jaxgemm.dense", breakdown(fwd_bwd(lambda x, w, b: jaxgemm.dense(x, w, b, "gelu")), inputs, 20))
         for scaling in args.scaling.split(","):
             layer = lambda x, w, b, s=scaling: jaxgemm.fp8.dense(x, w, b, "gelu", scaling=s)
-            show(f"fp8.dense {scaling}", breakdown(fwd_bwd(layer), inputs, 20))
+            step = delayed_layer(*inputs) if scaling == "delayed" else fwd_bwd(layer)
+            show(f"fp8.dense {scaling}", breakdown(step, inputs, 20))
 
 
 if __name__ == "__main__":

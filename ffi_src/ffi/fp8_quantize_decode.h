@@ -2,8 +2,9 @@
 // jaxgemm_fp8_block_quantize (quantize/fp8_block_quantize.h):
 //   amax:     x (rows, cols), at (empty, or like x) -> row_amax (rows,), col_amax (cols,),
 //             col_partials (chunks, cols) or empty, all float32; attribute activation;
-//   quantize: x, at, row_scale (rows,), col_scale (cols,) float32 -> q (rows, cols) and
-//             qt (cols, rows) float8_e4m3fn, either empty when not wanted;
+//   quantize: x, at, row_scale (rows,) or (1,), col_scale (cols,) or (1,) float32 ->
+//             q (rows, cols) and qt (cols, rows) float8_e4m3fn, amax (1,) and col_partials
+//             (chunks, cols) float32, each empty when not wanted;
 //   block quantize: x, at -> q, q_scale (rows, cols / 128), qt, qt_scale (cols, rows / 128),
 //             col_partials (rows / 128, cols) or empty; attributes activation, tiles.
 #pragma once
@@ -34,6 +35,8 @@ auto BindFp8QuantizeCall(Binding binding) {
       .template Arg<ffi::AnyBuffer>()                         // col_scale
       .template Ret<ffi::AnyBuffer>()                         // q (empty: none)
       .template Ret<ffi::AnyBuffer>()                         // qt (empty: none)
+      .template Ret<ffi::AnyBuffer>()                         // amax (empty: none)
+      .template Ret<ffi::AnyBuffer>()                         // col_partials (empty: none)
       .template Attr<int64_t>("activation");
 }
 
@@ -60,6 +63,12 @@ inline std::string DecodeFp8Source(const ffi::AnyBuffer& x, const ffi::AnyBuffer
 // Whether buffer b is a float32 vector of n values.
 inline bool IsF32Vector(const ffi::AnyBuffer& b, int64_t n) {
   return b.element_type() == ffi::DataType::F32 && b.dimensions().size() == 1 && b.dimensions()[0] == n;
+}
+
+// The stride of a float32 scale vector of n values (1), or of one value for all n (0);
+// -1 if b is neither.
+inline int64_t ScaleStride(const ffi::AnyBuffer& b, int64_t n) {
+  return IsF32Vector(b, n) ? 1 : IsF32Vector(b, 1) ? 0 : -1;
 }
 
 // Whether buffer b is a (rows, cols) matrix of type t.
@@ -95,21 +104,31 @@ inline ffi::ErrorOr<Fp8QuantizeProblem> DecodeFp8Amax(const ffi::AnyBuffer& x, c
 inline ffi::ErrorOr<Fp8QuantizeProblem> DecodeFp8Quantize(const ffi::AnyBuffer& x, const ffi::AnyBuffer& at,
                                                           const ffi::AnyBuffer& row_scale,
                                                           const ffi::AnyBuffer& col_scale, const ffi::AnyBuffer& q,
-                                                          const ffi::AnyBuffer& qt, int64_t activation) {
+                                                          const ffi::AnyBuffer& qt, const ffi::AnyBuffer& amax,
+                                                          const ffi::AnyBuffer& col_partials, int64_t activation) {
   auto fail = [&](const std::string& why) { return ffi::Unexpected(Fp8Error("jaxgemm_fp8_quantize", x, why)); };
   Fp8QuantizeProblem p;
   if (std::string why = DecodeFp8Source(x, at, activation, &p); !why.empty()) return fail(why);
   using T = ffi::DataType;
   const bool with_q = q.element_count() > 0, with_qt = qt.element_count() > 0;
-  if ((with_q && (!IsMatrix(q, T::F8E4M3FN, p.rows, p.cols) || !IsF32Vector(row_scale, p.rows))) ||
-      (with_qt && (!IsMatrix(qt, T::F8E4M3FN, p.cols, p.rows) || !IsF32Vector(col_scale, p.cols)))) {
-    return fail("q (rows, cols) and qt (cols, rows) must be float8_e4m3fn, with float32 row_scale (rows,) and "
-                "col_scale (cols,)");
+  p.row_scale_stride = ScaleStride(row_scale, p.rows);
+  p.col_scale_stride = ScaleStride(col_scale, p.cols);
+  if ((with_q && (!IsMatrix(q, T::F8E4M3FN, p.rows, p.cols) || p.row_scale_stride < 0)) ||
+      (with_qt && (!IsMatrix(qt, T::F8E4M3FN, p.cols, p.rows) || p.col_scale_stride < 0))) {
+    return fail("q (rows, cols) and qt (cols, rows) must be float8_e4m3fn, with float32 row_scale (rows,) or (1,) "
+                "and col_scale (cols,) or (1,)");
+  }
+  const bool with_amax = amax.element_count() > 0, sums = col_partials.element_count() > 0;
+  if (with_amax && !IsF32Vector(amax, 1)) return fail("amax must be float32 (1,)");
+  if (sums && !IsMatrix(col_partials, T::F32, p.AmaxChunks(), p.cols)) {
+    return fail("col_partials must be float32 (" + std::to_string(p.AmaxChunks()) + ", cols)");
   }
   p.row_scale = static_cast<const float*>(row_scale.untyped_data());
   p.col_scale = static_cast<const float*>(col_scale.untyped_data());
   p.q = with_q ? q.untyped_data() : nullptr;
   p.qt = with_qt ? qt.untyped_data() : nullptr;
+  p.amax = with_amax ? static_cast<float*>(amax.untyped_data()) : nullptr;
+  p.col_partials = sums ? static_cast<float*>(col_partials.untyped_data()) : nullptr;
   return p;
 }
 

@@ -15,8 +15,10 @@ ffi::Error Fp8AmaxCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer at, ffi::Result<ffi::
 }
 
 ffi::Error Fp8QuantizeCpuImpl(ffi::AnyBuffer x, ffi::AnyBuffer at, ffi::AnyBuffer row_scale, ffi::AnyBuffer col_scale,
-                              ffi::Result<ffi::AnyBuffer> q, ffi::Result<ffi::AnyBuffer> qt, int64_t activation) {
-  auto problem = DecodeFp8Quantize(x, at, row_scale, col_scale, *q, *qt, activation);
+                              ffi::Result<ffi::AnyBuffer> q, ffi::Result<ffi::AnyBuffer> qt,
+                              ffi::Result<ffi::AnyBuffer> amax, ffi::Result<ffi::AnyBuffer> col_partials,
+                              int64_t activation) {
+  auto problem = DecodeFp8Quantize(x, at, row_scale, col_scale, *q, *qt, *amax, *col_partials, activation);
   if (!problem.has_value()) return problem.error();
   Fp8QuantizeCpu(*problem);
   return ffi::Error::Success();

@@ -19,8 +19,9 @@ ffi::Error Fp8AmaxCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer
 
 ffi::Error Fp8QuantizeCudaImpl(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer at, ffi::AnyBuffer row_scale,
                                ffi::AnyBuffer col_scale, ffi::Result<ffi::AnyBuffer> q,
-                               ffi::Result<ffi::AnyBuffer> qt, int64_t activation) {
-  auto problem = DecodeFp8Quantize(x, at, row_scale, col_scale, *q, *qt, activation);
+                               ffi::Result<ffi::AnyBuffer> qt, ffi::Result<ffi::AnyBuffer> amax,
+                               ffi::Result<ffi::AnyBuffer> col_partials, int64_t activation) {
+  auto problem = DecodeFp8Quantize(x, at, row_scale, col_scale, *q, *qt, *amax, *col_partials, activation);
   if (!problem.has_value()) return problem.error();
   JG_RETURN_IF_CUDA_ERROR(LaunchFp8Quantize(*problem, stream));
   return ffi::Error::Success();

@@ -9,6 +9,8 @@
 //   first, then converted by pairs); q rows leave as 8-byte stores, qt through a shared
 //   tile transposed by 4-byte words (4 rows of one column; chunks swizzled, QtTileChunk)
 //   and written as 16-byte runs of qt's rows.
+//   Where asked, the same block also reduces its values into the tensor's amax (one
+//   atomicMax a block) and its 128 rows' column sums (a fixed-order partial, as above).
 // (The source, |s|'s bits and e4m3: source.cuh.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -65,6 +67,35 @@ __global__ void __launch_bounds__(kAmaxThreads) Fp8AmaxKernel(const Fp8QuantizeP
 
 constexpr int kQuantRows = 128, kQuantCols = 64, kQuantThreads = 256;
 constexpr int kTilePitch = kQuantRows + 16;  // bytes per qt row in shared memory (16-byte aligned)
+static_assert(kQuantRows == kAmaxRows, "the quantize pass's column sums are the amax pass's chunks");
+
+// The quantize pass's statistics of a block: |s|'s max into p.amax, and the column sums of
+// its rows into p.col_partials (each where wanted). s: a thread's 4 x 8 values (zeros
+// outside the matrix). Every thread of the block calls it.
+__device__ void QuantizeStats(const Fp8QuantizeProblem& p, const float (&s)[4][8], int g, int rg) {
+  __shared__ float sums[kQuantRows / 4][kQuantCols];
+  __shared__ unsigned warp_max[kQuantThreads / 32];
+  unsigned bits = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    sums[rg][8 * g + j] = (s[0][j] + s[1][j]) + (s[2][j] + s[3][j]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bits = max(bits, AbsBits(s[i][j]));
+  }
+  bits = __reduce_max_sync(0xffffffffu, bits);
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = bits;
+  __syncthreads();
+  if (p.amax != nullptr && threadIdx.x == 0) {
+    for (int w = 1; w < kQuantThreads / 32; ++w) bits = max(bits, warp_max[w]);
+    atomicMax(reinterpret_cast<unsigned*>(p.amax), bits);
+  }
+  const int64_t c = int64_t(blockIdx.x) * kQuantCols + threadIdx.x;
+  if (p.col_partials != nullptr && threadIdx.x < kQuantCols && c < p.cols) {
+    float sum = 0.f;
+    for (int r = 0; r < kQuantRows / 4; ++r) sum += sums[r][threadIdx.x];
+    p.col_partials[blockIdx.y * p.cols + c] = sum;
+  }
+}
 
 template <class T, Activation kAct>
 __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8QuantizeProblem p) {
@@ -75,7 +106,9 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
   const bool inside = col < p.cols;
   float col_inverse[8];  // 1 / scale, IEEE-rounded as jnp's (a multiply a value after it)
 #pragma unroll
-  for (int j = 0; j < 8; ++j) col_inverse[j] = p.qt != nullptr && inside ? __frcp_rn(p.col_scale[col + j]) : 1.f;
+  for (int j = 0; j < 8; ++j) {
+    col_inverse[j] = p.qt != nullptr && inside ? __frcp_rn(p.col_scale[(col + j) * p.col_scale_stride]) : 1.f;
+  }
   // A thread's 4 rows lie in one 16-row run: inside the matrix all or none (rows % 16 == 0).
   const bool live = inside && row0 + 4 * rg < p.rows;
   float s[4][8] = {};
@@ -83,11 +116,12 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
 #pragma unroll
     for (int i = 0; i < 4; ++i) LoadSource<T, kAct>(p.x, p.at, (row0 + 4 * rg + i) * p.cols + col, s[i]);
   }
+  if (p.amax != nullptr || p.col_partials != nullptr) QuantizeStats(p, s, g, rg);  // (uniform across the block)
   if (p.q != nullptr && live) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t r = row0 + 4 * rg + i;
-      const float row_inverse = __frcp_rn(p.row_scale[r]);
+      const float row_inverse = __frcp_rn(p.row_scale[r * p.row_scale_stride]);
       const uint2 packed{E4m3Word(s[i][0], s[i][1], s[i][2], s[i][3], row_inverse),
                          E4m3Word(s[i][4], s[i][5], s[i][6], s[i][7], row_inverse)};
       *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.q) + r * p.cols + col) = packed;
@@ -138,6 +172,10 @@ cudaError_t LaunchFp8Amax(const Fp8QuantizeProblem& p, cudaStream_t stream) {
 }
 
 cudaError_t LaunchFp8Quantize(const Fp8QuantizeProblem& p, cudaStream_t stream) {
+  if (p.amax != nullptr) {  // (zero even for an empty matrix: its amax)
+    const cudaError_t status = cudaMemsetAsync(p.amax, 0, sizeof(float), stream);
+    if (status != cudaSuccess) return status;
+  }
   if (p.rows == 0 || p.cols == 0) return cudaSuccess;
   if (!Fits(p)) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((p.cols + kQuantCols - 1) / kQuantCols),

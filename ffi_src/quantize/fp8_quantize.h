@@ -5,7 +5,11 @@
 //                  fixed-order partials, col_partials[chunk, c] over chunks of kAmaxRows rows;
 //   quantize pass: q[r, c] = e4m3(s[r, c] * (1 / row_scale[r])), qt[c, r] = e4m3(s[r, c] * (1 / col_scale[c]))
 //                  (rounded to nearest, saturated to +-448; the caller makes the scales from
-//                  the amax, so both passes read s and nothing in between holds it).
+//                  the amax, so both passes read s and nothing in between holds it). A scale
+//                  vector of one value serves every row (column): per-tensor scaling. It
+//                  may also write the whole tensor's amax and the column sums, as the amax
+//                  pass does: delayed scaling's single pass, whose scales come from earlier
+//                  steps' amax and which records this step's.
 // q is the operand of the product that contracts the columns, qt (K-major, transposed) of
 // the one that contracts the rows: the forward's x and x^T, the weights w and w^T, the
 // backward's dz and dz^T. A pass reads s (x, or dy and at) once.
@@ -29,12 +33,14 @@ struct Fp8QuantizeProblem {
   // amax pass (any of them null: not wanted)
   float* row_amax = nullptr;      // (rows,)
   float* col_amax = nullptr;      // (cols,)
-  float* col_partials = nullptr;  // (AmaxChunks(), cols)
+  float* col_partials = nullptr;  // (AmaxChunks(), cols): either pass's column sums
   // quantize pass
-  const float* row_scale = nullptr;  // (rows,)
-  const float* col_scale = nullptr;  // (cols,)
+  const float* row_scale = nullptr;  // (rows,), or one value (row_scale_stride 0)
+  const float* col_scale = nullptr;  // (cols,), or one value (col_scale_stride 0)
+  int64_t row_scale_stride = 1, col_scale_stride = 1;
   void* q = nullptr;                 // (rows, cols) e4m3, or null
   void* qt = nullptr;                // (cols, rows) e4m3, or null
+  float* amax = nullptr;             // (1,): max |s| over the tensor, or null (col_partials too)
 
   int64_t AmaxChunks() const { return (rows + kAmaxRows - 1) / kAmaxRows; }
 };

@@ -33,13 +33,22 @@ void Fp8AmaxCpu(const Fp8QuantizeProblem& p) {
 void Fp8QuantizeCpu(const Fp8QuantizeProblem& p) {
   auto* q = static_cast<uint8_t*>(p.q);
   auto* qt = static_cast<uint8_t*>(p.qt);
+  float amax = 0.f;
+  std::vector<float> sums(p.cols, 0.f);
   for (int64_t r = 0; r < p.rows; ++r) {
     for (int64_t c = 0; c < p.cols; ++c) {
       const float s = Source(p, r * p.cols + c);
-      if (q) q[r * p.cols + c] = FloatToE4m3Bits(s * (1.f / p.row_scale[r]));
-      if (qt) qt[c * p.rows + r] = FloatToE4m3Bits(s * (1.f / p.col_scale[c]));
+      if (q) q[r * p.cols + c] = FloatToE4m3Bits(s * (1.f / p.row_scale[r * p.row_scale_stride]));
+      if (qt) qt[c * p.rows + r] = FloatToE4m3Bits(s * (1.f / p.col_scale[c * p.col_scale_stride]));
+      amax = AbsMax(amax, s);
+      sums[c] += s;
+    }
+    if (p.col_partials && ((r + 1) % kAmaxRows == 0 || r + 1 == p.rows)) {
+      std::copy(sums.begin(), sums.end(), p.col_partials + r / kAmaxRows * p.cols);
+      std::fill(sums.begin(), sums.end(), 0.f);
     }
   }
+  if (p.amax) *p.amax = amax;
 }
 
 }  // namespace jaxgemm
