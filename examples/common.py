@@ -24,6 +24,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from tqdm import tqdm
 
 import jaxgemm
+import jaxgemm.flax as jf
 
 # ---------------------------------------------------------------------------------------
 # Command line: the flags both examples take; each adds its data's (and its own) flags.
@@ -88,26 +89,32 @@ def compare_name(base, backends):
 # --backend xla's activations: jax.nn's, whose gelu is the tanh form, as jaxgemm's "gelu".
 XLA_ACTIVATIONS = {None: lambda y: y, "relu": jax.nn.relu, "gelu": jax.nn.gelu}
 # The fp8 backends' scaling (jaxgemm.fp8.dense).
-FP8_SCALING = {"fp8": "rowwise", "fp8-blockwise": "blockwise"}
+FP8_SCALING = {"fp8": "rowwise", "fp8-blockwise": "blockwise", "fp8-delayed": "delayed"}
 
 
 class Dense(nnx.Module):
     """activation(x @ w + b): one fused jaxgemm.dense kernel, plain XLA ops (--backend xla),
     or jaxgemm.fp8.dense (--backend fp8: e4m3 products, rowwise scaled, forward and
-    backward; fp8-blockwise: in 1 x 128 blocks, the weights in 128 x 128 tiles). Float32
-    master weights, cast with the input to the compute dtype."""
+    backward; fp8-blockwise: in 1 x 128 blocks, the weights in 128 x 128 tiles;
+    fp8-delayed: one scale per tensor from its amax history, kept in an Fp8History
+    variable that update_step writes). Float32 master weights, cast with the input to the
+    compute dtype."""
 
     def __init__(self, d_in, d_out, *, backend, dtype, rngs, activation=None, std=0.02):
         self.w = nnx.Param(std * jax.random.normal(rngs.params(), (d_in, d_out)))
         self.b = nnx.Param(jnp.zeros((d_out,)))
         self.backend, self.dtype, self.activation = backend, dtype, activation
+        if FP8_SCALING.get(backend) == "delayed":
+            self.history = jf.Fp8History(jnp.stack(jaxgemm.fp8.amax_history()))
 
     def __call__(self, x):
         x, w, b = x.astype(self.dtype), self.w[...].astype(self.dtype), self.b[...].astype(self.dtype)
         if self.backend == "jaxgemm":
             return jaxgemm.dense(x, w, b, activation=self.activation)
         if self.backend in FP8_SCALING:
-            return jaxgemm.fp8.dense(x, w, b, activation=self.activation, scaling=FP8_SCALING[self.backend])
+            history = jaxgemm.fp8.AmaxHistory(*self.history[...]) if hasattr(self, "history") else None
+            return jaxgemm.fp8.dense(x, w, b, activation=self.activation, scaling=FP8_SCALING[self.backend],
+                                     history=history)  # fmt: skip
         return XLA_ACTIVATIONS[self.activation](x @ w + b)
 
 
@@ -263,11 +270,12 @@ class Checkpointer:
 
 
 def update_step(loss_fn):
-    """A jitted step (model, optimizer, *batch) -> loss: one gradient of loss_fn, one update."""
+    """A jitted step (model, optimizer, *batch) -> loss: one gradient of loss_fn, one update
+    (fp8-delayed's histories written from their gradient, the parameters' by the optimizer)."""
 
     def step(model, optimizer, *batch):
-        loss, grads = nnx.value_and_grad(loss_fn)(model, *batch)
-        optimizer.update(model, grads)
+        loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, jf.FP8_TRAINABLE))(model, *batch)
+        optimizer.update(model, jf.write_fp8_histories(model, grads))
         return loss
 
     return nnx.jit(step)
@@ -393,8 +401,10 @@ def write_compare(out_dir, name, runs, config, throughput_unit, throughput_per_s
 
     # jaxgemm and XLA compute the same function, so their curves should lie on top of each
     # other: jaxgemm's is drawn wide and pale, the others thin over it.
-    colors = {"jaxgemm": "tab:orange", "xla": "tab:blue", "fp8": "tab:green", "fp8-blockwise": "tab:red"}
-    widths, markers = {"jaxgemm": 4.0}, {"jaxgemm": "o", "xla": "x", "fp8": "^", "fp8-blockwise": "v"}
+    colors = {"jaxgemm": "tab:orange", "xla": "tab:blue", "fp8": "tab:green", "fp8-blockwise": "tab:red",
+              "fp8-delayed": "tab:purple"}
+    widths = {"jaxgemm": 4.0}
+    markers = {"jaxgemm": "o", "xla": "x", "fp8": "^", "fp8-blockwise": "v", "fp8-delayed": "s"}
     fig, (ax_loss, ax_time) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     for backend, run in runs.items():
         steps, losses = zip(*run["curve"])

@@ -160,7 +160,7 @@ class Linear(nnx.Module):
         self.activation = activation
         self.fp8 = fp8
         if fp8 == "delayed":
-            self.fp8_history = Fp8History(jnp.stack(fp8_layer.amax_history(fp8_history or 16)))
+            self.fp8_history = Fp8History(jnp.stack(fp8_layer.amax_history(16 if fp8_history is None else fp8_history)))
 
     def __call__(self, inputs: jax.Array, out_sharding=None) -> jax.Array:
         """`activation(inputs @ kernel + bias)` over the last axis of `inputs`.
