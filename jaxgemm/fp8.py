@@ -1,5 +1,5 @@
 """fp8 training's dense layer: every product of the forward and backward pass in float8
-e4m3 on `scaled_matmul`, each operand scaled along its contraction in one of two ways:
+e4m3 on `scaled_matmul`, each operand scaled along its contraction in one of three ways:
 
 - scaling="rowwise" (torchao's float8 rowwise recipe): one scale per row.
     y = act(x @ w + bias):  x (M, K) scaled per row, w^T (N, K) per output feature;
@@ -10,6 +10,12 @@ e4m3 on `scaled_matmul`, each operand scaled along its contraction in one of two
   quantized tile set serves w^T and w). On a Hopper GPU these run on the block-scaled
   kernel. A product whose contraction is not a multiple of 128 scales that product's
   operands rowwise instead.
+- scaling="delayed" (TransformerEngine's DelayedScaling): one scale per tensor (x, w, dz),
+  from the largest |value| the tensor had over its last H steps (an AmaxHistory the
+  caller keeps: its gradient is the updated history). Each tensor is quantized into both
+  orientations by a single pass that also records this step's amax (and dz's column
+  sums); the products take the scale as per-row scales of one value. A tensor that
+  outgrows its history saturates at +-448 x scale until the history catches up.
 dbias = sum(dz), dz = dy * act'(z), all in float32 (z saved by the forward in the output's
 dtype; y instead for relu, nothing without an activation). grad_format="e5m2" quantizes dz
 to e5m2 instead (TransformerEngine's HYBRID recipe), in XLA, and its products dequantize:
@@ -30,8 +36,10 @@ sums). Under sharded jit rowwise scales are the whole batch's (XLA all-reduces t
 of rows a sharding splits); a blockwise block's amax stays on its device where each
 shard holds whole blocks and tiles (batch and features per shard multiples of 128: then
 the layer has jnp's collectives), while shards that cut w's tiles make XLA gather w to
-quantize it. Inside shard_map each device's scales cover its own rows. Not forward-mode
-differentiable (a custom VJP).
+quantize it; delayed scales are the history's, the same on every device, and the amax
+recorded is the whole tensor's (one all-reduce of a scalar). Inside shard_map each
+device's scales cover its own rows (delayed: the history's; the amax recorded is the
+max over the devices). Not forward-mode differentiable (a custom VJP).
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ x and x^T, w and w^T, dz and dz^T. Each pass reads s once (XLA's own fusions rea
 per reduction and per orientation); nothing between the passes holds s, in the gradient's
 form not even dz.
 
+With scales given (delayed scaling's, one for the whole tensor: quantize_tensor) the
+quantize pass alone does the work, and writes the tensor's amax and the column sums too.
+
 Two primitives in primitive.py's pattern. Sharded, a row's amax is the maximum over the
 devices that split its columns, a column's over those that split its rows (all-reduces of
 the amax vectors only; jnp's own reduction does the same), and the quantize pass needs no
