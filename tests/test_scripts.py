@@ -109,15 +109,15 @@ def test_bench_ragged_says_its_shapes_need_a_gpu():
 
 def test_bench_fp8_prints_both_tables():
     """tools/bench_fp8.py on the CPU (the products dequantized, the kernel column on the
-    FFI reference): a row per shape, --blocks' row, and --dense's row with the fp8 layer's
-    errors."""
+    FFI reference): a row per shape, --blocks' row, and --dense's row with the rowwise and
+    delayed fp8 layers' errors."""
     tool = os.path.join(ROOT, "tools", "bench_fp8.py")
     rc, out, err = run(tool, "--shapes", "64x32x48", "--iterations", "1")
     assert rc == 0 and "64x32x48" in out and "cublas/kernel" in out, err[-3000:]
     rc, out, err = run(tool, "--blocks", "--shapes", "64x32x256", "--iterations", "1")
     assert rc == 0 and "64x32x256" in out and "rowwise/ours" in out, err[-3000:]
     rc, out, err = run(tool, "--dense", "--shapes", "64x32x48", "--iterations", "1")
-    assert rc == 0 and "64x32x48" in out and "jaxgemm/fp8" in out, err[-3000:]
+    assert rc == 0 and "64x32x48" in out and "jaxgemm/fp8" in out and "fp8_delayed" in out, err[-3000:]
 
 
 def _needs_example_packages(*more):

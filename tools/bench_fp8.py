@@ -203,7 +203,7 @@ def bench_dense(shapes, iterations):
         "xla": lambda x, w, b: jax.nn.gelu(x @ w + b),
     }
     print(f"{'tokens x out x in':>20} " + " ".join(f"{n + ' ms':>12}" for n in layers)
-          + "  jaxgemm/ fp8  fp8_block  fp8_delayed   err fp8: y dx dw db, delayed: y dx dw db")
+          + "  jaxgemm/fp8 /fp8_block /fp8_delayed  err fp8: y dx dw db, delayed: y dx dw db")
     for m, n, k in shapes:
         inputs = layer_inputs(m, n, k)
         jitted = {name: jax.jit(fwd_bwd(layer) if layer else delayed_layer(*inputs)) for name, layer in layers.items()}
@@ -215,7 +215,7 @@ def bench_dense(shapes, iterations):
             errors += " " + " ".join(f"{rel_error(a.astype(jnp.float32), b.astype(jnp.float32)):7.1e}"
                                      for a, b in zip([ours[0], *ours[1]], [theirs[0], *theirs[1]]))  # fmt: skip
         print(f"{m}x{n}x{k}".rjust(20) + " " + " ".join(f"{ms[name]:12.3f}" for name in layers)
-              + "         " + "  ".join(f"{ms['jaxgemm'] / ms[name]:.3f}" for name in ("fp8", "fp8_block", "fp8_delayed"))
+              + "  " + "".join(f"{ms['jaxgemm'] / ms[name]:11.3f}" for name in ("fp8", "fp8_block", "fp8_delayed"))
               + f"  {errors}  ({method})")
 
 

