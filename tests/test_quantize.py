@@ -276,7 +276,8 @@ def test_tensor_with_a_given_scale(shape, dtype):
     x = jnp.asarray(np.random.default_rng(shape[1]).standard_normal(shape) * 5, dtype)
     scale = jnp.float32(0.03)  # (|x| up to ~20 > 448 x 0.03 = 13.4: some saturate)
     got = jax.jit(quantize_tensor)(x, scale)
-    _exact(got, _want_tensor(x.astype(jnp.float32), scale))
+    in_jnp_on_a_gpu = jax.default_backend() == "gpu" and (shape[0] % 16 or shape[1] % 8)  # (_on_host's tie)
+    (_nearly if in_jnp_on_a_gpu else _exact)(got, _want_tensor(x.astype(jnp.float32), scale))
     assert np.asarray(got[0], np.float32).max() == 448.0
 
 
