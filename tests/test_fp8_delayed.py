@@ -113,6 +113,26 @@ def test_e5m2_gradients():
     np.testing.assert_allclose(new.dz[0], jnp.max(jnp.abs(dz)), rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype, out_dtype", [(jnp.bfloat16, None), (jnp.bfloat16, jnp.float32), (jnp.float16, None)])
+def test_dtypes_batch_dims_and_jit(dtype, out_dtype):
+    """16-bit inputs, leading batch dims: y in out_dtype (default x's), dx, dw, dbias in
+    their primals' dtypes, the history float32; jit gives the same arrays."""
+    x, w, b = _layer(11, dtype=dtype)
+    x = x.reshape(4, 16, 256)
+    history = _seen(x.astype(jnp.float32), w.astype(jnp.float32), x.astype(jnp.float32))
+    def loss(x, w, b, h):
+        y = jaxgemm.fp8.dense(x, w, b, "gelu", out_dtype=out_dtype, scaling="delayed", history=h)
+        assert y.shape == (4, 16, 128) and y.dtype == jnp.dtype(out_dtype or dtype)
+        return jnp.sum(y.astype(jnp.float32) ** 2)
+
+    grads = jax.grad(loss, argnums=(0, 1, 2, 3))(x, w, b, history)
+    assert [g.dtype for g in grads[:3]] == [jnp.dtype(dtype)] * 3
+    assert all(h.dtype == jnp.float32 and h.shape == (4,) for h in grads[3])
+    jitted = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(x, w, b, history)
+    for got, want in zip(jax.tree_util.tree_leaves(jitted), jax.tree_util.tree_leaves(grads)):
+        assert _rel(got, want) <= 1e-2 if got.dtype != jnp.float32 else _rel(got, want) <= 1e-6
+
+
 def _mesh(axis_type):
     return jax.make_mesh((4,), ("data",), axis_types=(axis_type,), devices=jax.devices()[:4])
 
