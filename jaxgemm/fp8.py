@@ -297,8 +297,8 @@ _delayed_dense.defvjp(_delayed_fwd, _delayed_bwd)
 
 def _check_history(history):
     if not isinstance(history, AmaxHistory):
-        raise TypeError("jaxgemm.fp8.dense: scaling='delayed' needs history=an AmaxHistory (jaxgemm.fp8.amax_history()), "
-                        f"got {type(history).__name__}")  # fmt: skip
+        raise TypeError("jaxgemm.fp8.dense: scaling='delayed' needs history=an AmaxHistory "
+                        f"(jaxgemm.fp8.amax_history()), got {type(history).__name__}")  # fmt: skip
     shapes = [jnp.shape(h) for h in history]
     if any(len(s) != 1 or s != shapes[0] or s[0] < 1 for s in shapes) or any(
             jnp.result_type(h) != jnp.float32 for h in history):  # fmt: skip

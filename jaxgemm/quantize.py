@@ -304,6 +304,7 @@ def quantize_tensor(x, scale, at=None, activation=None, *, want_sum=False, dtype
                          + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
     operands = (x,) if at is None else (x, at.astype(x.dtype))
     scale = jnp.reshape(jnp.asarray(scale, jnp.float32), (1,))
-    q, qt, amax, *col_sum = fp8_quantize_op.bind(*operands, scale, scale, activation=None if at is None else activation,
+    activation = None if at is None else activation
+    q, qt, amax, *col_sum = fp8_quantize_op.bind(*operands, scale, scale, activation=activation,
                                                  dtype=jnp.dtype(dtype).name, want_amax=True, want_sum=want_sum)  # fmt: skip
     return (q, qt, amax[0]) + tuple(col_sum)

@@ -145,7 +145,9 @@ def test_sharded_jit_data_parallel(axis_type):
     the amax: nothing gathers x or dz)."""
     x, w, b = _layer(7)
     history = _seen(x, w, x)
-    loss = lambda x, w, b, h: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h) ** 2)  # noqa: E731
+    def loss(x, w, b, h):
+        return jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h) ** 2)
+
     step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
     want = step(x, w, b, history)
     mesh = _mesh(axis_type)
@@ -167,7 +169,9 @@ def test_grad_in_shard_map():
     weight gradient the sum of the per-shard gradients."""
     x, w, b = _layer(8)
     history = _seen(x, w, x)
-    loss = lambda w, b, h, x: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h) ** 2)  # noqa: E731
+    def loss(w, b, h, x):
+        return jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h) ** 2)
+
     local = jax.grad(loss, argnums=(0, 1, 2))
     grads = jax.jit(jax.shard_map(local, mesh=_mesh(jax.sharding.AxisType.Auto), in_specs=(P(), P(), P(), P("data")),
                                   out_specs=(P(), P(), P())))(w, b, history, x)  # fmt: skip

@@ -147,14 +147,21 @@ def test_language_model_example_trains_checkpoints_and_resumes(tmp_path):
 
 
 def test_language_model_example_fp8_backend(tmp_path):
-    """--backend fp8 and fp8-blockwise train on jaxgemm.fp8.dense (two steps); they refuse
-    --experts; --compare takes them in its list (and only there)."""
+    """--backend fp8, fp8-blockwise and fp8-delayed train on jaxgemm.fp8.dense (two steps;
+    fp8-delayed then resumes from its checkpoint); they refuse --experts; --compare takes
+    them in its list (and only there)."""
     _needs_example_packages()
     script = os.path.join(ROOT, "examples", "train_lm.py")
     rc, out, err = run(script, "--backend", "fp8", "--steps", "2", "--sample", "0", "--out", str(tmp_path))
     assert rc == 1 and "fp8: train" in out, err[-3000:]  # (two steps: above the baseline)
     rc, out, err = run(script, "--backend", "fp8-blockwise", "--steps", "2", "--sample", "0", "--out", str(tmp_path))
     assert rc == 1 and "fp8-blockwise: train" in out, err[-3000:]
+    # fp8-delayed's amax histories are model state: checkpointed, and restored by --resume.
+    delayed = ("--backend", "fp8-delayed", "--sample", "0", "--ckpt-every", "2", "--out", str(tmp_path))
+    rc, out, err = run(script, *delayed, "--steps", "2")
+    assert rc == 1 and "fp8-delayed: train" in out, err[-3000:]
+    rc, out, err = run(script, *delayed, "--steps", "3", "--resume")
+    assert rc == 1 and "fp8-delayed: train" in out and "Traceback" not in err, err[-3000:]
     rc, _, err = run(script, "--backend", "fp8", "--experts", "2", "--steps", "1", "--out", str(tmp_path))
     assert rc == 2 and "takes no --experts" in err, err[-3000:]
     rc, _, err = run(script, "--backend", "fp8", "--compare", "--steps", "1", "--out", str(tmp_path))
