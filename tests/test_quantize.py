@@ -276,8 +276,16 @@ def test_tensor_with_a_given_scale(shape, dtype):
     x = jnp.asarray(np.random.default_rng(shape[1]).standard_normal(shape) * 5, dtype)
     scale = jnp.float32(0.03)  # (|x| up to ~20 > 448 x 0.03 = 13.4: some saturate)
     got = jax.jit(quantize_tensor)(x, scale)
-    in_jnp_on_a_gpu = jax.default_backend() == "gpu" and (shape[0] % 16 or shape[1] % 8)  # (_on_host's tie)
-    (_nearly if in_jnp_on_a_gpu else _exact)(got, _want_tensor(x.astype(jnp.float32), scale))
+    want = _want_tensor(x.astype(jnp.float32), scale)
+    if jax.default_backend() == "gpu" and (shape[0] % 16 or shape[1] % 8):
+        # jnp on a GPU (seen on an H200, bfloat16 x): more values than _nearly allows a
+        # step away from XLA's CPU rounding, none further.
+        for g, w in zip(got[:2], want[:2]):
+            g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+            assert np.mean(g != w) <= 0.02 and np.all(np.abs(g - w) <= np.abs(w) / 8 + 2.0**-9)
+        np.testing.assert_array_equal(got[2], want[2])
+    else:
+        _exact(got, want)
     assert np.asarray(got[0], np.float32).max() == 448.0
 
 
