@@ -142,6 +142,8 @@ class Linear(nnx.Module):
         activation = _activation(activation)
         if fp8 is not None and fp8 not in fp8_layer.SCALINGS:
             raise ValueError(f"jaxgemm.flax.Linear: fp8 must be None or one of {fp8_layer.SCALINGS}, got {fp8!r}")
+        if fp8_history is not None and fp8 != "delayed":
+            raise ValueError(f"jaxgemm.flax.Linear: fp8_history is fp8='delayed''s; fp8={fp8!r} takes none")
         # As nnx.Linear: the kernel's key first, then the bias's.
         self.kernel = nnx.Param(kernel_init(rngs.params(), (in_features, out_features), param_dtype), **kernel_metadata)
         self.bias: nnx.Param[jax.Array] | None

@@ -268,6 +268,10 @@ def test_linear_fp8_delayed_trains_its_history():
 def test_linear_fp8_must_name_a_scaling():
     with pytest.raises(ValueError, match="fp8 must be None or one of"):
         jf.Linear(4, 4, fp8="tensorwise", rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="fp8='rowwise' takes none"):
+        jf.Linear(4, 4, fp8="rowwise", fp8_history=8, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="length must be a positive int"):
+        jf.Linear(4, 4, fp8="delayed", fp8_history=0, rngs=nnx.Rngs(0))
 
 
 # ---------------------------------------------------------------------------------------
