@@ -193,3 +193,15 @@ def test_bad_input():
         jaxgemm.fp8.dense(x, w, b, history=amax_history())
     with pytest.raises(ValueError, match="length must be a positive int"):
         amax_history(0)
+    with pytest.raises(TypeError, match="forward-mode"):  # (a custom VJP, as the other scalings)
+        jax.jvp(lambda x: jaxgemm.fp8.dense(x, w, b, scaling="delayed", history=amax_history()), (x,), (x,))
+
+
+def test_vmap_forward_is_each_example():
+    """vmap over examples (the history shared): each example's forward, as a loop gives it.
+    (The history's cotangent is not batched: under vmap its gradient would be summed.)"""
+    x, w, b = _layer(12)
+    history = _seen(x, w, x)
+    xs = x.reshape(4, 16, 256)
+    layer = lambda x: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=history)  # noqa: E731
+    np.testing.assert_array_equal(jax.vmap(layer)(xs), jnp.stack([layer(e) for e in xs]))
