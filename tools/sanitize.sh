@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck and racecheck over small problems of every kernel family (GEMM,
 # fused epilogues and their backward, convolution, the grouped GEMM, its epilogue and gated mode;
-# fp8: the scaled product, fp8.dense both scalings)
+# fp8: the scaled product, fp8.dense's three scalings)
 # (jaxgemm installed; run on the GPU machine). Only jaxgemm's kernels are checked.
 #   tools/sanitize.sh   (SANITIZE_CASES="sanitize_fp8": the fp8 cases only; SANITIZE_TOOLS=memcheck;
 #                        SANITIZE_ONLY="blockwise 136": the fp8 cases whose names hold it)
@@ -124,6 +124,13 @@ if step("fp8.dense blockwise in whole blocks 128x256 -> 384"):
     x2, w2 = x[:128], jax.random.normal(key, (256, 384), jnp.bfloat16)
     layer = lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise").astype(jnp.float32).sum()
     jax.block_until_ready(jax.jit(jax.value_and_grad(layer, argnums=(0, 1, 2)))(x2, w2, w2[0]))
+# Delayed: one quantize pass a tensor (128 rows: the kernel's 16-row runs), with the amax
+# (an atomicMax a block) and dz's column sums.
+if step("fp8.dense delayed 128x256 -> 264"):
+    def layer(x, w, b, h):
+        return jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h).astype(jnp.float32).sum()
+    grad = jax.jit(jax.value_and_grad(layer, argnums=(0, 1, 2, 3)))
+    jax.block_until_ready(grad(x[:128], w, bias, jaxgemm.fp8.amax_history(4)))
 print("sanitize cases done")
 PY
 # Each report's summary, and its first errors where it has any (so that they are seen where
