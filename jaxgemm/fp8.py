@@ -150,12 +150,16 @@ def _product(a, b, out_dtype, scaling, like=None, b_is_weight=False, a_dtype=E4M
     return _scaled(qa, qb, sa, sb, out_dtype, like)
 
 
-def _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype):
-    """(y, z or None) of the scaled product (one scale per row, or blocks) with the bias and
-    the activation in its kernel's epilogue (scaled_dense.py)."""
+def _fused_forward(qx, qwt, sx, swt, bias, activation, out_dtype):
+    """(y, at) of the scaled product (one scale per row, or blocks) with the bias and the
+    activation in its kernel's epilogue (scaled_dense.py); `at`: what act'(z) reads in the
+    backward, in the output's dtype (as jaxgemm.dense keeps its aux): nothing without an
+    activation, y for relu, else z rounded once."""
+    want_z = activation is not None and not activations.derivative_from_output(activation)
     outs = scaled_dense(qx[None], qwt[None], sx[None], swt[None], None if bias is None else bias[None],
                         activation=activation, want_aux=want_z, out_dtype=out_dtype)  # fmt: skip
-    return outs[0][0], outs[1][0] if want_z else None
+    y = outs[0][0]
+    return y, outs[1][0] if want_z else (y if activation is not None else None)
 
 
 def _whole_blocks(x, w) -> bool:
@@ -164,12 +168,12 @@ def _whole_blocks(x, w) -> bool:
     return not (x.shape[0] % BLOCK or x.shape[1] % BLOCK or w.shape[1] % BLOCK)
 
 
-def _blockwise_forward(x, w, bias, activation, want_z, out_dtype):
+def _blockwise_forward(x, w, bias, activation, out_dtype):
     if x.shape[-1] % BLOCK:  # a contraction of no whole blocks: rowwise
         (qx, sx), (qwt, swt) = quantize_rows(x), quantize_rows(w.T)
     else:
         (qx, sx), (qwt, swt) = quantize_blocks(x), quantize_tiles(w.T)
-    return _fused_forward(qx, qwt, sx, swt, bias, activation, want_z, out_dtype)
+    return _fused_forward(qx, qwt, sx, swt, bias, activation, out_dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
@@ -178,27 +182,23 @@ def _dense(x, w, bias, activation, out_dtype, scaling, x_dtype, grad_format):
 
 
 def _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype, grad_format):
-    # What act'(z) needs, in the output's dtype (as jaxgemm.dense keeps its aux): nothing
-    # without an activation, y for relu, else z rounded once.
-    want_z = activation is not None and not activations.derivative_from_output(activation)
     if scaling == "rowwise":
         # x and w each quantized both ways in two passes (quantize.py): x and w^T for this
         # product, x^T and w kept for the backward's (x itself is not kept: dx is typed
         # like x^T transposed, and x_dtype is static).
         xq, xs, xqt, xst = quantize_both(x)
         wq, ws, wqt, wst = quantize_both(w)
-        y, z = _fused_forward(xq, wqt, xs, wst, bias, activation, want_z, out_dtype)
+        y, at = _fused_forward(xq, wqt, xs, wst, bias, activation, out_dtype)
         saved = (xqt, xst, wq, ws, w)
     elif _whole_blocks(x, w):
         # One pass each (quantize.py): x in 1 x 128 blocks both ways, w in 128 x 128 tiles.
         xq, xs, xqt, xst = quantize_blocks_both(x)
         wq, ws, wqt, wst = quantize_blocks_both(w, tiles=True)
-        y, z = _fused_forward(xq, wqt, xs, wst, bias, activation, want_z, out_dtype)
+        y, at = _fused_forward(xq, wqt, xs, wst, bias, activation, out_dtype)
         saved = (xqt, xst, wq, ws, w)
     else:
-        y, z = _blockwise_forward(x, w, bias, activation, want_z, out_dtype)
+        y, at = _blockwise_forward(x, w, bias, activation, out_dtype)
         saved = (x, w)
-    at = z if want_z else (y if activation is not None else None)
     return y, (saved, bias, at)
 
 
@@ -269,13 +269,10 @@ def _delayed_dense(x, w, bias, history, activation, out_dtype, x_dtype, grad_for
 
 
 def _delayed_fwd(x, w, bias, history, activation, out_dtype, x_dtype, grad_format):
-    want_z = activation is not None and not activations.derivative_from_output(activation)
     sx, sw = scales_of(jnp.max(history.x)), scales_of(jnp.max(history.w))
     xq, xqt, x_amax = quantize_tensor(x, sx)
     wq, wqt, w_amax = quantize_tensor(w, sw)
-    y, z = _fused_forward(xq, wqt, _per_row(sx, x.shape[0]), _per_row(sw, w.shape[1]), bias, activation, want_z,
-                          out_dtype)  # fmt: skip
-    at = z if want_z else (y if activation is not None else None)
+    y, at = _fused_forward(xq, wqt, _per_row(sx, x.shape[0]), _per_row(sw, w.shape[1]), bias, activation, out_dtype)
     return y, ((xqt, wq, w, sx, sw, x_amax, w_amax), bias, at, history)
 
 

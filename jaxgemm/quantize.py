@@ -276,17 +276,22 @@ def quantize_blocks_both(x, at=None, activation=None, *, tiles=False, want_sum=F
                                             want_sum=want_sum, dtype=jnp.dtype(dtype).name))  # fmt: skip
 
 
+def _matrix_source(name, x, at, activation):
+    """The passes' operands (x, or x and at in x's dtype) and activation (None without at),
+    or a ValueError naming the shapes unless x is (R, C) and at like it."""
+    if x.ndim != 2 or (at is not None and at.shape != x.shape):
+        raise ValueError(f"{name}: needs x (R, C) and at like it, got x{x.shape}"
+                         + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
+    return ((x,) if at is None else (x, at.astype(x.dtype))), (None if at is None else activation)
+
+
 def quantize_both(x, at=None, activation=None, *, want_sum=False, dtype=E4M3):
     """x (R, C), or dz = x * act'(at) where `at` is given, in e4m3 (or `dtype` float8_e5m2,
     in jnp) both ways:
     (q (R, C), row scales (R, 1), qt (C, R), column scales (C, 1)), and with want_sum the
     column sums of the source in float32 (C,) after them (a bias gradient). `activation`: a
     canonical name (activations.canonical) or None."""
-    if x.ndim != 2 or (at is not None and at.shape != x.shape):
-        raise ValueError(f"quantize_both: needs x (R, C) and at like it, got x{x.shape}"
-                         + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
-    operands = (x,) if at is None else (x, at.astype(x.dtype))
-    activation = None if at is None else activation
+    operands, activation = _matrix_source("quantize_both", x, at, activation)
     row_amax, col_amax, *col_sum = fp8_amax_op.bind(*operands, activation=activation, want_sum=want_sum)
     row_scale, col_scale = scales_of(row_amax, dtype), scales_of(col_amax, dtype)
     q, qt = fp8_quantize_op.bind(*operands, row_scale, col_scale, activation=activation, dtype=jnp.dtype(dtype).name)
@@ -299,12 +304,8 @@ def quantize_tensor(x, scale, at=None, activation=None, *, want_sum=False, dtype
     amax), amax the largest |source| (a float32 scalar, over every device that holds part
     of it), and with want_sum the column sums (C,) after them. Delayed scaling's pass: the
     scale comes from earlier steps' amax, this step's is recorded for the next."""
-    if x.ndim != 2 or (at is not None and at.shape != x.shape):
-        raise ValueError(f"quantize_tensor: needs x (R, C) and at like it, got x{x.shape}"
-                         + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
-    operands = (x,) if at is None else (x, at.astype(x.dtype))
+    operands, activation = _matrix_source("quantize_tensor", x, at, activation)
     scale = jnp.reshape(jnp.asarray(scale, jnp.float32), (1,))
-    activation = None if at is None else activation
-    q, qt, amax, *col_sum = fp8_quantize_op.bind(*operands, scale, scale, activation=activation,
-                                                 dtype=jnp.dtype(dtype).name, want_amax=True, want_sum=want_sum)  # fmt: skip
+    q, qt, amax, *col_sum = fp8_quantize_op.bind(*operands, scale, scale, activation=activation, want_amax=True,
+                                                 dtype=jnp.dtype(dtype).name, want_sum=want_sum)  # fmt: skip
     return (q, qt, amax[0]) + tuple(col_sum)

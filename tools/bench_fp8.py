@@ -189,7 +189,8 @@ def delayed_layer(x, w, bias, ct):
 
     def run(x, w, bias, ct):
         y, vjp = jax.vjp(layer, x, w, bias, history)
-        return y, vjp(ct)[:3], vjp(ct)[3]
+        grads = vjp(ct)
+        return y, grads[:3], grads[3]
 
     return run
 
