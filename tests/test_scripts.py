@@ -196,6 +196,15 @@ def test_example_kernels_checks_both_backends_and_says_it_times_on_a_gpu_only():
     assert rc == 1 and "need a GPU" in err, err
 
 
+def test_example_kernels_checks_the_delayed_recipe_after_its_histories_warm_up():
+    """The LM's delayed fp8 gradient against bf16's, within e4m3's rounding: only once the
+    amax histories have been written back for as many steps as the model is deep."""
+    _needs_example_packages()
+    tool = os.path.join(ROOT, "tools", "example_kernels.py")
+    rc, out, err = run(tool, "--example", "lm", "--size", "cpu", "--check", "--backends", "jaxgemm,fp8-delayed")
+    assert rc == 0 and "jaxgemm / fp8-delayed" in out, out + err
+
+
 def test_bench_parallel_runs_every_workload_on_host_devices(tmp_path):
     """tools/bench_parallel.py's three workloads (dp, tp, and the rings' sp) on 1 and 2 host
     devices: both backends agree and its JSON has every row (the GPU sessions rely on it)."""

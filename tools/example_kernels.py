@@ -3,7 +3,11 @@ gradient (forward + backward) of examples/train_cnn.py's or train_lm.py's model,
 backend and XLA's on the same parameters and batch, kernels named and summed per name
 (median over iterations). The optimizer's update is the same on both sides and left out.
     python3 -P tools/example_kernels.py [--example cnn|lm] [--size gpu|cpu] [--iterations 20] [--top 20]
-`--check` runs each gradient once without timing (any machine; what the tests run).
+        [--backends jaxgemm,xla]
+`--backends` takes any of the example's backends (e.g. jaxgemm,fp8-delayed for the LM's fp8
+recipe against bf16; a delayed recipe's gradient includes its amax histories, as in training).
+`--check` runs each gradient once without timing (any machine; what the tests run) and
+compares the first two backends' gradients.
 """
 
 import argparse
@@ -16,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+import jaxgemm.flax as jf
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
@@ -38,13 +44,37 @@ def example_inputs(name, size):
 
 
 def gradient_fn(ex, model):
-    """jit(state, x, y) -> the loss's gradient, a pure function of the model's state."""
+    """jit(state, x, y) -> the loss's gradient, a pure function of the model's state (the
+    gradient holds the fp8 recipes' updated amax histories too, as update_step's), and the
+    model's state."""
     graphdef, state = nnx.split(model)
 
     def grads(state, x, y):
-        return nnx.grad(ex.loss_fn)(nnx.merge(graphdef, state), x, y)
+        wrt = nnx.DiffState(0, jf.FP8_TRAINABLE)
+        return nnx.grad(ex.loss_fn, argnums=wrt)(nnx.merge(graphdef, state), x, y)
 
     return jax.jit(grads), state
+
+
+def warmed_gradient_fn(ex, model, x, y, steps=1):
+    """gradient_fn after `steps` steps that write the amax histories back. A delayed recipe's
+    first step quantizes at scale 1 (its gradients flush), and a layer's gradient amax is
+    right only once the layers after it had right scales: one step more per layer deep."""
+    fn, state = gradient_fn(ex, model)
+    if not nnx.state(model, jf.Fp8History):
+        return fn, state
+    for _ in range(steps):
+        jf.write_fp8_histories(model, fn(state, x, y))
+        state = nnx.state(model)
+    return fn, state
+
+
+def checked_gradient(ex, model, x, y):
+    """The parameters' gradients (after 16 warm-up steps: the history's length) as float64
+    arrays."""
+    fn, state = warmed_gradient_fn(ex, model, x, y, steps=16)
+    params = jf.write_fp8_histories(model, fn(state, x, y))
+    return [np.asarray(g, np.float64) for g in jax.tree.leaves(params)]
 
 
 def kernel_medians(fn, args, iterations):
@@ -76,6 +106,7 @@ def main(argv=None):
     parser.add_argument("--size", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--backends", default="jaxgemm,xla", help="comma-separated backends of the example")
     parser.add_argument("--check", action="store_true", help="run each gradient once, no timing")
     args = parser.parse_args(argv)
     if not args.check and jax.default_backend() != "gpu":
@@ -83,18 +114,23 @@ def main(argv=None):
                  "--check runs the gradients once anywhere")
     ex, make_model, (x, y) = example_inputs(args.example, args.size)
     x, y = jnp.asarray(x), jnp.asarray(y)
+    backends = args.backends.split(",")
+    if len(backends) < (2 if args.check else 1):
+        sys.exit(f"example_kernels: --check compares two backends, got --backends {args.backends}")
     grads = {}
-    for backend in ("jaxgemm", "xla"):
-        fn, state = gradient_fn(ex, make_model(backend))
+    for backend in backends:
         if args.check:
-            grads[backend] = [np.asarray(g, np.float64) for g in jax.tree.leaves(fn(state, x, y))]
+            grads[backend] = checked_gradient(ex, make_model(backend), x, y)
         else:
+            fn, state = warmed_gradient_fn(ex, make_model(backend), x, y)
             show(backend, kernel_medians(fn, (state, x, y), args.iterations), args.top)
-    if args.check:  # the same parameters and batch: the same gradients, to the dtype's rounding
-        pairs = zip(grads["jaxgemm"], grads["xla"])
+    if args.check:  # the same parameters and batch: the same gradients, to the inputs' rounding
+        first, second = backends[:2]
+        tolerance = 0.25 if any(b.startswith("fp8") for b in (first, second)) else 0.05  # (e4m3: 3 mantissa bits)
+        pairs = zip(grads[first], grads[second])
         worst = max(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30) for a, b in pairs)
-        print(f"{len(grads['xla'])} gradients; largest relative difference jaxgemm / xla {worst:.1e}")
-        if not np.isfinite(worst) or worst > 0.05:
+        print(f"{len(grads[second])} gradients; largest relative difference {first} / {second} {worst:.1e}")
+        if not np.isfinite(worst) or worst > tolerance:
             sys.exit(1)
 
 
