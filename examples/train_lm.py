@@ -56,7 +56,9 @@ The CPU defaults (d_model 128, 2 layers, context 64, 300 steps of 32 sequences) 
 about a minute per backend on two cores (--compare: under 3 minutes in all) and end well
 below the corpus's unigram entropy, the loss of a model that knows only byte frequencies.
 `--size gpu` trains a ~100M-parameter model (d_model 1024, 8 layers, context 512) in
-bfloat16, where jaxgemm's tensor-core kernels do the work.
+bfloat16, where jaxgemm's tensor-core kernels do the work. Its attention is cuDNN's fused
+(flash) attention on a GPU (`--attention auto`, the default; `--attention xla`: XLA's, which
+writes every score), the same for every backend: only the projections differ.
 With several devices, each step's batch is split over all of them (data parallelism; the
 parameters are replicated and jit partitions every jaxgemm op like its jnp equivalent).
 On a CPU, jaxgemm lowers its ops to XLA's own dot and convolution (`JAXGEMM_CPU=ffi` runs
@@ -101,6 +103,7 @@ class Config:
     dtype: str  # the GEMMs' operand dtype; parameters and optimizer state stay float32
     experts: int = 0  # > 0: each block's MLP is a mixture of experts (MoE)
     top_k: int = 2  # experts per token
+    attention: str = "auto"  # jax.nn.dot_product_attention's implementation (attention_implementation)
 
 
 SIZES = {
@@ -205,6 +208,16 @@ class MoE(nnx.Module):
         return jnp.zeros_like(tokens).at[order // self.top_k].add(y).reshape(shape)
 
 
+def attention_implementation(cfg):
+    """"xla" or "cudnn" for cfg.attention: "auto" takes cuDNN's fused (flash) attention on an
+    NVIDIA GPU for 16-bit activations (what a GPU user runs; XLA's attention writes the
+    whole score matrix), XLA's elsewhere. Both backends and every fp8 recipe share it: the
+    attention is not a jaxgemm op."""
+    if cfg.attention != "auto":
+        return cfg.attention
+    return "cudnn" if jax.default_backend() == "gpu" and jnp.dtype(cfg.dtype).itemsize == 2 else "xla"
+
+
 class Block(nnx.Module):
     """A pre-LayerNorm transformer block: causal self-attention, then a GELU MLP (or MoE)."""
 
@@ -212,6 +225,7 @@ class Block(nnx.Module):
         d, kw = cfg.d_model, dict(backend=backend, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
         out_std = 0.02 / math.sqrt(2 * cfg.n_layers)  # GPT-2: residual branches start small
         self.n_heads = cfg.n_heads
+        self.attention = attention_implementation(cfg)
         self.ln1 = nnx.LayerNorm(d, rngs=rngs)
         self.qkv = common.Dense(d, 3 * d, **kw)  # q, k and v projections in one GEMM
         self.proj = common.Dense(d, d, std=out_std, **kw)
@@ -225,7 +239,8 @@ class Block(nnx.Module):
         b, t, d = x.shape
         q, k, v = jnp.split(self.qkv(self.ln1(x)), 3, axis=-1)
         heads = lambda z: z.reshape(b, t, self.n_heads, d // self.n_heads)  # noqa: E731
-        att = jax.nn.dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        att = jax.nn.dot_product_attention(heads(q), heads(k), heads(v), is_causal=True,
+                                           implementation=self.attention)  # fmt: skip
         x = x + self.proj(att.reshape(b, t, d))
         return x + self.mlp(self.ln2(x))
 
@@ -326,8 +341,12 @@ def main(argv=None):
     parser.add_argument("--prompt", default="The ")
     parser.add_argument("--experts", type=int, default=0, help="> 0: mixture-of-experts MLPs of this many experts")
     parser.add_argument("--top-k", type=int, default=2, help="experts per token (with --experts)")
+    parser.add_argument("--attention", choices=("auto", "xla", "cudnn"), default="auto",
+                        help="the attention's implementation (auto: cuDNN's on a GPU for 16-bit activations)")
     args = parser.parse_args(argv)
-    cfg = dataclasses.replace(common.config(args, SIZES), experts=args.experts, top_k=args.top_k)
+    cfg = dataclasses.replace(common.config(args, SIZES), experts=args.experts, top_k=args.top_k,
+                              attention=args.attention)  # fmt: skip
+    cfg = dataclasses.replace(cfg, attention=attention_implementation(cfg))  # (the one in the report)
     if cfg.experts and not 1 <= cfg.top_k <= cfg.experts:
         parser.error(f"--top-k {cfg.top_k} must be between 1 and --experts {cfg.experts}")
     backends = common.backends(parser, args)

@@ -128,7 +128,7 @@ def gemm_workspace_bytes(a_shape, b_shape, dtype, config: GemmConfig, split_k: i
     return int(_ffi.gemm_workspace_bytes(m, n, k, batch, sm_count, split_k,
                                          KERNEL_FAMILIES[config.kernel], *tile, runs_as_tf32(dtype, config, platform),
                                          config.transpose_a, config.transpose_b, _float_output(dtype, config),
-                                         uses_dynamic_tiles(config), jnp.dtype(dtype) == jnp.float8_e4m3fn))
+                                         uses_dynamic_tiles(config), jnp.dtype(dtype).itemsize == 1))
 
 
 def call_gemm_ffi(a, b, *, config: GemmConfig, out_shape, split_k: int = 1, activation: int = 0, beta: float = 0.0,

@@ -4,6 +4,7 @@
     s = x, or in the gradient's form s = dy * act'(at)   (a layer's dz)
     amax:     the largest |s| of each row and of each column (and the column sums of s)
     quantize: q = e4m3(s * (1 / row_scale)) (R, C), qt = e4m3(s^T * (1 / col_scale)) (C, R)
+              (or both in e5m2, a gradient's format)
 
 with scale = amax / 448 (1 where a row or column is all zeros; at least float32's smallest
 normal, so that 1 / scale stays finite). q feeds the product that contracts the columns, qt
@@ -34,7 +35,7 @@ from jaxgemm.primitive import Op, Result, Rule, all_to_front, define
 
 E4M3 = jnp.float8_e4m3fn
 E4M3_MAX = float(jnp.finfo(E4M3).max)  # 448
-E5M2 = jnp.float8_e5m2  # (a gradient's wider range: fp8.dense's grad_format="e5m2"; jnp only)
+E5M2 = jnp.float8_e5m2  # (a gradient's wider range: fp8.dense's grad_format="e5m2")
 AMAX_ROWS = 128  # rows per partial column sum of the amax pass (kAmaxRows)
 
 
@@ -148,9 +149,9 @@ def _quantize_rule(x, *rest, activation, dtype, want_amax=False, want_sum=False)
 def _quantize_local(x, *rest, activation, dtype, want_amax=False, want_sum=False, platform, axes):
     at, (row_scale, col_scale) = (rest[0] if len(rest) == 3 else None), rest[-2:]
     rows, cols = x.shape
-    if _on_kernel(x, platform) and jnp.dtype(dtype) == E4M3:  # (the kernels write e4m3)
-        f32 = jnp.float32
-        results = (jax.ShapeDtypeStruct((rows, cols), E4M3), jax.ShapeDtypeStruct((cols, rows), E4M3),
+    if _on_kernel(x, platform):  # (the kernel writes e4m3 or e5m2: q's dtype)
+        f32, fp8 = jnp.float32, jnp.dtype(dtype)
+        results = (jax.ShapeDtypeStruct((rows, cols), fp8), jax.ShapeDtypeStruct((cols, rows), fp8),
                    jax.ShapeDtypeStruct((1 if want_amax else 0,), f32),
                    jax.ShapeDtypeStruct((-(-rows // AMAX_ROWS), cols) if want_sum else (0,), f32))  # fmt: skip
         q, qt, amax, partials = jax.ffi.ffi_call("jaxgemm_fp8_quantize", results)(
@@ -276,22 +277,25 @@ def quantize_blocks_both(x, at=None, activation=None, *, tiles=False, want_sum=F
                                             want_sum=want_sum, dtype=jnp.dtype(dtype).name))  # fmt: skip
 
 
-def _matrix_source(name, x, at, activation):
+def _matrix_source(name, x, at, activation, dtype):
     """The passes' operands (x, or x and at in x's dtype) and activation (None without at),
-    or a ValueError naming the shapes unless x is (R, C) and at like it."""
+    or a ValueError naming the shapes unless x is (R, C) and at like it, and dtype e4m3 or
+    e5m2."""
     if x.ndim != 2 or (at is not None and at.shape != x.shape):
         raise ValueError(f"{name}: needs x (R, C) and at like it, got x{x.shape}"
                          + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
+    if jnp.dtype(dtype) not in (jnp.dtype(E4M3), jnp.dtype(E5M2)):
+        raise ValueError(f"{name}: dtype must be float8_e4m3fn or float8_e5m2, got {jnp.dtype(dtype)}")
     return ((x,) if at is None else (x, at.astype(x.dtype))), (None if at is None else activation)
 
 
 def quantize_both(x, at=None, activation=None, *, want_sum=False, dtype=E4M3):
-    """x (R, C), or dz = x * act'(at) where `at` is given, in e4m3 (or `dtype` float8_e5m2,
-    in jnp) both ways:
+    """x (R, C), or dz = x * act'(at) where `at` is given, in e4m3 (or `dtype` float8_e5m2)
+    both ways:
     (q (R, C), row scales (R, 1), qt (C, R), column scales (C, 1)), and with want_sum the
     column sums of the source in float32 (C,) after them (a bias gradient). `activation`: a
     canonical name (activations.canonical) or None."""
-    operands, activation = _matrix_source("quantize_both", x, at, activation)
+    operands, activation = _matrix_source("quantize_both", x, at, activation, dtype)
     row_amax, col_amax, *col_sum = fp8_amax_op.bind(*operands, activation=activation, want_sum=want_sum)
     row_scale, col_scale = scales_of(row_amax, dtype), scales_of(col_amax, dtype)
     q, qt = fp8_quantize_op.bind(*operands, row_scale, col_scale, activation=activation, dtype=jnp.dtype(dtype).name)
@@ -299,12 +303,12 @@ def quantize_both(x, at=None, activation=None, *, want_sum=False, dtype=E4M3):
 
 
 def quantize_tensor(x, scale, at=None, activation=None, *, want_sum=False, dtype=E4M3):
-    """x (R, C), or dz = x * act'(at), in e4m3 (or `dtype` float8_e5m2, in jnp) both ways
-    with one given float32 `scale` for the whole tensor, in one pass: (q (R, C), qt (C, R),
+    """x (R, C), or dz = x * act'(at), in e4m3 (or `dtype` float8_e5m2) both ways with one
+    given float32 `scale` for the whole tensor, in one pass: (q (R, C), qt (C, R),
     amax), amax the largest |source| (a float32 scalar, over every device that holds part
     of it), and with want_sum the column sums (C,) after them. Delayed scaling's pass: the
     scale comes from earlier steps' amax, this step's is recorded for the next."""
-    operands, activation = _matrix_source("quantize_tensor", x, at, activation)
+    operands, activation = _matrix_source("quantize_tensor", x, at, activation, dtype)
     scale = jnp.reshape(jnp.asarray(scale, jnp.float32), (1,))
     q, qt, amax, *col_sum = fp8_quantize_op.bind(*operands, scale, scale, activation=activation, want_amax=True,
                                                  dtype=jnp.dtype(dtype).name, want_sum=want_sum)  # fmt: skip

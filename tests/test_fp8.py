@@ -102,6 +102,18 @@ def _dequantized64_as(a, dtype):
     return np.asarray(q.astype(jnp.float32), np.float64) * np.asarray(s, np.float64)
 
 
+def assert_e5m2_products_on_the_kernel(backward, *args):
+    """Where the fp8 kernel runs (a Hopper GPU, the CPU's FFI reference), the backward's
+    two products are fp8 GEMM calls of an e5m2 operand beside an e4m3 one: dz w^T
+    (e5m2 first) and x^T dz (e5m2 second); none dequantizes."""
+    if jax.default_backend() == "cpu" and jaxgemm.xla_cpu.enabled("cpu") or (jax.default_backend() == "gpu"
+                                                                          and not _hopper()):  # fmt: skip
+        return
+    calls = _ffi_gemm_operands(backward.lower(*args).compile().as_text())
+    firsts = sorted(c.split("f8")[1].split("[")[0] for c in calls)
+    assert len(calls) == 2 and firsts == ["e4m3fn", "e5m2"] and all("f8e5m2[" in c for c in calls), calls
+
+
 @pytest.mark.parametrize("scaling", CURRENT_SCALINGS)
 def test_e5m2_gradients(scaling):
     """grad_format="e5m2" (the HYBRID recipe): the same forward, dz quantized to e5m2 in both
@@ -123,6 +135,8 @@ def test_e5m2_gradients(scaling):
     assert _rel(grads5[2], grads4[2]) <= 1e-5  # dbias = sum(dz): no format in it (summed in another order)
     jaxpr = str(jax.make_jaxpr(lambda x: vjp5(dy))(x))
     assert "f8_e5m2" in jaxpr and "f8_e4m3fn" in jaxpr
+    if scaling == "rowwise":
+        assert_e5m2_products_on_the_kernel(jax.jit(vjp5), dy)
     if scaling == "rowwise" and not _hopper():
         z = jaxgemm.fp8.dense(x, w, b)
         dz = dy * jaxgemm.activations.derivative("gelu", z)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
-from test_fp8 import QUANTIZATION_BOUND, _exact_bound, _layer, _rel
+from test_fp8 import QUANTIZATION_BOUND, _exact_bound, _layer, _rel, assert_e5m2_products_on_the_kernel
 
 import jaxgemm
 from jaxgemm.fp8 import E4M3_MAX, AmaxHistory, amax_history
@@ -104,7 +104,9 @@ def test_e5m2_gradients():
     dz = _dz(x, w, b, dy, history)
     layer = lambda x, w, b, h: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h,  # noqa: E731
                                                  grad_format="e5m2")  # fmt: skip
-    dx, dw, db, new = jax.vjp(layer, x, w, b, history)[1](dy)
+    backward = jax.vjp(layer, x, w, b, history)[1]
+    dx, dw, db, new = backward(dy)
+    assert_e5m2_products_on_the_kernel(jax.jit(backward), dy)
     exact = jax.vjp(lambda x, w, b: jax.nn.gelu(jnp.dot(x, w, precision="highest") + b), x, w, b)[1](dy)
     for ours, theirs in zip((dx, dw, db), exact):
         assert _rel(ours, theirs) <= 2 * QUANTIZATION_BOUND

@@ -1,4 +1,4 @@
-"""jaxgemm.quantize: a matrix (or a layer's dz = dy * act'(at)) quantized to e4m3 in both
+"""jaxgemm.quantize: a matrix (or a layer's dz = dy * act'(at)) quantized to e4m3 (or e5m2) in both
 orientations by the two passes (amax, then q and qt), against jnp's per-row quantizer on
 the matrix and its transpose: the kernels where the shape fits (rows % 16, columns % 8),
 jnp elsewhere; NaN and zero rows; sharded jit (amax all-reduces only); vmap; bad input.
@@ -56,8 +56,9 @@ def test_tiny_amax_scales_no_zero_into_nan():
 
 
 def test_e5m2():
-    """dtype=float8_e5m2 (fp8.dense's grad_format="e5m2"): both passes and the block pass in
-    jnp on any platform (the kernels write e4m3), the e5m2 quantizers' values and scales."""
+    """dtype=float8_e5m2 (fp8.dense's grad_format="e5m2") in the gradient's form: the two
+    passes (the kernels) and the block pass (jnp: its kernel writes e4m3) against the e5m2
+    quantizers' values and scales."""
     rng = np.random.default_rng(12)
     dy, at = (jnp.asarray(rng.standard_normal((256, 128)), jnp.float32) for _ in range(2))
     dz = dy * activations.derivative("gelu", at)
@@ -74,6 +75,35 @@ def test_e5m2():
             assert np.mean(g != w) <= 2e-3 and np.linalg.norm(g - w) <= 1e-2 * np.linalg.norm(w)
         else:
             np.testing.assert_allclose(g, w, rtol=1e-5)
+
+
+def _e5m2_values(shape, seed):
+    """float32 values over e5m2's whole range at scale 1 / 64: subnormals (below 2^-14 x
+    scale), normals, some beyond 57344 x scale (saturated), a zero row. (No NaN: XLA's CPU
+    max drops it in long rows, so jnp's reference would; test_nan_and_zero_rows has one.)"""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-22, 12, shape)).astype(np.float32)
+    x[2] = 0.0
+    return jnp.asarray(x, jnp.float32)
+
+
+@pytest.mark.parametrize("shape", [(256, 384), (17, 24)])  # the last: jnp
+def test_e5m2_passes_match_jnp_bit_for_bit(shape):
+    """The kernels' e5m2 (cvt's rounding and saturation; the CPU reference's own
+    conversion) as jnp's e5m2 quantizer: both passes, and the single pass with a given scale."""
+    e5m2 = jnp.float8_e5m2
+    x = _e5m2_values(shape, shape[0])
+    both = jax.jit(lambda x: quantize_both(x, dtype=e5m2))
+    on_kernel = shape[0] % 16 == 0 and not xla_cpu.enabled(jax.default_backend())
+    assert ("jaxgemm_fp8_quantize" in both.lower(x).as_text()) == on_kernel
+    got = both(x)
+    _exact(got, _on_host(lambda s: quantize_rows(s, e5m2) + quantize_rows(s.T, e5m2), x))
+    scale = jnp.float32(1 / 64)
+    got = jax.jit(lambda x: quantize_tensor(x, scale, dtype=e5m2))(x)
+    want = _on_host(lambda s: (to_fp8(s, scale, e5m2), to_fp8(s.T, scale, e5m2), jnp.max(jnp.abs(s))), x)
+    _exact(got, want)
+    q = np.asarray(got[0], np.float32)
+    assert np.nanmax(q) == 57344.0 and np.any((q != 0) & (np.abs(q) < 2.0**-14))  # (saturated; subnormals)
 
 
 def _exact(got, want):
@@ -197,6 +227,8 @@ def test_ffi_contract(call, results, words):
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"needs x \(R, C\).*x\(2, 3, 4\)"):
         quantize_both(jnp.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match="dtype must be float8_e4m3fn or float8_e5m2, got bfloat16"):
+        quantize_tensor(jnp.ones((16, 8)), 1.0, dtype=jnp.bfloat16)
     with pytest.raises(ValueError, match=r"at\(3, 2\)"):
         quantize_both(jnp.ones((2, 3)), jnp.ones((3, 2)), "gelu")
 

@@ -1,7 +1,7 @@
 """jaxgemm.scaled_matmul on one device, against a float64 reference and jax.nn.scaled_matmul:
 fp8 and 16/32-bit operands, per-tensor, per-row and 1 x 128 block scales; the fp8 kernel
-(where it runs, ragged sizes, every output dtype, the FFI's contract); bad input; jit and
-vmap. Sharded: test_scaled_sharding.py."""
+(where it runs, ragged sizes, every output dtype, e5m2 beside e4m3, the FFI's contract);
+bad input; jit and vmap. Sharded: test_scaled_sharding.py."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jaxgemm
-from jaxgemm import _ffi, xla_cpu
+from jaxgemm import _ffi, scaled, xla_cpu
 from jaxgemm.scaled import runs_on_fp8_kernel
 
 F8 = (jnp.float8_e4m3fn, jnp.float8_e5m2)
@@ -43,8 +43,9 @@ FP8_KERNEL_BOUND = 3e-3
 
 def _bound(args, exact=1e-6):
     """float32 rounding of the float64 definition, or the fp8 kernel's bound where any shard
-    of these e4m3 operands may run on it (a GPU; the CPU's FFI reference sums in float32)."""
-    return FP8_KERNEL_BOUND if _hopper() and args[0].dtype == jnp.float8_e4m3fn else exact
+    of these operands (e4m3, or e5m2 beside e4m3) may run on it (a GPU; the CPU's FFI
+    reference sums in float32)."""
+    return FP8_KERNEL_BOUND if _hopper() and scaled._fp8_pair(args[0], args[1]) else exact
 
 
 def _hopper():
@@ -93,22 +94,26 @@ def _fp8_kernel_platform():
 @pytest.mark.parametrize("dtypes, kb, k, on_kernel", [
     ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 1, 256, True),
     ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 2, 256, False),  # block scales: test_block_scaled.py
-    ((jnp.float8_e5m2, jnp.float8_e4m3fn), 1, 256, False),
+    ((jnp.float8_e5m2, jnp.float8_e4m3fn), 1, 256, True),  # a gradient's format beside e4m3
+    ((jnp.float8_e4m3fn, jnp.float8_e5m2), 1, 256, True),
+    ((jnp.float8_e5m2, jnp.float8_e5m2), 1, 256, False),
     ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 1, 40, False),  # rows of 40 bytes: no TMA
     ((jnp.bfloat16, jnp.bfloat16), 1, 256, False),
 ])  # fmt: skip
 def test_fp8_kernel_runs_where_it_can(dtypes, kb, k, on_kernel):
-    """e4m3 operands with one scale per row and 16-byte rows are multiplied by the GEMM
-    kernel in fp8 (its custom call takes f8e4m3fn operands); anything else dequantizes."""
+    """e4m3 operands (or e5m2 beside e4m3) with one scale per row and 16-byte rows are
+    multiplied by the GEMM kernel in fp8 (its custom call takes the fp8 operands); anything
+    else dequantizes."""
     platform = _fp8_kernel_platform()
     lhs, rhs, ls, rs = _operands(20, 1, 16, 32, k, kb)
     lhs, rhs = lhs.astype(jnp.float32).astype(dtypes[0]), rhs.astype(jnp.float32).astype(dtypes[1])
     assert runs_on_fp8_kernel(lhs, rhs, ls, platform) == on_kernel
     calls = _ffi_gemm_operands(jax.jit(jaxgemm.scaled_matmul).lower(lhs, rhs, ls, rs).compile().as_text())
-    assert (len(calls) == 1 and calls[0].count("f8e4m3fn[") == 2) == on_kernel, calls
+    fp8 = [jnp.dtype(d).name.replace("float8_", "f8") + "[" for d in dtypes]
+    assert (len(calls) == 1 and all(calls[0].count(t) == fp8.count(t) for t in fp8)) == on_kernel, calls
     if on_kernel:  # the scales are the kernel's epilogue operands (no XLA pass after it)
         assert calls[0].count("f32[1,16]") == 1 and calls[0].count("f32[1,32]") == 1, calls
-    assert _rel(jaxgemm.scaled_matmul(lhs, rhs, ls, rs), _reference(lhs, rhs, ls, rs)) <= _bound((lhs,))
+    assert _rel(jaxgemm.scaled_matmul(lhs, rhs, ls, rs), _reference(lhs, rhs, ls, rs)) <= _bound((lhs, rhs))
 
 
 @pytest.mark.parametrize("transpose_b, split_k, out_dtype, words", [
@@ -142,6 +147,32 @@ def test_fp8_kernel_sizes_and_outputs(b, m, n, k, out_dtype):
     assert _rel(out, _reference(*args)) <= bound
 
 
+@pytest.mark.parametrize("dtypes", [(jnp.float8_e5m2, jnp.float8_e4m3fn), (jnp.float8_e4m3fn, jnp.float8_e5m2)])
+@pytest.mark.parametrize("out_dtype", [jnp.float32, jnp.bfloat16])
+def test_fp8_kernel_takes_e5m2_beside_e4m3(dtypes, out_dtype):
+    """A gradient's e5m2 beside e4m3, either side (fp8.dense's grad_format="e5m2": dx = dz w^T
+    and dw = x^T dz), on ragged tiles, batched, values down to e5m2's subnormals: within
+    the kernel's bound (float32) or bfloat16's rounding of the float64 definition."""
+    _fp8_kernel_platform()
+    b, m, n, k = 2, 129, 257, 1040
+    lhs, rhs, ls, rs = _operands(31, b, m, n, k, 1)
+    tiny = jnp.asarray(2.0 ** np.random.default_rng(32).integers(-17, 0, (b, m, k)), jnp.float32)
+    lhs, rhs = (lhs.astype(jnp.float32) * tiny).astype(dtypes[0]), rhs.astype(jnp.float32).astype(dtypes[1])
+    out = jaxgemm.scaled_matmul(lhs, rhs, ls, rs, preferred_element_type=out_dtype)
+    assert out.shape == (b, m, n) and out.dtype == out_dtype
+    bound = _bound((lhs, rhs)) if out_dtype == jnp.float32 else 1e-2
+    assert _rel(out, _reference(lhs, rhs, ls, rs)) <= bound
+
+
+def test_fp8_ffi_refuses_two_e5m2_operands():
+    """e5m2 x e5m2 (two gradients) has no kernel: a clear error from the handler."""
+    _fp8_kernel_platform()
+    lhs, rhs, _, _ = _operands(22, 1, 16, 32, 64, 1, jnp.float8_e5m2)
+    config = jaxgemm.gemm.GemmConfig(transpose_b=True, out_dtype=jnp.dtype(jnp.float32))
+    with pytest.raises(Exception, match="float8_e4m3fn beside float8_e5m2"):
+        jax.block_until_ready(jaxgemm.gemm.call_gemm_ffi(lhs, rhs, config=config, out_shape=(1, 16, 32)))
+
+
 @pytest.mark.parametrize("out_dtype, bound", [(jnp.bfloat16, 1e-2), (jnp.float16, 2e-3)])
 def test_preferred_element_type(out_dtype, bound):
     args = _operands(3, 1, 16, 32, 512, 4, jnp.float8_e5m2, jnp.bfloat16)
@@ -155,7 +186,7 @@ def test_per_tensor_and_e8m0_scales():
     lhs, rhs, _, _ = _operands(4, 1, 8, 16, 128, 1)
     lhs_scales, rhs_scales = jnp.full((1, 8, 1), 0.5), jnp.full((1, 16, 1), 3.0)
     out = jaxgemm.scaled_matmul(lhs, rhs, lhs_scales, rhs_scales)
-    assert _rel(out, _reference(lhs, rhs, lhs_scales, rhs_scales)) <= _bound((lhs,))
+    assert _rel(out, _reference(lhs, rhs, lhs_scales, rhs_scales)) <= _bound((lhs, rhs))
     e8 = jnp.asarray(2.0 ** np.random.default_rng(5).integers(-3, 3, (1, 8, 4)), jnp.float8_e8m0fnu)
     args = (lhs, rhs, e8, jnp.ones((1, 16, 4), jnp.float8_e8m0fnu))
     assert _rel(jaxgemm.scaled_matmul(*args), _reference(*args)) <= 1e-6

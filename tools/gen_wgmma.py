@@ -81,8 +81,9 @@ namespace jaxgemm {
 """
 
 HEAD_FP8 = COMMON + """// Here the fp8 forms, D[64 x N] (+)= A[64 x 32] B[32 x N], both operands K-major: e4m3 x
-// e4m3 for the forward, e5m2 x e4m3 for a gradient times a weight (tools/wgmma_rate.cu and
-// tools/fp8_wgmma_check.cu time and check them).
+// e4m3 for the forward, e5m2 x e4m3 for a gradient times a weight, e4m3 x e5m2 for an
+// input times a gradient (tools/wgmma_rate.cu and tools/fp8_wgmma_check.cu time and check
+// them).
 #pragma once
 #include <cstdint>
 
@@ -103,7 +104,7 @@ for n in (64, 128, 256):
 # The swapped tiles' width (16-bit only): 160 rows of D as the kernel's columns.
 for dt in ("bf16", "f16"):
     sixteen_bit.append(wrapper(160, dt))
-fp8 = [wrapper(n, a, b) for n in (64, 128, 192, 256) for a, b in (("e4m3", "e4m3"), ("e5m2", "e4m3"))]
+fp8 = [wrapper(n, a, b) for n in (64, 128, 192, 256) for a, b in (("e4m3", "e4m3"), ("e5m2", "e4m3"), ("e4m3", "e5m2"))]
 
 if __name__ == "__main__":
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ffi_src", "gemm", "sm90")

@@ -5,7 +5,7 @@
 
 namespace jaxgemm {
 
-enum class ElementType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kF8E4M3 = 3 };
+enum class ElementType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kF8E4M3 = 3, kF8E5M2 = 4 };
 
 // What the host side knows of each element type, one row per type in the enum's order:
 // adding a type is a row here, its device type in common/element_dispatch.cuh (or, for a
@@ -24,6 +24,7 @@ inline constexpr ElementInfo kElementInfo[] = {
     {ElementType::kF16, "float16", 2, false},
     {ElementType::kBF16, "bfloat16", 2, false},
     {ElementType::kF8E4M3, "float8_e4m3fn", 1, true},  // GEMM inputs only, on sm90 (IsFloat8)
+    {ElementType::kF8E5M2, "float8_e5m2", 1, true},    // the same, beside an e4m3 operand
 };
 inline constexpr int kElementTypes = static_cast<int>(sizeof(kElementInfo) / sizeof(kElementInfo[0]));
 
@@ -45,8 +46,9 @@ inline int ElementBytes(ElementType t) { return kElementInfo[static_cast<int>(t)
 inline bool WgmmaKMajorOnly(ElementType t) { return kElementInfo[static_cast<int>(t)].wgmma_k_major_only; }
 
 // 8-bit floats: inputs of the sm90 GEMM only (both operands K-major, a 16-bit or float32
-// output, no epilogue operands); every other kernel and handler refuses them.
-inline bool IsFloat8(ElementType t) { return t == ElementType::kF8E4M3; }
+// output, no epilogue operands); every other kernel and handler refuses them. e4m3 pairs
+// with itself or with e5m2 (a gradient's format), e5m2 with e4m3 only.
+inline bool IsFloat8(ElementType t) { return t == ElementType::kF8E4M3 || t == ElementType::kF8E5M2; }
 
 // Host-side half conversions (the CPU reference sees raw 16-bit words). Device code
 // uses cuda_fp16.h / cuda_bf16.h instead.
@@ -122,12 +124,30 @@ inline float E4m3BitsToFloat(uint8_t h) {
   return (h & 0x80u) ? -magnitude : magnitude;
 }
 
+// float8_e5m2: sign, 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like: S.11111.00 is
+// infinity, S.11111.xx NaN.
+inline float E5m2BitsToFloat(uint8_t h) {
+  const uint32_t exp = (h >> 2) & 0x1fu, man = h & 0x3u;
+  float magnitude;
+  if (exp == 0x1f) {
+    uint32_t special = man == 0 ? 0x7f800000u : 0x7fc00000u;
+    std::memcpy(&magnitude, &special, 4);
+  } else if (exp == 0) {
+    magnitude = static_cast<float>(man) * (1.f / 65536.f);  // subnormal: man / 4 * 2^-14
+  } else {
+    uint32_t u = ((exp + 112u) << 23) | (man << 21);  // rebias 15 -> 127
+    std::memcpy(&magnitude, &u, 4);
+  }
+  return (h & 0x80u) ? -magnitude : magnitude;
+}
+
 inline float LoadAsFloat(const void* base, int64_t i, ElementType t) {
   switch (t) {
     case ElementType::kF32: return static_cast<const float*>(base)[i];
     case ElementType::kF16: return F16BitsToFloat(static_cast<const uint16_t*>(base)[i]);
     case ElementType::kBF16: return Bf16BitsToFloat(static_cast<const uint16_t*>(base)[i]);
     case ElementType::kF8E4M3: return E4m3BitsToFloat(static_cast<const uint8_t*>(base)[i]);
+    case ElementType::kF8E5M2: return E5m2BitsToFloat(static_cast<const uint8_t*>(base)[i]);
   }
   return 0.f;
 }
@@ -137,7 +157,8 @@ inline void StoreFromFloat(void* base, int64_t i, float v, ElementType t) {
     case ElementType::kF32: static_cast<float*>(base)[i] = v; break;
     case ElementType::kF16: static_cast<uint16_t*>(base)[i] = FloatToF16Bits(v); break;
     case ElementType::kBF16: static_cast<uint16_t*>(base)[i] = FloatToBf16Bits(v); break;
-    case ElementType::kF8E4M3: break;  // (never an output: DecodeGemm)
+    case ElementType::kF8E4M3:
+    case ElementType::kF8E5M2: break;  // (never an output: DecodeGemm)
   }
 }
 

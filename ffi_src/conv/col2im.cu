@@ -47,7 +47,8 @@ cudaError_t LaunchCol2im(const Col2imProblem& p, cudaStream_t stream) {
     case ElementType::kF32: Col2imKernel<float><<<blocks, kThreads, 0, stream>>>(p, g); break;
     case ElementType::kF16: Col2imKernel<__half><<<blocks, kThreads, 0, stream>>>(p, g); break;
     case ElementType::kBF16: Col2imKernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p, g); break;
-    case ElementType::kF8E4M3: return cudaErrorInvalidValue;  // (GEMM inputs only)
+    case ElementType::kF8E4M3:
+    case ElementType::kF8E5M2: return cudaErrorInvalidValue;  // (GEMM inputs only)
   }
   return cudaGetLastError();
 }

@@ -164,7 +164,8 @@ cudaError_t LaunchBiasActGrad(const BiasActGradProblem& p, cudaStream_t stream) 
       case ElementType::kF32: return Launch<float, kAct>(p, stream);
       case ElementType::kF16: return Launch<__half, kAct>(p, stream);
       case ElementType::kBF16: return Launch<__nv_bfloat16, kAct>(p, stream);
-      case ElementType::kF8E4M3: break;  // (GEMM inputs only)
+      case ElementType::kF8E4M3:
+      case ElementType::kF8E5M2: break;  // (GEMM inputs only)
     }
     return cudaErrorInvalidValue;
   });

@@ -3,8 +3,8 @@
 //   amax:     x (rows, cols), at (empty, or like x) -> row_amax (rows,), col_amax (cols,),
 //             col_partials (chunks, cols) or empty, all float32; attribute activation;
 //   quantize: x, at, row_scale (rows,) or (1,), col_scale (cols,) or (1,) float32 ->
-//             q (rows, cols) and qt (cols, rows) float8_e4m3fn, amax (1,) and col_partials
-//             (chunks, cols) float32, each empty when not wanted;
+//             q (rows, cols) and qt (cols, rows) float8_e4m3fn (or both float8_e5m2), amax
+//             (1,) and col_partials (chunks, cols) float32, each empty when not wanted;
 //   block quantize: x, at -> q, q_scale (rows, cols / 128), qt, qt_scale (cols, rows / 128),
 //             col_partials (rows / 128, cols) or empty; attributes activation, tiles.
 #pragma once
@@ -113,10 +113,14 @@ inline ffi::ErrorOr<Fp8QuantizeProblem> DecodeFp8Quantize(const ffi::AnyBuffer& 
   const bool with_q = q.element_count() > 0, with_qt = qt.element_count() > 0;
   p.row_scale_stride = ScaleStride(row_scale, p.rows);
   p.col_scale_stride = ScaleStride(col_scale, p.cols);
-  if ((with_q && (!IsMatrix(q, T::F8E4M3FN, p.rows, p.cols) || p.row_scale_stride < 0)) ||
-      (with_qt && (!IsMatrix(qt, T::F8E4M3FN, p.cols, p.rows) || p.col_scale_stride < 0))) {
-    return fail("q (rows, cols) and qt (cols, rows) must be float8_e4m3fn, with float32 row_scale (rows,) or (1,) "
-                "and col_scale (cols,) or (1,)");
+  // (q and qt in one format, e4m3 or e5m2: the first present one's.)
+  const T format = with_q ? q.element_type() : qt.element_type();
+  p.e5m2 = format == T::F8E5M2;
+  if ((format != T::F8E4M3FN && !p.e5m2) ||
+      (with_q && (!IsMatrix(q, format, p.rows, p.cols) || p.row_scale_stride < 0)) ||
+      (with_qt && (!IsMatrix(qt, format, p.cols, p.rows) || p.col_scale_stride < 0))) {
+    return fail("q (rows, cols) and qt (cols, rows) must be float8_e4m3fn, or both float8_e5m2, with float32 "
+                "row_scale (rows,) or (1,) and col_scale (cols,) or (1,)");
   }
   const bool with_amax = amax.element_count() > 0, sums = col_partials.element_count() > 0;
   if (with_amax && !IsF32Vector(amax, 1)) return fail("amax must be float32 (1,)");

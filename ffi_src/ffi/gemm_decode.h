@@ -81,11 +81,22 @@ inline bool ToElementType(ffi::DataType t, ElementType* out) {
 // The GEMM's operands may also be 8-bit floats (IsFloat8); its output and epilogue
 // operands may not.
 inline bool ToGemmInputType(ffi::DataType t, ElementType* out) {
-  if (t == ffi::DataType::F8E4M3FN) {
-    *out = ElementType::kF8E4M3;
+  if (t == ffi::DataType::F8E4M3FN || t == ffi::DataType::F8E5M2) {
+    *out = t == ffi::DataType::F8E4M3FN ? ElementType::kF8E4M3 : ElementType::kF8E5M2;
     return true;
   }
   return ToElementType(t, out);
+}
+
+// A's and B's types into p (in_type, other_b_fp8): one type of float32, float16, bfloat16
+// or float8_e4m3fn, or float8 e4m3 beside e5m2 in either order.
+inline bool DecodeGemmInputTypes(ffi::DataType a, ffi::DataType b, GemmProblem* p) {
+  ElementType ta, tb;
+  if (!ToGemmInputType(a, &ta) || !ToGemmInputType(b, &tb)) return false;
+  p->in_type = ta;
+  p->other_b_fp8 = ta != tb;
+  if (ta == tb) return ta != ElementType::kF8E5M2;
+  return IsFloat8(ta) && IsFloat8(tb);
 }
 
 // The output's batch dims (dd, the first batch_rank) and each present operand's strides
@@ -187,8 +198,9 @@ inline ffi::ErrorOr<GemmProblem> DecodeGemm(const ffi::AnyBuffer& a, const ffi::
     return fail("operands need equal ranks >= 2 (plus a split dim in the output when split_k > 1)");
   }
   GemmProblem p;
-  if (a.element_type() != b.element_type() || !ToGemmInputType(a.element_type(), &p.in_type)) {
-    return fail("a and b need one dtype of float32, float16, bfloat16, float8_e4m3fn");
+  if (!DecodeGemmInputTypes(a.element_type(), b.element_type(), &p)) {
+    return fail("a and b need one dtype of float32, float16, bfloat16, float8_e4m3fn, or float8_e4m3fn beside "
+                "float8_e5m2");
   }
   if (!ToElementType(d.element_type(), &p.out_type)) return fail("unsupported output dtype");
   if (IsFloat8(p.in_type)) {

@@ -40,7 +40,7 @@ void CpuGemm(const GemmProblem& p) {
       char* d = static_cast<char*>(p.d) + (z * p.split_k + s) * m * n * out_bytes;
       if (off_b + chunk_b != packed_b || p.split_k > 1) {
         b_panel.resize(static_cast<size_t>(k * n));
-        PackPanel(b, p.in_type, p.trans_b, p.ldb, 0, k, n, b_panel.data());
+        PackPanel(b, p.BType(), p.trans_b, p.ldb, 0, k, n, b_panel.data());
         packed_b = off_b + chunk_b;
       }
       a_panel.resize(static_cast<size_t>(std::min(m, kRowBlock) * k));

@@ -15,6 +15,7 @@
 #include "gemm/decode_launch.h"
 #include "gemm/simt_launch.h"
 #include "gemm/sm80_launch.h"
+#include "gemm/sm90/fp8_operands.h"
 #include "gemm/sm90/heuristic.h"
 #include "gemm/sm90/launch.h"
 
@@ -211,14 +212,23 @@ cudaError_t RunFloat8Gemm(const GemmProblem& p, cudaStream_t stream, KernelReque
     tile = ChooseSm90Tile(p, sm_count);
     sm_count = Sm90GridSms(p, sm_count);
   }
-  if (p.out_type == ElementType::kBF16) {
-    return LaunchSm90Gemm<__nv_fp8_e4m3, __nv_bfloat16>(p, tile.m, tile.n, sm_count, stream, workspace);
+  if (p.out_type != ElementType::kBF16 && p.out_type != ElementType::kF32) {
+    *unsupported = "float8 inputs write bfloat16 or float32";
+    return cudaErrorInvalidValue;
   }
-  if (p.out_type == ElementType::kF32) {
-    return LaunchSm90Gemm<__nv_fp8_e4m3, float>(p, tile.m, tile.n, sm_count, stream, workspace);
+  if (p.in_type == ElementType::kF8E5M2 && !p.other_b_fp8) {
+    *unsupported = "float8_e5m2 pairs with float8_e4m3fn only";
+    return cudaErrorInvalidValue;
   }
-  *unsupported = "float8 inputs write bfloat16 or float32";
-  return cudaErrorInvalidValue;
+  auto launch = [&](auto formats) {
+    using TIn = decltype(formats);
+    if (p.out_type == ElementType::kBF16) {
+      return LaunchSm90Gemm<TIn, __nv_bfloat16>(p, tile.m, tile.n, sm_count, stream, workspace);
+    }
+    return LaunchSm90Gemm<TIn, float>(p, tile.m, tile.n, sm_count, stream, workspace);
+  };
+  if (!p.other_b_fp8) return launch(__nv_fp8_e4m3{});  // (TIn: the formats, fp8_operands.h)
+  return p.in_type == ElementType::kF8E5M2 ? launch(Fp8E5m2E4m3{}) : launch(Fp8E4m3E5m2{});
 }
 
 }  // namespace

@@ -112,8 +112,11 @@ struct GemmProblem {
   bool tf32 = false;  // float32 inputs may use tf32 tensor cores
   int64_t lda = 0, ldb = 0, ldd = 0;  // row pitch of the stored matrices, in elements
   BatchLayout batch;
-  ElementType in_type = ElementType::kF32;
+  ElementType in_type = ElementType::kF32;  // A's (and B's, unless other_b_fp8)
   ElementType out_type = ElementType::kF32;
+  // B in the other float8 format than A's: e5m2 x e4m3 or e4m3 x e5m2 (a gradient beside a
+  // weight or an input; DecodeGemm refuses e5m2 x e5m2).
+  bool other_b_fp8 = false;
   const void* a = nullptr;
   const void* b = nullptr;
   void* d = nullptr;
@@ -124,6 +127,11 @@ struct GemmProblem {
   // Sm90Swapped only (the sm90 kernel's tf32 plain TMA-store epilogue and its swapped
   // tiles' general epilogue); the decoded call always has it false.
   bool transposed_d = false;
+
+  ElementType BType() const {
+    if (!other_b_fp8) return in_type;
+    return in_type == ElementType::kF8E4M3 ? ElementType::kF8E5M2 : ElementType::kF8E4M3;
+  }
 
   // K elements per split chunk: a multiple of 64, so every chunk starts vector-aligned and
   // whole k-tiles of every kernel (up to 64 deep) stay inside their chunk.

@@ -1,5 +1,5 @@
 // Host helpers of the quantization passes' CPU references: the source value, NaN-aware
-// amax, float -> float8_e4m3fn and a block's scale.
+// amax, float -> float8_e4m3fn (and e5m2) and a block's scale.
 #pragma once
 #include <algorithm>
 #include <cfloat>
@@ -24,6 +24,23 @@ inline uint8_t FloatToE4m3Bits(float v) {
   const int man = static_cast<int>(std::nearbyint(std::ldexp(m, 4 - e))) - 8;  // 3 mantissa bits (8: a carry)
   const int bits = ((e - 1 + 7) << 3) + man;
   return sign | static_cast<uint8_t>(bits > 0x7e ? 0x7e : bits);
+}
+
+// v as float8_e5m2, rounded to nearest even, saturated to +-57344 (NaN stays NaN), as the
+// GPU's cvt.rn.satfinite.e5m2x2.f32.
+inline uint8_t FloatToE5m2Bits(float v) {
+  const uint8_t sign = std::signbit(v) ? 0x80u : 0u;
+  const float m = std::fabs(v);
+  if (std::isnan(v)) return sign | 0x7fu;
+  if (m >= 57344.f) return sign | 0x7bu;
+  if (m < 6.103515625e-05f) {  // below 2^-14: steps of 2^-16
+    return sign | static_cast<uint8_t>(std::nearbyint(m * 65536.f));
+  }
+  int e;
+  std::frexp(m, &e);
+  const int man = static_cast<int>(std::nearbyint(std::ldexp(m, 3 - e))) - 4;  // 2 mantissa bits (4: a carry)
+  const int bits = ((e - 1 + 15) << 2) + man;
+  return sign | static_cast<uint8_t>(bits > 0x7b ? 0x7b : bits);
 }
 
 // Value i of the source: x, or x * act'(at) in the gradient's form (at non-null).

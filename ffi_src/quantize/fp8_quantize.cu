@@ -6,9 +6,9 @@
 //   atomicMax on the bits of |s| (order-free, and NaN's bits exceed every number's), the
 //   column sums as the chunk's fixed-order partial;
 // - quantize: a block covers 128 rows x 64 columns, a thread 4 rows x 8 columns (loaded
-//   first, then converted by pairs); q rows leave as 8-byte stores, qt through a shared
-//   tile transposed by 4-byte words (4 rows of one column; chunks swizzled, QtTileChunk)
-//   and written as 16-byte runs of qt's rows.
+//   first, then converted by pairs into e4m3, or e5m2 for a gradient); q rows leave as
+//   8-byte stores, qt through a shared tile transposed by 4-byte words (4 rows of one
+//   column; chunks swizzled, QtTileChunk) and written as 16-byte runs of qt's rows.
 //   Where asked, the same block also reduces its values into the tensor's amax (one
 //   atomicMax a block) and its 128 rows' column sums (a fixed-order partial, as above).
 // (The source, |s|'s bits and e4m3: source.cuh.)
@@ -97,7 +97,7 @@ __device__ void QuantizeStats(const Fp8QuantizeProblem& p, const float (&s)[4][8
   }
 }
 
-template <class T, Activation kAct>
+template <class T, Activation kAct, __nv_fp8_interpretation_t kFormat>
 __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8QuantizeProblem p) {
   __shared__ alignas(16) uint8_t tile[kQuantCols][kTilePitch];  // qt's block: a row per column
   const int g = threadIdx.x % 8, rg = threadIdx.x / 8;       // columns 8 g.., rows 4 rg..
@@ -122,14 +122,14 @@ __global__ void __launch_bounds__(kQuantThreads) Fp8QuantizeKernel(const Fp8Quan
     for (int i = 0; i < 4; ++i) {
       const int64_t r = row0 + 4 * rg + i;
       const float row_inverse = __frcp_rn(p.row_scale[r * p.row_scale_stride]);
-      const uint2 packed{E4m3Word(s[i][0], s[i][1], s[i][2], s[i][3], row_inverse),
-                         E4m3Word(s[i][4], s[i][5], s[i][6], s[i][7], row_inverse)};
+      const uint2 packed{Fp8Word<kFormat>(s[i][0], s[i][1], s[i][2], s[i][3], row_inverse),
+                         Fp8Word<kFormat>(s[i][4], s[i][5], s[i][6], s[i][7], row_inverse)};
       *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.q) + r * p.cols + col) = packed;
     }
   }
   uint32_t words[8];  // qt: column j's 4 rows, one byte each
 #pragma unroll
-  for (int j = 0; j < 8; ++j) words[j] = E4m3Word(s[0][j], s[1][j], s[2][j], s[3][j], col_inverse[j]);
+  for (int j = 0; j < 8; ++j) words[j] = Fp8Word<kFormat>(s[0][j], s[1][j], s[2][j], s[3][j], col_inverse[j]);
   if (p.qt == nullptr) return;  // (uniform across the block)
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -181,7 +181,13 @@ cudaError_t LaunchFp8Quantize(const Fp8QuantizeProblem& p, cudaStream_t stream) 
   const dim3 grid(static_cast<unsigned>((p.cols + kQuantCols - 1) / kQuantCols),
                   static_cast<unsigned>((p.rows + kQuantRows - 1) / kQuantRows));
   return WithQuantizeSource(p.type, p.at, p.activation, [&](auto t, auto act) {
-    Fp8QuantizeKernel<decltype(t), decltype(act)::value><<<grid, kQuantThreads, 0, stream>>>(p);
+    using T = decltype(t);
+    constexpr Activation kAct = decltype(act)::value;
+    if (p.e5m2) {
+      Fp8QuantizeKernel<T, kAct, __NV_E5M2><<<grid, kQuantThreads, 0, stream>>>(p);
+    } else {
+      Fp8QuantizeKernel<T, kAct, __NV_E4M3><<<grid, kQuantThreads, 0, stream>>>(p);
+    }
     return cudaGetLastError();
   });
 }

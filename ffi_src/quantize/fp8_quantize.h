@@ -4,9 +4,11 @@
 //                  as in jnp.max), and in the gradient's form the column sums of s in
 //                  fixed-order partials, col_partials[chunk, c] over chunks of kAmaxRows rows;
 //   quantize pass: q[r, c] = e4m3(s[r, c] * (1 / row_scale[r])), qt[c, r] = e4m3(s[r, c] * (1 / col_scale[c]))
-//                  (rounded to nearest, saturated to +-448; the caller makes the scales from
-//                  the amax, so both passes read s and nothing in between holds it). A scale
-//                  vector of one value serves every row (column): per-tensor scaling. It
+//                  (rounded to nearest, saturated to +-448; or both in e5m2, saturated to
+//                  +-57344: TransformerEngine's gradients' format; the caller makes the
+//                  scales from the amax, so both passes read s and nothing in between
+//                  holds it). A scale vector of one value serves every row (column):
+//                  per-tensor scaling. It
 //                  may also write the whole tensor's amax and the column sums, as the amax
 //                  pass does: delayed scaling's single pass, whose scales come from earlier
 //                  steps' amax and which records this step's.
@@ -38,8 +40,9 @@ struct Fp8QuantizeProblem {
   const float* row_scale = nullptr;  // (rows,), or one value (row_scale_stride 0)
   const float* col_scale = nullptr;  // (cols,), or one value (col_scale_stride 0)
   int64_t row_scale_stride = 1, col_scale_stride = 1;
-  void* q = nullptr;                 // (rows, cols) e4m3, or null
-  void* qt = nullptr;                // (cols, rows) e4m3, or null
+  void* q = nullptr;                 // (rows, cols) e4m3 (e5m2), or null
+  void* qt = nullptr;                // (cols, rows) e4m3 (e5m2), or null
+  bool e5m2 = false;                 // q and qt in float8_e5m2 (a gradient's range), saturated to +-57344
   float* amax = nullptr;             // (1,): max |s| over the tensor, or null (col_partials too)
 
   int64_t AmaxChunks() const { return (rows + kAmaxRows - 1) / kAmaxRows; }

@@ -1,5 +1,5 @@
 // Device helpers of the quantization kernels (fp8_quantize.cu, fp8_block_quantize.cu): the
-// source s (x, or dy * act'(at)) 8 values at a time, |s|'s bits for atomicMax, e4m3 words.
+// source s (x, or dy * act'(at)) 8 values at a time, |s|'s bits for atomicMax, fp8 words.
 // 16-bit inputs take act' with the hardware tanh / exp approximations (as bias_act_grad:
 // their error is far below e4m3's rounding).
 #pragma once
@@ -44,15 +44,21 @@ __device__ __forceinline__ void LoadSource(const void* x, const void* at, int64_
 // |v|'s bits: ordered as the magnitudes for numbers, NaN above all of them.
 __device__ __forceinline__ unsigned AbsBits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
-// a, b, c, d times `inverse` (IEEE products), rounded to e4m3 (saturating), as the bytes of
-// one word, a's lowest: two conversions of a pair each, where one a value cost twice the
-// conversions and 64-bit shifts to pack (the passes are bound by their issue rate).
-__device__ __forceinline__ uint32_t E4m3Word(float a, float b, float c, float d, float inverse) {
+// a, b, c, d times `inverse` (IEEE products), rounded to kFormat (e4m3 or e5m2,
+// saturating), as the bytes of one word, a's lowest: two conversions of a pair each, where
+// one a value cost twice the conversions and 64-bit shifts to pack (the passes are bound
+// by their issue rate).
+template <__nv_fp8_interpretation_t kFormat>
+__device__ __forceinline__ uint32_t Fp8Word(float a, float b, float c, float d, float inverse) {
   const auto pair = [inverse](float lo, float hi) {
     return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(lo, inverse), __fmul_rn(hi, inverse)),
-                                             __NV_SATFINITE, __NV_E4M3));
+                                             __NV_SATFINITE, kFormat));
   };
   return pair(a, b) | pair(c, d) << 16;
+}
+
+__device__ __forceinline__ uint32_t E4m3Word(float a, float b, float c, float d, float inverse) {
+  return Fp8Word<__NV_E4M3>(a, b, c, d, inverse);
 }
 
 // Byte offset of 16-byte chunk `chunk` (0-7) of qt-tile row `c`: chunks XOR-swizzled by the
@@ -66,7 +72,8 @@ cudaError_t WithQuantizeType(ElementType t, F f) {
     case ElementType::kF32: return f(float{});
     case ElementType::kF16: return f(__half{});
     case ElementType::kBF16: return f(__nv_bfloat16{});
-    case ElementType::kF8E4M3: break;
+    case ElementType::kF8E4M3:
+    case ElementType::kF8E5M2: break;
   }
   return cudaErrorInvalidValue;
 }

@@ -145,7 +145,7 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& given, int tile_m, int tile_n, int
   const Sm90Batching batched{stride_a != 0 && p.batch.count > 1, stride_b != 0 && p.batch.count > 1};
   // Stored A is m x k (k x m when transposed), stored B k x n (n x k when transposed).
   TmaMatrix a{p.a, p.in_type, p.trans_a ? p.m : p.k, p.trans_a ? p.k : p.m, p.lda};
-  TmaMatrix b{p.b, p.in_type, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.ldb};
+  TmaMatrix b{p.b, p.BType(), p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.ldb};
   if (batched.a) a.batch = p.batch.count, a.batch_stride = stride_a;
   if (batched.b) b.batch = p.batch.count, b.batch_stride = stride_b;
 

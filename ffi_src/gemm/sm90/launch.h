@@ -33,6 +33,7 @@ inline GemmProblem Sm90Swapped(const GemmProblem& p) {
   GemmProblem q = p;
   std::swap(q.m, q.n);
   std::swap(q.a, q.b);
+  q.in_type = p.BType();  // (other_b_fp8 stays: A's format is now the other one)
   std::swap(q.lda, q.ldb);
   for (int d = 0; d < kMaxBatchDims; ++d) std::swap(q.batch.stride[kOperandA][d], q.batch.stride[kOperandB][d]);
   q.trans_a = !p.trans_b;

@@ -17,6 +17,7 @@
 #include "common/ptx_sm90.cuh"
 #include "gemm/problem.h"
 #include "gemm/sm90/block_scales.cuh"
+#include "gemm/sm90/fp8_operands.h"
 #include "gemm/sm90/scheduler.cuh"
 #include "gemm/sm90/tensor_map.h"
 #include "gemm/sm90/timeline.cuh"
@@ -203,13 +204,25 @@ __device__ __forceinline__ void Wgmma(float (&d)[kN / 2], uint64_t desc_a, uint6
     if constexpr (kN == 192) WgmmaM64N192K32E4m3E4m3(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K32E4m3E4m3(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 64) WgmmaM64N64K32E4m3E4m3(d, desc_a, desc_b, scale_d);
+  } else if constexpr (std::is_same_v<TIn, Fp8E5m2E4m3>) {
+    static_assert(!kTransA && !kTransB, "fp8 wgmma takes K-major operands only");
+    if constexpr (kN == 256) WgmmaM64N256K32E5m2E4m3(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 192) WgmmaM64N192K32E5m2E4m3(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 128) WgmmaM64N128K32E5m2E4m3(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 64) WgmmaM64N64K32E5m2E4m3(d, desc_a, desc_b, scale_d);
+  } else if constexpr (std::is_same_v<TIn, Fp8E4m3E5m2>) {
+    static_assert(!kTransA && !kTransB, "fp8 wgmma takes K-major operands only");
+    if constexpr (kN == 256) WgmmaM64N256K32E4m3E5m2(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 192) WgmmaM64N192K32E4m3E5m2(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 128) WgmmaM64N128K32E4m3E5m2(d, desc_a, desc_b, scale_d);
+    if constexpr (kN == 64) WgmmaM64N64K32E4m3E5m2(d, desc_a, desc_b, scale_d);
   } else if constexpr (std::is_same_v<TIn, __nv_bfloat16>) {
     if constexpr (kN == 256) WgmmaM64N256K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 160) WgmmaM64N160K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 64) WgmmaM64N64K16Bf16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
   } else {
-    static_assert(std::is_same_v<TIn, __half>, "wgmma inputs: bf16, f16, tf32 or e4m3");
+    static_assert(std::is_same_v<TIn, __half>, "wgmma inputs: bf16, f16, tf32 or fp8 (fp8_operands.h)");
     if constexpr (kN == 256) WgmmaM64N256K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 160) WgmmaM64N160K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);
     if constexpr (kN == 128) WgmmaM64N128K16F16<kTransA, kTransB>(d, desc_a, desc_b, scale_d);

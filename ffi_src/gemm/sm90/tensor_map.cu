@@ -34,7 +34,8 @@ CUtensorMapDataType TmaDataType(ElementType t, bool tf32) {
   switch (t) {
     case ElementType::kBF16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     case ElementType::kF16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    case ElementType::kF8E4M3: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // (bytes: the wgmma reads them as e4m3)
+    case ElementType::kF8E4M3:
+    case ElementType::kF8E5M2: return CU_TENSOR_MAP_DATA_TYPE_UINT8;  // (bytes: the wgmma reads their format)
     case ElementType::kF32: break;
   }
   // A tf32 operand: the TFLOAT32 type rounds each element to tf32 on the way to shared
