@@ -88,8 +88,11 @@ def compare_name(base, backends):
 
 # --backend xla's activations: jax.nn's, whose gelu is the tanh form, as jaxgemm's "gelu".
 XLA_ACTIVATIONS = {None: lambda y: y, "relu": jax.nn.relu, "gelu": jax.nn.gelu}
-# The fp8 backends' scaling (jaxgemm.fp8.dense).
-FP8_SCALING = {"fp8": "rowwise", "fp8-blockwise": "blockwise", "fp8-delayed": "delayed"}
+# The fp8 backends' scaling (jaxgemm.fp8.dense), and their dz format where not e4m3
+# (fp8-hybrid: delayed scaling with e5m2 gradients, TransformerEngine's default recipe).
+FP8_SCALING = {"fp8": "rowwise", "fp8-blockwise": "blockwise", "fp8-delayed": "delayed",
+               "fp8-hybrid": "delayed"}  # fmt: skip
+FP8_GRAD_FORMAT = {"fp8-hybrid": "e5m2"}
 
 
 class Dense(nnx.Module):
@@ -97,8 +100,8 @@ class Dense(nnx.Module):
     or jaxgemm.fp8.dense (--backend fp8: e4m3 products, rowwise scaled, forward and
     backward; fp8-blockwise: in 1 x 128 blocks, the weights in 128 x 128 tiles;
     fp8-delayed: one scale per tensor from its amax history, kept in an Fp8History
-    variable that update_step writes). Float32 master weights, cast with the input to the
-    compute dtype."""
+    variable that update_step writes; fp8-hybrid: the same with dz in e5m2). Float32
+    master weights, cast with the input to the compute dtype."""
 
     def __init__(self, d_in, d_out, *, backend, dtype, rngs, activation=None, std=0.02):
         self.w = nnx.Param(std * jax.random.normal(rngs.params(), (d_in, d_out)))
@@ -114,7 +117,7 @@ class Dense(nnx.Module):
         if self.backend in FP8_SCALING:
             history = jaxgemm.fp8.AmaxHistory(*self.history[...]) if hasattr(self, "history") else None
             return jaxgemm.fp8.dense(x, w, b, activation=self.activation, scaling=FP8_SCALING[self.backend],
-                                     history=history)  # fmt: skip
+                                     history=history, grad_format=FP8_GRAD_FORMAT.get(self.backend, "e4m3"))  # fmt: skip
         return XLA_ACTIVATIONS[self.activation](x @ w + b)
 
 
@@ -402,9 +405,9 @@ def write_compare(out_dir, name, runs, config, throughput_unit, throughput_per_s
     # jaxgemm and XLA compute the same function, so their curves should lie on top of each
     # other: jaxgemm's is drawn wide and pale, the others thin over it.
     colors = {"jaxgemm": "tab:orange", "xla": "tab:blue", "fp8": "tab:green", "fp8-blockwise": "tab:red",
-              "fp8-delayed": "tab:purple"}
+              "fp8-delayed": "tab:purple", "fp8-hybrid": "tab:brown"}
     widths = {"jaxgemm": 4.0}
-    markers = {"jaxgemm": "o", "xla": "x", "fp8": "^", "fp8-blockwise": "v", "fp8-delayed": "s"}
+    markers = {"jaxgemm": "o", "xla": "x", "fp8": "^", "fp8-blockwise": "v", "fp8-delayed": "s", "fp8-hybrid": "D"}
     fig, (ax_loss, ax_time) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1]})
     for backend, run in runs.items():
         steps, losses = zip(*run["curve"])

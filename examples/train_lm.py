@@ -39,7 +39,8 @@ products forward and backward, each operand scaled per row (`fp8-blockwise`: in 
 blocks, the weights in 128 x 128 tiles, DeepSeek-V3's recipe; the head stays on
 `jaxgemm.dense`, as fp8 recipes keep it in 16 bits; `fp8-delayed`: one scale per tensor
 from the largest value of its last 16 steps, TransformerEngine's delayed scaling, each
-tensor quantized in one pass). On a CPU its products are dequantized
+tensor quantized in one pass; `fp8-hybrid`: the same with the gradients in e5m2,
+TransformerEngine's default HYBRID format). On a CPU its products are dequantized
 e4m3 values multiplied in float32: the quantization's effect on training, not its speed.
 `--compare jaxgemm,fp8,fp8-blockwise` trains the three on the same data and plots them
 together (lm_compare_jaxgemm_fp8_fp8-blockwise.{png,json}).

@@ -147,8 +147,8 @@ def test_language_model_example_trains_checkpoints_and_resumes(tmp_path):
 
 
 def test_language_model_example_fp8_backend(tmp_path):
-    """--backend fp8, fp8-blockwise and fp8-delayed train on jaxgemm.fp8.dense (two steps;
-    fp8-delayed then resumes from its checkpoint); they refuse --experts; --compare takes
+    """--backend fp8, fp8-blockwise, fp8-delayed and fp8-hybrid train on jaxgemm.fp8.dense
+    (two steps; fp8-delayed then resumes from its checkpoint); they refuse --experts; --compare takes
     them in its list (and only there)."""
     _needs_example_packages()
     script = os.path.join(ROOT, "examples", "train_lm.py")
@@ -162,6 +162,8 @@ def test_language_model_example_fp8_backend(tmp_path):
     assert rc == 1 and "fp8-delayed: train" in out, err[-3000:]
     rc, out, err = run(script, *delayed, "--steps", "3", "--resume")
     assert rc == 1 and "fp8-delayed: train" in out and "Traceback" not in err, err[-3000:]
+    rc, out, err = run(script, "--backend", "fp8-hybrid", "--steps", "2", "--sample", "0", "--out", str(tmp_path))
+    assert rc == 1 and "fp8-hybrid: train" in out, err[-3000:]
     rc, _, err = run(script, "--backend", "fp8", "--experts", "2", "--steps", "1", "--out", str(tmp_path))
     assert rc == 2 and "takes no --experts" in err, err[-3000:]
     rc, _, err = run(script, "--backend", "fp8", "--compare", "--steps", "1", "--out", str(tmp_path))

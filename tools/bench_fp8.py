@@ -30,8 +30,9 @@ and the error of ours with a float32 result from the float64 definition.
 vjp of all three inputs): jaxgemm.fp8.dense rowwise ("fp8"), blockwise ("fp8_block") and
 delayed ("fp8_delayed": its history from a step on the same inputs, its vjp the new
 history too) against jaxgemm.dense and jnp's bf16 layer, and the rowwise and delayed
-layers' output and gradients against jnp's (the e4m3 rounding, ~4e-2).
-    python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 10] [--blocks | --dense]
+layers' output and gradients against jnp's (the e4m3 rounding, ~4e-2); --grad-format e5m2
+runs every fp8 layer's dz in e5m2.
+    python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 10] [--blocks | --dense [--grad-format e5m2]]
 """
 
 import argparse
@@ -178,12 +179,12 @@ def fwd_bwd(layer):
     return run
 
 
-def delayed_layer(x, w, bias, ct):
+def delayed_layer(grad_format, x, w, bias, ct):
     """fp8.dense(scaling="delayed") as a layer of (x, w, bias) whose vjp also returns the
     new history (as a training step computes it), from the history one step on these
     inputs leaves (each tensor's own amax)."""
     def layer(x, w, b, h):
-        return jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h)
+        return jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h, grad_format=grad_format)
 
     history = jax.jit(lambda *a: jax.vjp(layer, *a)[1](ct)[3])(x, w, bias, jaxgemm.fp8.amax_history())
 
@@ -195,10 +196,10 @@ def delayed_layer(x, w, bias, ct):
     return run
 
 
-def bench_dense(shapes, iterations):
+def bench_dense(shapes, iterations, grad_format="e4m3"):
     layers = {
-        "fp8": lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu"),
-        "fp8_block": lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise"),
+        "fp8": lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", grad_format=grad_format),
+        "fp8_block": lambda x, w, b: jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise", grad_format=grad_format),
         "fp8_delayed": None,
         "jaxgemm": lambda x, w, b: jaxgemm.dense(x, w, b, "gelu"),
         "xla": lambda x, w, b: jax.nn.gelu(x @ w + b),
@@ -207,7 +208,8 @@ def bench_dense(shapes, iterations):
           + "  jaxgemm/fp8 /fp8_block /fp8_delayed  err fp8: y dx dw db, delayed: y dx dw db")
     for m, n, k in shapes:
         inputs = layer_inputs(m, n, k)
-        jitted = {name: jax.jit(fwd_bwd(layer) if layer else delayed_layer(*inputs)) for name, layer in layers.items()}
+        jitted = {name: jax.jit(fwd_bwd(layer) if layer else delayed_layer(grad_format, *inputs))
+                  for name, layer in layers.items()}  # fmt: skip
         ms, method = time_alternating_ms(jitted, inputs, iterations, rounds=2)
         theirs = jitted["xla"](*inputs)
         errors = ""
@@ -226,10 +228,15 @@ def main():
     parser.add_argument("--iterations", type=int, default=10, help="calls per round and function")
     parser.add_argument("--dense", action="store_true", help="the fp8 layer's forward + backward instead")
     parser.add_argument("--blocks", action="store_true", help="products with 1 x 128 block scales instead")
+    parser.add_argument("--grad-format", choices=("e4m3", "e5m2"), default="e4m3",
+                        help="--dense: the fp8 layers' dz format (e5m2: the HYBRID recipe)")
     args = parser.parse_args()
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
-    (bench_dense if args.dense else bench_blocks if args.blocks else bench_products)(shapes, args.iterations)
+    if args.dense:
+        bench_dense(shapes, args.iterations, args.grad_format)
+    else:
+        (bench_blocks if args.blocks else bench_products)(shapes, args.iterations)
 
 
 if __name__ == "__main__":

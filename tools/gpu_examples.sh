@@ -5,7 +5,7 @@
 #   tools/gpu_examples.sh [lm|cnn|both|fp8|fp8-seeds, default both] [more flags, e.g. --steps 100]
 # fp8: the transformer on bf16 jaxgemm.dense against the three fp8 recipes (--compare
 # jaxgemm,fp8,fp8-blockwise,fp8-delayed: its projections on jaxgemm.fp8.dense), in one plot.
-# fp8-seeds: bf16 against $FP8 (default fp8, rowwise; or fp8-delayed, fp8-blockwise) for each
+# fp8-seeds: bf16 against $FP8 (default fp8, rowwise; or fp8-delayed, fp8-hybrid, fp8-blockwise) for each
 # seed of $SEEDS (default 0 1 2 3), then each backend's mean validation loss (one seed's
 # loss at step 300 spreads ~3 % from the next's).
 # $OUT (the device tool's folder, else /tmp/jaxgemm_examples) gets each --compare report
@@ -60,6 +60,6 @@ fi
 echo
 echo "===== summary ====="
 for name in lm cnn lm_fp8 $(cd "$out" && ls lm_fp8_seed*.log 2>/dev/null | sed 's/\.log$//'); do
-  [ -f "$out/$name.log" ] && grep -E '^ *(jaxgemm|xla|fp8|fp8-blockwise|fp8-delayed):|^unigram baseline|^step time|^devices:' "$out/$name.log"
+  [ -f "$out/$name.log" ] && grep -E '^ *(jaxgemm|xla|fp8|fp8-blockwise|fp8-delayed|fp8-hybrid):|^unigram baseline|^step time|^devices:' "$out/$name.log"
 done
 exit $status
