@@ -224,6 +224,19 @@ def test_ffi_contract(call, results, words):
         jax.block_until_ready(jax.ffi.ffi_call(call, out)(*args, activation=np.int64(0), **attrs))
 
 
+def test_ffi_contract_takes_one_fp8_format():
+    """q and qt in one format (e4m3, or both e5m2): a mix, or a 16-bit q, is a named error."""
+    if jax.default_backend() != "cpu" or xla_cpu.enabled("cpu"):
+        pytest.skip("the CPU's FFI handlers")
+    x = jnp.ones((32, 24), jnp.float32)
+    args = [x, jnp.zeros((0,), jnp.float32), jnp.ones(32), jnp.ones(24)]
+    for q_type, qt_type in ((jnp.float8_e4m3fn, jnp.float8_e5m2), (jnp.bfloat16, jnp.bfloat16)):
+        out = [jax.ShapeDtypeStruct((32, 24), q_type), jax.ShapeDtypeStruct((24, 32), qt_type)]
+        out += [jax.ShapeDtypeStruct((0,), jnp.float32)] * 2
+        with pytest.raises(Exception, match=r"float8_e4m3fn, or both float8_e5m2.*\(x\(32, 24\)\)"):
+            jax.block_until_ready(jax.ffi.ffi_call("jaxgemm_fp8_quantize", out)(*args, activation=np.int64(0)))
+
+
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"needs x \(R, C\).*x\(2, 3, 4\)"):
         quantize_both(jnp.ones((2, 3, 4)))

@@ -126,9 +126,14 @@ if step("fp8.dense blockwise in whole blocks 128x256 -> 384"):
     jax.block_until_ready(jax.jit(jax.value_and_grad(layer, argnums=(0, 1, 2)))(x2, w2, w2[0]))
 # Delayed: one quantize pass a tensor (128 rows: the kernel's 16-row runs), with the amax
 # (an atomicMax a block) and dz's column sums.
-if step("fp8.dense delayed 128x256 -> 264"):
+# "e5m2": dz in e5m2 (the quantize pass's e5m2 instance; dx and dw on the e5m2 x e4m3 and
+# e4m3 x e5m2 GEMM instances).
+for fmt in ("e4m3", "e5m2"):
+    if not step(f"fp8.dense delayed {fmt} 128x256 -> 264"):
+        continue
     def layer(x, w, b, h):
-        return jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h).astype(jnp.float32).sum()
+        return jaxgemm.fp8.dense(x, w, b, "gelu", scaling="delayed", history=h,
+                                 grad_format=fmt).astype(jnp.float32).sum()
     grad = jax.jit(jax.value_and_grad(layer, argnums=(0, 1, 2, 3)))
     jax.block_until_ready(grad(x[:128], w, bias, jaxgemm.fp8.amax_history(4)))
 print("sanitize cases done")
