@@ -19,9 +19,8 @@ e4m3 on `scaled_matmul`, each operand scaled along its contraction in one of thr
 dbias = sum(dz), dz = dy * act'(z), all in float32 (z saved by the forward in the output's
 dtype; y instead for relu, nothing without an activation). grad_format="e5m2" quantizes dz
 to e5m2 instead (TransformerEngine's HYBRID recipe: 2^-16 x scale reaches 2^7 further
-down than e4m3's 2^-9), and its two products multiply e5m2 by e4m3 on the same kernels
-(rowwise and delayed; blockwise quantizes dz in XLA and dequantizes those products: the
-block-scaled kernel takes e4m3 only).
+down than e4m3's 2^-9), in the same passes, and its two products multiply e5m2 by e4m3
+on the same kernels.
 
 Each operand is quantized from the high-precision tensor for the product it enters (the
 two copies of x and of dz differ in orientation and scales). Rowwise, x, w and dz are
@@ -324,10 +323,8 @@ def dense(x, w, bias=None, activation=None, *, out_dtype=None, scaling="rowwise"
         call. Its gradient is the updated history: write it back after each step (the
         first step, from zeros, runs at scale 1). Not batched under vmap.
       grad_format: the backward's dz in "e4m3" (as the forward) or "e5m2" (TransformerEngine's
-        HYBRID recipe: two more exponent bits, one fewer mantissa bit), at the same speed
-        rowwise and delayed (the kernels multiply e5m2 by e4m3). Blockwise, "e5m2"
-        quantizes dz in XLA and dequantizes its two products into float32 (the recipe's
-        numerics, not its speed: the block-scaled kernel takes e4m3 only).
+        HYBRID recipe: two more exponent bits, one fewer mantissa bit), on the same
+        kernels (they multiply e5m2 by e4m3).
       out_sharding: the result's sharding, a NamedSharding or a PartitionSpec of the
         current mesh (as `jaxgemm.dense`'s): the result is resharded (Explicit axes) or
         constrained (Auto) to it.

@@ -235,10 +235,10 @@ def _blockwise_jnp(s, tiles, dtype=E4M3):
 def _block_local(x, *at, activation, tiles, want_sum, dtype, platform, axes):
     at = at[0] if at else None
     rows, cols = x.shape
-    if _on_ffi(platform) and jnp.dtype(dtype) == E4M3:  # (the kernel writes e4m3)
-        f32 = jnp.float32
-        results = (jax.ShapeDtypeStruct((rows, cols), E4M3), jax.ShapeDtypeStruct((rows, cols // BLOCK), f32),
-                   jax.ShapeDtypeStruct((cols, rows), E4M3), jax.ShapeDtypeStruct((cols, rows // BLOCK), f32),
+    if _on_ffi(platform):  # (the kernel writes e4m3 or e5m2: q's dtype)
+        f32, fp8 = jnp.float32, jnp.dtype(dtype)
+        results = (jax.ShapeDtypeStruct((rows, cols), fp8), jax.ShapeDtypeStruct((rows, cols // BLOCK), f32),
+                   jax.ShapeDtypeStruct((cols, rows), fp8), jax.ShapeDtypeStruct((cols, rows // BLOCK), f32),
                    jax.ShapeDtypeStruct((rows // BLOCK, cols) if want_sum else (0,), f32))  # fmt: skip
         *outs, partials = jax.ffi.ffi_call("jaxgemm_fp8_block_quantize", results)(
             x, _empty().astype(x.dtype) if at is None else at,
@@ -265,16 +265,22 @@ fp8_block_quantize_op = define(Op("jaxgemm_fp8_block_quantize", abstract=_block_
 
 def quantize_blocks_both(x, at=None, activation=None, *, tiles=False, want_sum=False, dtype=E4M3):
     """x (R, C), or dz = x * act'(at), both multiples of 128, in e4m3 (or `dtype`
-    float8_e5m2, in jnp) both ways with 1 x 128 block scales along each orientation's last
+    float8_e5m2) both ways with 1 x 128 block scales along each orientation's last
     dim (or with `tiles` one scale per 128 x 128 tile): (q (R, C), its scales (R, C / 128),
     qt (C, R), its scales (C, R / 128)), and with want_sum the column sums of the source
     (C,) after them."""
     if x.ndim != 2 or x.shape[0] % BLOCK or x.shape[1] % BLOCK or (at is not None and at.shape != x.shape):
         raise ValueError(f"quantize_blocks_both: needs x (R, C) of multiples of {BLOCK} and at like it, got "
                          f"x{x.shape}" + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
+    _check_format("quantize_blocks_both", dtype)
     operands = (x,) if at is None else (x, at.astype(x.dtype))
     return tuple(fp8_block_quantize_op.bind(*operands, activation=None if at is None else activation, tiles=tiles,
                                             want_sum=want_sum, dtype=jnp.dtype(dtype).name))  # fmt: skip
+
+
+def _check_format(name, dtype):
+    if jnp.dtype(dtype) not in (jnp.dtype(E4M3), jnp.dtype(E5M2)):
+        raise ValueError(f"{name}: dtype must be float8_e4m3fn or float8_e5m2, got {jnp.dtype(dtype)}")
 
 
 def _matrix_source(name, x, at, activation, dtype):
@@ -284,8 +290,7 @@ def _matrix_source(name, x, at, activation, dtype):
     if x.ndim != 2 or (at is not None and at.shape != x.shape):
         raise ValueError(f"{name}: needs x (R, C) and at like it, got x{x.shape}"
                          + ("" if at is None else f" and at{at.shape}"))  # fmt: skip
-    if jnp.dtype(dtype) not in (jnp.dtype(E4M3), jnp.dtype(E5M2)):
-        raise ValueError(f"{name}: dtype must be float8_e4m3fn or float8_e5m2, got {jnp.dtype(dtype)}")
+    _check_format(name, dtype)
     return ((x,) if at is None else (x, at.astype(x.dtype))), (None if at is None else activation)
 
 

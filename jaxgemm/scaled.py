@@ -19,12 +19,13 @@ where the result is wanted split), as for jaxgemm.matmul.
 Its `local`, for float8_e4m3fn operands on a Hopper GPU:
 - one scale per row (KB = 1, per-tensor scaling included): the sm90 GEMM on fp8 (k32 wgmma,
   both operands K-major, the tensor cores' fp8 accumulation), the row and column scales
-  applied in its epilogue; also float8_e5m2 beside e4m3, either side (a gradient's
-  format: TransformerEngine's HYBRID recipe);
+  applied in its epilogue;
 - blocks of a multiple of 128 values (KB > 1): the block-scaled sm90 kernel, which adds
   each 128-deep k-tile's products into fp32 accumulators times the block's row and column
   scales (jaxgemm_block_scaled_gemm; the scales travel transposed, (B, KB, rows)).
-Everything else (smaller blocks, e5m2 blocks, e5m2 x e5m2, other GPUs, the CPU) dequantizes into float32 and
+Both also take float8_e5m2 beside e4m3, in either operand (a gradient's format:
+TransformerEngine's HYBRID recipe). Everything else (smaller blocks, e5m2 x e5m2, other
+GPUs, the CPU) dequantizes into float32 and
 runs XLA's dot, which is what XLA itself does for `jax.nn.scaled_matmul` on Hopper. Not
 differentiable: fp8 training quantizes around it, in the forward and the backward of a
 layer (`jaxgemm.fp8.dense`).
@@ -96,10 +97,6 @@ def _on_fp8_platform(platform: str) -> bool:
 _E4M3, _E5M2 = jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2)
 
 
-def _e4m3(lhs, rhs) -> bool:
-    return lhs.dtype == _E4M3 and rhs.dtype == _E4M3
-
-
 def _fp8_pair(lhs, rhs) -> bool:
     """e4m3 x e4m3, or e5m2 (a gradient's format) beside e4m3 in either order."""
     return {lhs.dtype, rhs.dtype} <= {_E4M3, _E5M2} and _E4M3 in (lhs.dtype, rhs.dtype)
@@ -113,12 +110,12 @@ def runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform: str) -> bool:
 
 
 def runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform: str) -> bool:
-    """Whether the product runs on the block-scaled fp8 GEMM: e4m3 operands, more than one
-    block along K, each a multiple of 128 values, on a Hopper GPU (or the CPU's FFI
-    reference)."""
+    """Whether the product runs on the block-scaled fp8 GEMM: e4m3 operands (or e5m2 beside
+    e4m3), more than one block along K, each a multiple of 128 values, on a Hopper GPU (or
+    the CPU's FFI reference)."""
     blocks, k = lhs_scales.shape[2], lhs.shape[2]
     block = k // blocks if blocks else 0
-    return (_e4m3(lhs, rhs) and blocks > 1 and block > 0 and block % BLOCK_SCALE_GRANULE == 0
+    return (_fp8_pair(lhs, rhs) and blocks > 1 and block > 0 and block % BLOCK_SCALE_GRANULE == 0
             and _on_fp8_platform(platform))  # fmt: skip
 
 
@@ -248,8 +245,8 @@ def scaled_matmul(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type=jnp.f
       collective; K split on whole blocks, its scales with it (anywhere with KB = 1), then
       one all-reduce.
 
-    float8_e4m3fn operands run on jaxgemm's fp8 kernels on a Hopper GPU: with one scale per
-    row (KB = 1; also float8_e5m2 beside e4m3, in either operand), or with blocks of a
+    float8_e4m3fn operands (or float8_e5m2 beside e4m3, in either operand) run on jaxgemm's
+    fp8 kernels on a Hopper GPU: with one scale per row (KB = 1), or with blocks of a
     multiple of 128 values along K (the scales applied in the kernel's mainloop, per
     128-deep k-tile). Everything else runs as XLA runs it on
     Hopper (dequantized into float32, then a dot). Not differentiable (fp8 training

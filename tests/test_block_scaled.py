@@ -41,12 +41,15 @@ def _calls(fn, *args, target="jaxgemm_block_scaled_gemm"):
     ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 3, 768, True),   # blocks of 256
     ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 4, 256, False),  # blocks of 64: dequantized
     ((jnp.float8_e4m3fn, jnp.float8_e4m3fn), 1, 256, False),  # per-row: the fp8 GEMM
-    ((jnp.float8_e5m2, jnp.float8_e4m3fn), 2, 256, False),
+    ((jnp.float8_e5m2, jnp.float8_e4m3fn), 2, 256, True),  # a gradient's format beside e4m3
+    ((jnp.float8_e4m3fn, jnp.float8_e5m2), 2, 256, True),
+    ((jnp.float8_e5m2, jnp.float8_e5m2), 2, 256, False),
     ((jnp.bfloat16, jnp.bfloat16), 2, 256, False),
 ])  # fmt: skip
 def test_runs_where_it_can(dtypes, kb, k, on_kernel):
-    """e4m3 operands with blocks of a multiple of 128 values are multiplied by the
-    block-scaled kernel (one custom call of fp8 operands and float32 scales by block)."""
+    """e4m3 operands (or e5m2 beside e4m3) with blocks of a multiple of 128 values are
+    multiplied by the block-scaled kernel (one custom call of fp8 operands and float32
+    scales by block)."""
     platform = _fp8_kernel_platform()
     lhs, rhs, ls, rs = _operands(30 + kb, 1, 16, 32, k, kb)
     lhs, rhs = lhs.astype(jnp.float32).astype(dtypes[0]), rhs.astype(jnp.float32).astype(dtypes[1])
@@ -54,9 +57,24 @@ def test_runs_where_it_can(dtypes, kb, k, on_kernel):
     calls = _calls(jaxgemm.scaled_matmul, lhs, rhs, ls, rs)
     assert len(calls) == (1 if on_kernel else 0), calls
     if on_kernel:
-        assert calls[0].count("f8e4m3fn[1,") == 2 and f"f32[1,{kb},16]" in calls[0] and f"f32[1,{kb},32]" in calls[0]
-    bound = _bound() if on_kernel else _scaled_bound((lhs,))
+        formats = [jnp.dtype(d).name.replace("float8_", "f8") + "[1," for d in dtypes]
+        assert all(calls[0].count(f) == formats.count(f) for f in formats), calls
+        assert f"f32[1,{kb},16]" in calls[0] and f"f32[1,{kb},32]" in calls[0]
+    bound = _bound() if on_kernel else _scaled_bound((lhs, rhs))
     assert _rel(jaxgemm.scaled_matmul(lhs, rhs, ls, rs), _reference(lhs, rhs, ls, rs)) <= bound
+
+
+@pytest.mark.parametrize("dtypes", [(jnp.float8_e5m2, jnp.float8_e4m3fn), (jnp.float8_e4m3fn, jnp.float8_e5m2)])
+@pytest.mark.parametrize("out_dtype", [jnp.float32, jnp.bfloat16])
+def test_e5m2_beside_e4m3(dtypes, out_dtype):
+    """fp8.dense's blockwise backward with e5m2 gradients (dz w^T: e5m2 first; x^T dz: e5m2
+    second) on ragged tiles, batched: within the kernel's bound of the float64 definition."""
+    _fp8_kernel_platform()
+    lhs, rhs, ls, rs = _operands(40, 2, 129, 200, 640, 5)
+    lhs, rhs = lhs.astype(jnp.float32).astype(dtypes[0]), rhs.astype(jnp.float32).astype(dtypes[1])
+    out = jaxgemm.scaled_matmul(lhs, rhs, ls, rs, preferred_element_type=out_dtype)
+    assert out.shape == (2, 129, 200) and out.dtype == out_dtype
+    assert _rel(out, _reference(lhs, rhs, ls, rs)) <= _bound(out_dtype)
 
 
 @pytest.mark.parametrize("b, m, n, k, block", [

@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxgemm import activations, xla_cpu
 from jaxgemm.fp8 import quantize_blocks, quantize_rows, quantize_tiles
-from jaxgemm.quantize import quantize_blocks_both, quantize_both, quantize_tensor, to_fp8
+from jaxgemm.quantize import _blockwise_jnp, quantize_blocks_both, quantize_both, quantize_tensor, to_fp8
 
 
 def _on_host(f, *args):
@@ -57,8 +57,7 @@ def test_tiny_amax_scales_no_zero_into_nan():
 
 def test_e5m2():
     """dtype=float8_e5m2 (fp8.dense's grad_format="e5m2") in the gradient's form: the two
-    passes (the kernels) and the block pass (jnp: its kernel writes e4m3) against the e5m2
-    quantizers' values and scales."""
+    passes and the block pass against the e5m2 quantizers' values and scales."""
     rng = np.random.default_rng(12)
     dy, at = (jnp.asarray(rng.standard_normal((256, 128)), jnp.float32) for _ in range(2))
     dz = dy * activations.derivative("gelu", at)
@@ -104,6 +103,16 @@ def test_e5m2_passes_match_jnp_bit_for_bit(shape):
     _exact(got, want)
     q = np.asarray(got[0], np.float32)
     assert np.nanmax(q) == 57344.0 and np.any((q != 0) & (np.abs(q) < 2.0**-14))  # (saturated; subnormals)
+
+
+@pytest.mark.parametrize("tiles", [False, True])
+def test_e5m2_blocks_match_jnp_bit_for_bit(tiles):
+    """The block pass in e5m2 (its scales amax / 57344) as jnp's definition."""
+    e5m2 = jnp.float8_e5m2
+    x = _e5m2_values((256, 384), 7)
+    blocks = jax.jit(lambda x: quantize_blocks_both(x, tiles=tiles, dtype=e5m2))
+    assert ("jaxgemm_fp8_block_quantize" in blocks.lower(x).as_text()) == (not xla_cpu.enabled(jax.default_backend()))
+    _exact(blocks(x), _on_host(lambda s: _blockwise_jnp(s, tiles, e5m2), x))
 
 
 def _exact(got, want):

@@ -74,10 +74,10 @@ def test_values(dtype, kb):
     assert _rel(out, theirs) <= (1e-5 if jax.default_backend() == "cpu" else max(5e-4, _bound(args)))
 
 
-def _ffi_gemm_operands(hlo):
-    """The operand shapes of each jaxgemm_gemm custom call in a compiled HLO."""
+def _ffi_gemm_operands(hlo, target="jaxgemm_gemm"):
+    """The operand shapes of each `target` custom call in a compiled HLO."""
     return [line.split("operand_layout_constraints=")[1].split("}}")[0] for line in hlo.splitlines()
-            if 'custom_call_target="jaxgemm_gemm"' in line]  # fmt: skip
+            if f'custom_call_target="{target}"' in line]  # fmt: skip
 
 
 def _fp8_kernel_platform():

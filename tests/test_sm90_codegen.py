@@ -20,7 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 128 x 256 tile, its 2-block cluster, the pingpong 128 x 128 tile and the one-consumer
 # 64 x 128 tile; tf32 with A from shared memory and from registers, 16-bit products with
 # 16-bit and float outputs, each in every epilogue set it is built with; fp8 (both operands
-# K-major) into both; and the conv wgrad instances (float outputs, other loads).
+# K-major; e4m3, and e5m2 beside e4m3) into both; and the conv wgrad instances (float
+# outputs, other loads).
 KERNELS = [
     ("Sm90Policy<256, false, 1, 4>", "float", "float", "false", "true"),
     ("Sm90Policy<256, false, 1, 4>", "float", "float", "true", "true"),
@@ -34,6 +35,8 @@ KERNELS = [
     ("Sm90Policy<64, false, 1, 2, 1>", "__half", "float", "true", "false"),
     ("Sm90Policy<256, false, 1, 1>", "__nv_fp8_e4m3", "__nv_bfloat16", "false", "true"),
     ("Sm90Policy<128, true, 1, 1>", "__nv_fp8_e4m3", "float", "false", "true"),
+    ("Sm90Policy<256, false, 1, 1>", "Fp8E5m2E4m3", "__nv_bfloat16", "false", "true"),
+    ("Sm90Policy<128, true, 1, 1>", "Fp8E4m3E5m2", "float", "false", "true"),
 ]
 
 

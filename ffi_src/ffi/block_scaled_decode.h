@@ -1,6 +1,6 @@
 // Decodes the jaxgemm_block_scaled_gemm call into a GemmProblem and its BlockScales
 // (gemm/block_scales.h); shared by the CPU and CUDA handlers so both check one contract:
-//   a: (batch, m, k) and b: (batch, n, k) float8_e4m3fn (both K-major),
+//   a: (batch, m, k) and b: (batch, n, k) float8_e4m3fn, or e5m2 beside e4m3 (both K-major),
 //   scales_a: (batch, blocks, pitch_a) and scales_b: (batch, blocks, pitch_b) float32, the
 //     pitches multiples of 4 and at least m and n, blocks dividing k into blocks of a
 //     multiple of 128 values,
@@ -80,14 +80,13 @@ inline ffi::ErrorOr<BlockScaledGemm> DecodeBlockScaledGemm(const ffi::AnyBuffer&
   if (da.size() != 3 || db.size() != 3 || dsa.size() != 3 || dsb.size() != 3 || dd.size() != 3) {
     return fail("every operand must be 3-D");
   }
-  if (a.element_type() != ffi::DataType::F8E4M3FN || b.element_type() != ffi::DataType::F8E4M3FN) {
-    return fail("a and b must be float8_e4m3fn");
+  GemmProblem p;
+  if (!DecodeGemmInputTypes(a.element_type(), b.element_type(), &p) || !IsFloat8(p.in_type)) {
+    return fail("a and b must be float8_e4m3fn, or float8_e4m3fn beside float8_e5m2");
   }
   if (scales_a.element_type() != ffi::DataType::F32 || scales_b.element_type() != ffi::DataType::F32) {
     return fail("the scales must be float32");
   }
-  GemmProblem p;
-  p.in_type = ElementType::kF8E4M3;
   if (out.element_type() == ffi::DataType::BF16) {
     p.out_type = ElementType::kBF16;
   } else if (out.element_type() == ffi::DataType::F32) {

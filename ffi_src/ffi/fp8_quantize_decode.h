@@ -6,7 +6,8 @@
 //             q (rows, cols) and qt (cols, rows) float8_e4m3fn (or both float8_e5m2), amax
 //             (1,) and col_partials (chunks, cols) float32, each empty when not wanted;
 //   block quantize: x, at -> q, q_scale (rows, cols / 128), qt, qt_scale (cols, rows / 128),
-//             col_partials (rows / 128, cols) or empty; attributes activation, tiles.
+//             col_partials (rows / 128, cols) or empty (q and qt float8_e4m3fn, or both
+//             float8_e5m2); attributes activation, tiles.
 #pragma once
 #include <string>
 #include <utility>
@@ -164,10 +165,12 @@ inline ffi::ErrorOr<Fp8BlockQuantizeProblem> DecodeFp8BlockQuantize(
   if (p.rows % kQuantBlock != 0 || p.cols % kQuantBlock != 0) return fail("rows and cols must be multiples of 128");
   const int64_t rb = p.rows / kQuantBlock, cb = p.cols / kQuantBlock;
   using T = ffi::DataType;
-  if (!IsMatrix(q, T::F8E4M3FN, p.rows, p.cols) || !IsMatrix(qt, T::F8E4M3FN, p.cols, p.rows) ||
+  p.e5m2 = q.element_type() == T::F8E5M2;
+  const T format = p.e5m2 ? T::F8E5M2 : T::F8E4M3FN;
+  if (!IsMatrix(q, format, p.rows, p.cols) || !IsMatrix(qt, format, p.cols, p.rows) ||
       !IsMatrix(q_scale, T::F32, p.rows, cb) || !IsMatrix(qt_scale, T::F32, p.cols, rb)) {
-    return fail("q (rows, cols) and qt (cols, rows) must be float8_e4m3fn, q_scale (rows, cols / 128) and qt_scale "
-                "(cols, rows / 128) float32");
+    return fail("q (rows, cols) and qt (cols, rows) must be float8_e4m3fn (or both float8_e5m2), q_scale (rows, "
+                "cols / 128) and qt_scale (cols, rows / 128) float32");
   }
   const bool sums = col_partials.element_count() > 0;
   if (sums && !IsMatrix(col_partials, T::F32, rb, p.cols)) return fail("col_partials must be float32 (rows / 128, cols)");

@@ -12,7 +12,7 @@ void CpuBlockScaledGemm(const GemmProblem& p, const BlockScales& s) {
   for (int64_t z = 0; z < p.batch.count; ++z) {
     const float* sa = s.a + z * s.blocks * s.pitch_a;
     const float* sb = s.b + z * s.blocks * s.pitch_b;
-    for (int64_t i = 0; i < p.n * p.k; ++i) b_rows[i] = LoadAsFloat(p.b, z * p.n * p.k + i, p.in_type);
+    for (int64_t i = 0; i < p.n * p.k; ++i) b_rows[i] = LoadAsFloat(p.b, z * p.n * p.k + i, p.BType());
     for (int64_t row = 0; row < p.m; ++row) {
       for (int64_t i = 0; i < p.k; ++i) a_row[i] = LoadAsFloat(p.a, (z * p.m + row) * p.k + i, p.in_type);
       for (int64_t col = 0; col < p.n; ++col) {

@@ -57,4 +57,7 @@ inline float AbsMax(float a, float v) { return std::isnan(a) || std::isnan(v) ? 
 // quantize.scales_of.
 inline float E4m3ScaleOf(float amax) { return amax > 0.f ? std::max(amax * (1.f / 448.f), FLT_MIN) : 1.f; }
 
+// The same for e5m2 (amax * (1 / 57344)).
+inline float E5m2ScaleOf(float amax) { return amax > 0.f ? std::max(amax * (1.f / 57344.f), FLT_MIN) : 1.f; }
+
 }  // namespace jaxgemm

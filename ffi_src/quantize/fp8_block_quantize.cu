@@ -4,9 +4,9 @@
 // by a persistent grid (Fp8BlockQuantizeRingKernel), other sources a block a tile. A row's
 // amax is reduced across the 16 lanes that share its rows (shuffles), a column's across
 // the warp's two row groups (a shuffle) and the 8 warps (shared memory), as are the
-// gradient form's column sums (fixed order). Values convert by pairs (E4m3Word); q's rows
-// leave as 8-byte stores; qt through a shared tile written by 8-row words and read as
-// 16-byte runs (its chunks swizzled, QtTileChunk).
+// gradient form's column sums (fixed order). Values convert by pairs (Fp8Word: e4m3, or
+// e5m2 for a gradient); q's rows leave as 8-byte stores; qt through a shared tile written
+// by 8-row words and read as 16-byte runs (its chunks swizzled, QtTileChunk).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,12 +21,13 @@ namespace {
 
 constexpr int kThreads = 256, kB = static_cast<int>(kQuantBlock), kPitch = kB + 16;  // qt tile row: 16-byte aligned
 
-// amax * (1 / 448) but at least float32's smallest normal (whose reciprocal is finite: a
-// smaller scale made 1 / scale infinite and a block's zeros NaN), or 1 where amax is not
-// positive (all zeros, or NaN's bits), as quantize.scales_of.
+// amax * (1 / 448) (e5m2: 1 / 57344) but at least float32's smallest normal (whose
+// reciprocal is finite: a smaller scale made 1 / scale infinite and a block's zeros NaN),
+// or 1 where amax is not positive (all zeros, or NaN's bits), as quantize.scales_of.
+template <__nv_fp8_interpretation_t kFormat>
 __device__ __forceinline__ float ScaleOfBits(unsigned amax_bits) {
   const float amax = __uint_as_float(amax_bits);
-  return amax > 0.f ? fmaxf(__fmul_rn(amax, 1.f / 448.f), FLT_MIN) : 1.f;
+  return amax > 0.f ? fmaxf(__fmul_rn(amax, 1.f / kFp8Largest<kFormat>), FLT_MIN) : 1.f;
 }
 
 // A tile's scratch: the column reductions across the warps, and qt's block.
@@ -40,7 +41,7 @@ struct TileShared {
 // row (the matrix's, or a staged tile's in shared memory). Every thread of the block
 // takes part; the caller's barrier orders `sh` between consecutive tiles' last reads and
 // first writes (here: the first __syncthreads below).
-template <class T, Activation kAct>
+template <class T, Activation kAct, __nv_fp8_interpretation_t kFormat>
 __device__ __forceinline__ void QuantizeTile(const Fp8BlockQuantizeProblem& p, int64_t tr, int64_t tc, const T* x,
                                              const T* at, int64_t pitch, TileShared& sh) {
   auto& col_bits = sh.col_bits;
@@ -93,8 +94,8 @@ __device__ __forceinline__ void QuantizeTile(const Fp8BlockQuantizeProblem& p, i
   float row_inverse[8], col_inverse[8];
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    const float row_scale = ScaleOfBits(p.tiles ? tile_bits : row_bits[k]);
-    const float col_scale = ScaleOfBits(p.tiles ? tile_bits : col_bits_mine[k]);
+    const float row_scale = ScaleOfBits<kFormat>(p.tiles ? tile_bits : row_bits[k]);
+    const float col_scale = ScaleOfBits<kFormat>(p.tiles ? tile_bits : col_bits_mine[k]);
     row_inverse[k] = __frcp_rn(row_scale);
     col_inverse[k] = __frcp_rn(col_scale);
     if (g == 0) p.q_scale[(row0 + k) * (p.cols / kB) + tc] = row_scale;
@@ -109,14 +110,14 @@ __device__ __forceinline__ void QuantizeTile(const Fp8BlockQuantizeProblem& p, i
   // q by rows; qt's bytes of column j, rows 8 rg.., as two words into the shared tile.
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const uint2 packed{E4m3Word(v[i][0], v[i][1], v[i][2], v[i][3], row_inverse[i]),
-                       E4m3Word(v[i][4], v[i][5], v[i][6], v[i][7], row_inverse[i])};
+    const uint2 packed{Fp8Word<kFormat>(v[i][0], v[i][1], v[i][2], v[i][3], row_inverse[i]),
+                       Fp8Word<kFormat>(v[i][4], v[i][5], v[i][6], v[i][7], row_inverse[i])};
     *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.q) + (row0 + i) * p.cols + col0) = packed;
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const uint2 column{E4m3Word(v[0][j], v[1][j], v[2][j], v[3][j], col_inverse[j]),
-                       E4m3Word(v[4][j], v[5][j], v[6][j], v[7][j], col_inverse[j])};
+    const uint2 column{Fp8Word<kFormat>(v[0][j], v[1][j], v[2][j], v[3][j], col_inverse[j]),
+                       Fp8Word<kFormat>(v[4][j], v[5][j], v[6][j], v[7][j], col_inverse[j])};
     *reinterpret_cast<uint2*>(&tile[8 * g + j][QtTileChunk(8 * g + j, rg / 2) + 8 * (rg % 2)]) = column;
   }
   __syncthreads();
@@ -128,11 +129,11 @@ __device__ __forceinline__ void QuantizeTile(const Fp8BlockQuantizeProblem& p, i
   }
 }
 
-template <class T, Activation kAct>
+template <class T, Activation kAct, __nv_fp8_interpretation_t kFormat>
 __global__ void __launch_bounds__(kThreads, 2) Fp8BlockQuantizeKernel(const Fp8BlockQuantizeProblem p) {
   __shared__ TileShared sh;
   const int64_t tr = blockIdx.y, tc = blockIdx.x, first = tr * kB * p.cols + tc * kB;
-  QuantizeTile<T, kAct>(p, tr, tc, static_cast<const T*>(p.x) + first,
+  QuantizeTile<T, kAct, kFormat>(p, tr, tc, static_cast<const T*>(p.x) + first,
                         p.at != nullptr ? static_cast<const T*>(p.at) + first : nullptr, p.cols, sh);
 }
 
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 2) Fp8BlockQuantizeKernel(const Fp8B
 // two stages) while it quantizes the current one, so that its loads stay in flight through
 // the reductions and stores. On an H100 x's pass at 32768 x 4096 went 0.332 -> 0.246 ms;
 // with dy and z staged too (one block an SM) dz's went 0.819 -> 1.164, so it stays direct.
-template <class T>
+template <class T, __nv_fp8_interpretation_t kFormat>
 __global__ void __launch_bounds__(kThreads) Fp8BlockQuantizeRingKernel(const Fp8BlockQuantizeProblem p) {
   extern __shared__ __align__(16) unsigned char staged[];  // [stage][kB * kB] of T
   __shared__ TileShared sh;
@@ -168,16 +169,16 @@ __global__ void __launch_bounds__(kThreads) Fp8BlockQuantizeRingKernel(const Fp8
       CpAsyncWaitGroup<0>();
     }
     __syncthreads();  // every thread's copies of tile t are in place
-    QuantizeTile<T, Activation::kNone>(p, t / tile_cols, t % tile_cols, stage(s), nullptr, kB, sh);
+    QuantizeTile<T, Activation::kNone, kFormat>(p, t / tile_cols, t % tile_cols, stage(s), nullptr, kB, sh);
     __syncthreads();  // stage s is read before a later fetch refills it
   }
 }
 
 // Blocks of the ring kernel the device holds at once (its shared memory bounds them).
-template <class T>
+template <class T, __nv_fp8_interpretation_t kFormat>
 cudaError_t LaunchRing(const Fp8BlockQuantizeProblem& p, cudaStream_t stream) {
   const size_t smem = 2 * kB * kB * sizeof(T);
-  auto* kernel = Fp8BlockQuantizeRingKernel<T>;
+  auto* kernel = Fp8BlockQuantizeRingKernel<T, kFormat>;
   cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   int device = 0, sms = 0, per_sm = 0;
@@ -199,15 +200,18 @@ cudaError_t LaunchFp8BlockQuantize(const Fp8BlockQuantizeProblem& p, cudaStream_
                     IsAligned(p.at, 16) && IsAligned(p.q, 16) && IsAligned(p.qt, 16);
   if (!fits) return cudaErrorInvalidValue;
   return WithQuantizeSource(p.type, p.at, p.activation, [&](auto t, auto act) {
-    using T = decltype(t);
-    constexpr Activation kAct = decltype(act)::value;
-    if constexpr (sizeof(T) == 2 && kAct == Activation::kNone) {
-      return LaunchRing<T>(p, stream);
-    } else {
-      const dim3 grid(static_cast<unsigned>(p.cols / kB), static_cast<unsigned>(p.rows / kB));
-      Fp8BlockQuantizeKernel<T, kAct><<<grid, kThreads, 0, stream>>>(p);
-      return cudaGetLastError();
-    }
+    return WithFp8Format(p.e5m2, [&](auto format) {
+      using T = decltype(t);
+      constexpr Activation kAct = decltype(act)::value;
+      constexpr __nv_fp8_interpretation_t kFormat = decltype(format)::value;
+      if constexpr (sizeof(T) == 2 && kAct == Activation::kNone) {
+        return LaunchRing<T, kFormat>(p, stream);
+      } else {
+        const dim3 grid(static_cast<unsigned>(p.cols / kB), static_cast<unsigned>(p.rows / kB));
+        Fp8BlockQuantizeKernel<T, kAct, kFormat><<<grid, kThreads, 0, stream>>>(p);
+        return cudaGetLastError();
+      }
+    });
   });
 }
 

@@ -181,14 +181,11 @@ cudaError_t LaunchFp8Quantize(const Fp8QuantizeProblem& p, cudaStream_t stream) 
   const dim3 grid(static_cast<unsigned>((p.cols + kQuantCols - 1) / kQuantCols),
                   static_cast<unsigned>((p.rows + kQuantRows - 1) / kQuantRows));
   return WithQuantizeSource(p.type, p.at, p.activation, [&](auto t, auto act) {
-    using T = decltype(t);
-    constexpr Activation kAct = decltype(act)::value;
-    if (p.e5m2) {
-      Fp8QuantizeKernel<T, kAct, __NV_E5M2><<<grid, kQuantThreads, 0, stream>>>(p);
-    } else {
-      Fp8QuantizeKernel<T, kAct, __NV_E4M3><<<grid, kQuantThreads, 0, stream>>>(p);
-    }
-    return cudaGetLastError();
+    return WithFp8Format(p.e5m2, [&](auto format) {
+      using T = decltype(t);
+      Fp8QuantizeKernel<T, decltype(act)::value, decltype(format)::value><<<grid, kQuantThreads, 0, stream>>>(p);
+      return cudaGetLastError();
+    });
   });
 }
 

@@ -57,8 +57,15 @@ __device__ __forceinline__ uint32_t Fp8Word(float a, float b, float c, float d, 
   return pair(a, b) | pair(c, d) << 16;
 }
 
-__device__ __forceinline__ uint32_t E4m3Word(float a, float b, float c, float d, float inverse) {
-  return Fp8Word<__NV_E4M3>(a, b, c, d, inverse);
+// The largest finite value of kFormat: e4m3's 448, e5m2's 57344.
+template <__nv_fp8_interpretation_t kFormat>
+inline constexpr float kFp8Largest = kFormat == __NV_E5M2 ? 57344.f : 448.f;
+
+// Calls f(format), format the std::integral_constant of the quantized values' format.
+template <class F>
+cudaError_t WithFp8Format(bool e5m2, F f) {
+  if (e5m2) return f(std::integral_constant<__nv_fp8_interpretation_t, __NV_E5M2>{});
+  return f(std::integral_constant<__nv_fp8_interpretation_t, __NV_E4M3>{});
 }
 
 // Byte offset of 16-byte chunk `chunk` (0-7) of qt-tile row `c`: chunks XOR-swizzled by the

@@ -214,7 +214,8 @@ template <class TOut>
 cudaError_t LaunchSm90BlockScaledGemm(const GemmProblem& p, const BlockScales& scales, int sm_count,
                                       cudaStream_t stream) {
   using P = Sm90BlockScaledPolicy;
-  if (!IsFloat8(p.in_type) || p.trans_a || !p.trans_b || p.split_k != 1 || p.batch.rank > 1 ||
+  const bool two_e5m2 = p.in_type == ElementType::kF8E5M2 && !p.other_b_fp8;
+  if (!IsFloat8(p.in_type) || two_e5m2 || p.trans_a || !p.trans_b || p.split_k != 1 || p.batch.rank > 1 ||
       scales.block_k <= 0 || scales.block_k % P::kBK != 0 || scales.pitch_a % 4 || scales.pitch_b % 4 ||
       reinterpret_cast<uintptr_t>(scales.a) % 16 || reinterpret_cast<uintptr_t>(scales.b) % 16) {
     return cudaErrorInvalidValue;
@@ -224,7 +225,7 @@ cudaError_t LaunchSm90BlockScaledGemm(const GemmProblem& p, const BlockScales& s
   Sm90BlockScaledLoads loads;
   loads.matrix.batched = {batch > 1, batch > 1};
   loads.matrix.a_rows = static_cast<int>(std::min<int64_t>(P::kBM, (p.m + 7) / 8 * 8));
-  TmaMatrix a{p.a, p.in_type, p.k, p.m, p.lda}, b{p.b, p.in_type, p.k, p.n, p.ldb};
+  TmaMatrix a{p.a, p.in_type, p.k, p.m, p.lda}, b{p.b, p.BType(), p.k, p.n, p.ldb};
   TmaMatrix sa{scales.a, ElementType::kF32, p.m, scales.blocks, scales.pitch_a};
   TmaMatrix sb{scales.b, ElementType::kF32, p.n, scales.blocks, scales.pitch_b};
   if (batch > 1) {
@@ -241,7 +242,12 @@ cudaError_t LaunchSm90BlockScaledGemm(const GemmProblem& p, const BlockScales& s
   if (status == cudaSuccess) status = EncodeTmaMap(&loads.scales.a, sa, P::kBM, 1, /*swizzled=*/false);
   if (status == cudaSuccess) status = EncodeTmaMap(&loads.scales.b, sb, P::kBN, 1, /*swizzled=*/false);
   if (status != cudaSuccess) return status;
-  return LaunchSm90Kernel<P, __nv_fp8_e4m3, TOut, false, true>(loads, p, sm_count, stream);
+  // (TIn: the operands' formats, fp8_operands.h; e5m2 beside e4m3 for a gradient.)
+  if (!p.other_b_fp8) return LaunchSm90Kernel<P, __nv_fp8_e4m3, TOut, false, true>(loads, p, sm_count, stream);
+  if (p.in_type == ElementType::kF8E5M2) {
+    return LaunchSm90Kernel<P, Fp8E5m2E4m3, TOut, false, true>(loads, p, sm_count, stream);
+  }
+  return LaunchSm90Kernel<P, Fp8E4m3E5m2, TOut, false, true>(loads, p, sm_count, stream);
 }
 
 }  // namespace jaxgemm
