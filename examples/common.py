@@ -116,8 +116,9 @@ class Dense(nnx.Module):
             return jaxgemm.dense(x, w, b, activation=self.activation)
         if self.backend in FP8_SCALING:
             history = jaxgemm.fp8.AmaxHistory(*self.history[...]) if hasattr(self, "history") else None
+            grad_format = FP8_GRAD_FORMAT.get(self.backend, "e4m3")
             return jaxgemm.fp8.dense(x, w, b, activation=self.activation, scaling=FP8_SCALING[self.backend],
-                                     history=history, grad_format=FP8_GRAD_FORMAT.get(self.backend, "e4m3"))  # fmt: skip
+                                     history=history, grad_format=grad_format)  # fmt: skip
         return XLA_ACTIVATIONS[self.activation](x @ w + b)
 
 
