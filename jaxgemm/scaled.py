@@ -26,9 +26,8 @@ Its `local`, for float8_e4m3fn operands on a Hopper GPU:
 Both also take float8_e5m2 beside e4m3, in either operand (a gradient's format:
 TransformerEngine's HYBRID recipe). Everything else (smaller blocks, e5m2 x e5m2, other
 GPUs, the CPU) dequantizes into float32 and runs XLA's dot, which is what XLA itself does
-for `jax.nn.scaled_matmul` on Hopper. Not
-differentiable: fp8 training quantizes around it, in the forward and the backward of a
-layer (`jaxgemm.fp8.dense`).
+for `jax.nn.scaled_matmul` on Hopper. Not differentiable: fp8 training quantizes around
+it, in the forward and the backward of a layer (`jaxgemm.fp8.dense`).
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ delayed ("fp8_delayed": its history from a step on the same inputs, its vjp the 
 history too) against jaxgemm.dense and jnp's bf16 layer, and the rowwise and delayed
 layers' output and gradients against jnp's (the e4m3 rounding, ~4e-2); --grad-format e5m2
 runs every fp8 layer's dz in e5m2.
-    python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 10] [--blocks | --dense [--grad-format e5m2]]
+    python3 -P tools/bench_fp8.py [--shapes 8192x8192x8192,...] [--iterations 10]
+        [--blocks | --dense [--grad-format e5m2]]
 """
 
 import argparse
