@@ -143,7 +143,8 @@ def test_language_model_example_trains_checkpoints_and_resumes(tmp_path):
     assert rc == 1 and "wrote" in out, err[-3000:]
     assert sorted(os.listdir(tmp_path / "ckpt_lm_jaxgemm")) == dense_ckpt
     assert {"ckpt_lm_moe2_jaxgemm", "ckpt_lm_moe2_xla", "lm_moe2_compare.png"} <= set(os.listdir(tmp_path))
-    assert json.loads((tmp_path / "lm_moe2_compare.json").read_text())["config"]["experts"] == 2
+    config = json.loads((tmp_path / "lm_moe2_compare.json").read_text())["config"]
+    assert config["experts"] == 2 and config["attention"] == "xla"  # ("auto" on a CPU: XLA's attention)
 
 
 def test_language_model_example_fp8_backend(tmp_path):
