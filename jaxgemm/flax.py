@@ -115,7 +115,9 @@ class Linear(nnx.Module):
       float8 e4m3, the parameters kept in `param_dtype` as the high-precision copy the
       optimizer updates (`precision` then does not apply). "delayed" adds the variable
       `fp8_history` (Fp8History, `fp8_history` steps long, 16 by default; the module
-      docstring shows the training step that updates it).
+      docstring shows the training step that updates it). `fp8_grad_format`: the
+      backward's dz in "e4m3" (None: the default) or "e5m2" (TransformerEngine's HYBRID
+      recipe).
     - There is no `dot_general` argument: the point of the layer is the op it runs on.
     """
 
@@ -135,6 +137,7 @@ class Linear(nnx.Module):
         activation: str | tp.Callable | None = None,
         fp8: str | None = None,
         fp8_history: int | None = None,
+        fp8_grad_format: str | None = None,
         rngs: nnx.Rngs,
         kernel_metadata: tp.Mapping[str, tp.Any] = MappingProxyType({}),
         bias_metadata: tp.Mapping[str, tp.Any] = MappingProxyType({}),
@@ -144,6 +147,10 @@ class Linear(nnx.Module):
             raise ValueError(f"jaxgemm.flax.Linear: fp8 must be None or one of {fp8_layer.SCALINGS}, got {fp8!r}")
         if fp8_history is not None and fp8 != "delayed":
             raise ValueError(f"jaxgemm.flax.Linear: fp8_history is fp8='delayed''s; fp8={fp8!r} takes none")
+        if fp8_grad_format is not None and (fp8 is None or fp8_grad_format not in fp8_layer.GRAD_FORMATS):
+            raise ValueError(f"jaxgemm.flax.Linear: fp8_grad_format must be None or one of "
+                             f"{tuple(fp8_layer.GRAD_FORMATS)} with an fp8 scaling, got {fp8_grad_format!r} "
+                             f"with fp8={fp8!r}")  # fmt: skip
         # As nnx.Linear: the kernel's key first, then the bias's.
         self.kernel = nnx.Param(kernel_init(rngs.params(), (in_features, out_features), param_dtype), **kernel_metadata)
         self.bias: nnx.Param[jax.Array] | None
@@ -161,6 +168,7 @@ class Linear(nnx.Module):
         self.preferred_element_type = preferred_element_type
         self.activation = activation
         self.fp8 = fp8
+        self.fp8_grad_format = fp8_grad_format or "e4m3"
         if fp8 == "delayed":
             self.fp8_history = Fp8History(jnp.stack(fp8_layer.amax_history(16 if fp8_history is None else fp8_history)))
 
@@ -180,7 +188,8 @@ class Linear(nnx.Module):
         if self.fp8 is not None:
             history = fp8_layer.AmaxHistory(*self.fp8_history[...]) if self.fp8 == "delayed" else None
             return fp8_layer.dense(inputs, kernel, bias, self.activation, out_dtype=self.preferred_element_type,
-                                   scaling=self.fp8, history=history, out_sharding=out_sharding)  # fmt: skip
+                                   scaling=self.fp8, history=history, grad_format=self.fp8_grad_format,
+                                   out_sharding=out_sharding)  # fmt: skip
         return dense(
             inputs,
             kernel,

@@ -217,7 +217,8 @@ def test_linear_vector_input_and_preferred_element_type():
 
 
 def test_linear_signature_mirrors_nnx():
-    _check_signature(jf.Linear, nnx.Linear, {"dot_general"}, added=("activation", "fp8", "fp8_history"))
+    _check_signature(jf.Linear, nnx.Linear, {"dot_general"},
+                     added=("activation", "fp8", "fp8_history", "fp8_grad_format"))  # fmt: skip
 
 
 @pytest.mark.parametrize("scaling", CURRENT_SCALINGS)
@@ -237,6 +238,17 @@ def test_linear_fp8_is_the_fp8_layer(scaling):
     np.testing.assert_array_equal(grads["bias"][...], want_b)
     unquantized = jf.Linear(256, 128, activation="gelu", rngs=nnx.Rngs(0))
     assert _rel(y, unquantized(x)) <= 0.1  # (test_fp8.QUANTIZATION_BOUND)
+
+
+def test_linear_fp8_grad_format_is_the_layers():
+    """fp8_grad_format="e5m2": the gradients are fp8.dense's with grad_format="e5m2"."""
+    layer = jf.Linear(256, 128, activation="gelu", fp8="rowwise", fp8_grad_format="e5m2", rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(1), (64, 256), jnp.float32)
+    grads = nnx.grad(lambda layer, x: jnp.sum(layer(x) ** 2))(layer, x)
+    direct = lambda w, b, fmt: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", grad_format=fmt) ** 2)  # noqa: E731
+    want_w = jax.grad(direct)(layer.kernel[...], layer.bias[...], "e5m2")
+    np.testing.assert_array_equal(grads["kernel"][...], want_w)
+    assert not np.array_equal(want_w, jax.grad(direct)(layer.kernel[...], layer.bias[...], "e4m3"))
 
 
 def test_linear_fp8_delayed_trains_its_history():
@@ -272,6 +284,10 @@ def test_linear_fp8_must_name_a_scaling():
         jf.Linear(4, 4, fp8="rowwise", fp8_history=8, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="length must be a positive int"):
         jf.Linear(4, 4, fp8="delayed", fp8_history=0, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="fp8_grad_format must be None or one of"):
+        jf.Linear(4, 4, fp8="delayed", fp8_grad_format="e3m4", rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="with an fp8 scaling, got 'e5m2' with fp8=None"):
+        jf.Linear(4, 4, fp8_grad_format="e5m2", rngs=nnx.Rngs(0))
 
 
 # ---------------------------------------------------------------------------------------
