@@ -12,8 +12,7 @@ void Fp8BlockQuantizeCpu(const Fp8BlockQuantizeProblem& p) {
   std::vector<float> s(B * B), row_scale(B), col_scale(B);
   auto* q = static_cast<uint8_t*>(p.q);
   auto* qt = static_cast<uint8_t*>(p.qt);
-  const auto ScaleOf = p.e5m2 ? E5m2ScaleOf : E4m3ScaleOf;
-  const auto ToFp8 = p.e5m2 ? FloatToE5m2Bits : FloatToE4m3Bits;
+  const Fp8Format& format = p.e5m2 ? kE5m2 : kE4m3;
   for (int64_t tr = 0; tr < p.rows / B; ++tr) {
     for (int64_t tc = 0; tc < p.cols / B; ++tc) {
       std::vector<float> row_amax(B, 0.f), col_amax(B, 0.f), col_sum(B, 0.f);
@@ -29,16 +28,16 @@ void Fp8BlockQuantizeCpu(const Fp8BlockQuantizeProblem& p) {
         }
       }
       for (int64_t k = 0; k < B; ++k) {
-        row_scale[k] = ScaleOf(p.tiles ? tile_amax : row_amax[k]);
-        col_scale[k] = ScaleOf(p.tiles ? tile_amax : col_amax[k]);
+        row_scale[k] = Fp8ScaleOf(p.tiles ? tile_amax : row_amax[k], format);
+        col_scale[k] = Fp8ScaleOf(p.tiles ? tile_amax : col_amax[k], format);
         p.q_scale[(tr * B + k) * (p.cols / B) + tc] = row_scale[k];
         p.qt_scale[(tc * B + k) * (p.rows / B) + tr] = col_scale[k];
       }
       for (int64_t i = 0; i < B; ++i) {
         for (int64_t j = 0; j < B; ++j) {
           const int64_t r = tr * B + i, c = tc * B + j;
-          q[r * p.cols + c] = ToFp8(s[i * B + j] * (1.f / row_scale[i]));
-          qt[c * p.rows + r] = ToFp8(s[i * B + j] * (1.f / col_scale[j]));
+          q[r * p.cols + c] = FloatToFp8Bits(s[i * B + j] * (1.f / row_scale[i]), format);
+          qt[c * p.rows + r] = FloatToFp8Bits(s[i * B + j] * (1.f / col_scale[j]), format);
         }
       }
       if (p.col_partials) std::copy(col_sum.begin(), col_sum.end(), p.col_partials + tr * p.cols + tc * B);

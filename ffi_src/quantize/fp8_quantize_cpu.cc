@@ -33,14 +33,14 @@ void Fp8AmaxCpu(const Fp8QuantizeProblem& p) {
 void Fp8QuantizeCpu(const Fp8QuantizeProblem& p) {
   auto* q = static_cast<uint8_t*>(p.q);
   auto* qt = static_cast<uint8_t*>(p.qt);
-  const auto ToFp8 = p.e5m2 ? FloatToE5m2Bits : FloatToE4m3Bits;
+  const Fp8Format& format = p.e5m2 ? kE5m2 : kE4m3;
   float amax = 0.f;
   std::vector<float> sums(p.cols, 0.f);
   for (int64_t r = 0; r < p.rows; ++r) {
     for (int64_t c = 0; c < p.cols; ++c) {
       const float s = Source(p, r * p.cols + c);
-      if (q) q[r * p.cols + c] = ToFp8(s * (1.f / p.row_scale[r * p.row_scale_stride]));
-      if (qt) qt[c * p.rows + r] = ToFp8(s * (1.f / p.col_scale[c * p.col_scale_stride]));
+      if (q) q[r * p.cols + c] = FloatToFp8Bits(s * (1.f / p.row_scale[r * p.row_scale_stride]), format);
+      if (qt) qt[c * p.rows + r] = FloatToFp8Bits(s * (1.f / p.col_scale[c * p.col_scale_stride]), format);
       amax = AbsMax(amax, s);
       sums[c] += s;
     }
