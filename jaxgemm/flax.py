@@ -73,7 +73,9 @@ FP8_TRAINABLE = nnx.Any(nnx.Param, Fp8History)
 def write_fp8_histories(model, grads):
     """Writes the Fp8History entries of `grads` (the updated histories) into `model` and
     returns the rest (the parameters' gradients, for the optimizer)."""
-    histories, rest = nnx.State.split(grads, Fp8History, ...)
+    # (nnx.split_state where Flax has it: State.split warns that it is going away.)
+    split = getattr(nnx, "split_state", None) or nnx.State.split
+    histories, rest = split(grads, Fp8History, ...)
     nnx.update(model, histories)
     return rest
 
