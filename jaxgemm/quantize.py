@@ -263,6 +263,11 @@ fp8_block_quantize_op = define(Op("jaxgemm_fp8_block_quantize", abstract=_block_
                                   local=_block_local, batch=_block_batch))  # fmt: skip
 
 
+def _check_format(name, dtype):
+    if jnp.dtype(dtype) not in (jnp.dtype(E4M3), jnp.dtype(E5M2)):
+        raise ValueError(f"{name}: dtype must be float8_e4m3fn or float8_e5m2, got {jnp.dtype(dtype)}")
+
+
 def quantize_blocks_both(x, at=None, activation=None, *, tiles=False, want_sum=False, dtype=E4M3):
     """x (R, C), or dz = x * act'(at), both multiples of 128, in e4m3 (or `dtype`
     float8_e5m2) both ways with 1 x 128 block scales along each orientation's last
@@ -276,11 +281,6 @@ def quantize_blocks_both(x, at=None, activation=None, *, tiles=False, want_sum=F
     operands = (x,) if at is None else (x, at.astype(x.dtype))
     return tuple(fp8_block_quantize_op.bind(*operands, activation=None if at is None else activation, tiles=tiles,
                                             want_sum=want_sum, dtype=jnp.dtype(dtype).name))  # fmt: skip
-
-
-def _check_format(name, dtype):
-    if jnp.dtype(dtype) not in (jnp.dtype(E4M3), jnp.dtype(E5M2)):
-        raise ValueError(f"{name}: dtype must be float8_e4m3fn or float8_e5m2, got {jnp.dtype(dtype)}")
 
 
 def _matrix_source(name, x, at, activation, dtype):

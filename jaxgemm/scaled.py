@@ -247,9 +247,8 @@ def scaled_matmul(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type=jnp.f
     float8_e4m3fn operands (or float8_e5m2 beside e4m3, in either operand) run on jaxgemm's
     fp8 kernels on a Hopper GPU: with one scale per row (KB = 1), or with blocks of a
     multiple of 128 values along K (the scales applied in the kernel's mainloop, per
-    128-deep k-tile). Everything else runs as XLA runs it on
-    Hopper (dequantized into float32, then a dot). Not differentiable (fp8 training
-    quantizes around the product)."""
+    128-deep k-tile). Everything else runs as XLA runs it on Hopper (dequantized into
+    float32, then a dot). Not differentiable (fp8 training quantizes around the product)."""
     lhs, rhs, lhs_scales, rhs_scales = (jnp.asarray(x) for x in (lhs, rhs, lhs_scales, rhs_scales))
     out_dtype = jnp.dtype(preferred_element_type)
     _check(lhs, rhs, lhs_scales, rhs_scales, out_dtype)

@@ -5,7 +5,6 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
-#include <type_traits>
 
 namespace jaxgemm {
 
@@ -15,9 +14,5 @@ struct Fp8Operands {
 };
 using Fp8E5m2E4m3 = Fp8Operands<__nv_fp8_e5m2, __nv_fp8_e4m3>;  // a gradient times a weight (dx)
 using Fp8E4m3E5m2 = Fp8Operands<__nv_fp8_e4m3, __nv_fp8_e5m2>;  // an input times a gradient (dw)
-
-template <class T>
-inline constexpr bool kIsFp8Input =
-    std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, Fp8E5m2E4m3> || std::is_same_v<T, Fp8E4m3E5m2>;
 
 }  // namespace jaxgemm
