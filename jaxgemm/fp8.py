@@ -55,7 +55,7 @@ from jax.sharding import PartitionSpec as P
 from jaxgemm import activations
 from jaxgemm._compat import explicit_sharding, match_varying, max_over_varying
 from jaxgemm.primitive import canonical_out_sharding, constrain_output
-from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul
+from jaxgemm.scaled import BLOCK_SCALE_GRANULE, scaled_matmul_tiled
 from jaxgemm.quantize import (  # noqa: F401 (E4M3, E4M3_MAX and E5M2: this module's API too)
     E4M3,
     E4M3_MAX,
@@ -136,10 +136,11 @@ def _typed_like(like, transposed=False):
     return P(None, *(spec[::-1] if transposed else spec))
 
 
-def _scaled(qa, qb, sa, sb, out_dtype, like=None, transposed=False):
-    """qa (M, K) @ qb (N, K)^T with their scales, on scaled_matmul."""
-    return scaled_matmul(qa[None], qb[None], sa[None], sb[None], preferred_element_type=out_dtype,
-                         out_sharding=_typed_like(like, transposed))[0]  # fmt: skip
+def _scaled(qa, qb, sa, sb, out_dtype, like=None, transposed=False, tiles=False):
+    """qa (M, K) @ qb (N, K)^T with their scales, on scaled_matmul (`tiles`: qb's scales
+    repeat over 128-row tiles, quantize_tiles's)."""
+    return scaled_matmul_tiled(qa[None], qb[None], sa[None], sb[None], preferred_element_type=out_dtype,
+                               out_sharding=_typed_like(like, transposed), rhs_tiles=tiles)[0]  # fmt: skip
 
 
 def _product(a, b, out_dtype, scaling, like=None, b_is_weight=False, a_dtype=E4M3, b_dtype=E4M3):
@@ -147,18 +148,19 @@ def _product(a, b, out_dtype, scaling, like=None, b_is_weight=False, a_dtype=E4M
     out_dtype; the weights in tiles when blockwise."""
     if a.shape[-1] % BLOCK:
         scaling = "rowwise"  # (both operands: scaled_matmul's blocks must agree)
-    (qa, sa), (qb, sb) = _quantized(a, scaling, dtype=a_dtype), _quantized(b, scaling, b_is_weight, b_dtype)
-    return _scaled(qa, qb, sa, sb, out_dtype, like)
+    tiles = b_is_weight and scaling == "blockwise"
+    (qa, sa), (qb, sb) = _quantized(a, scaling, dtype=a_dtype), _quantized(b, scaling, tiles, b_dtype)
+    return _scaled(qa, qb, sa, sb, out_dtype, like, tiles=tiles)
 
 
-def _fused_forward(qx, qwt, sx, swt, bias, activation, out_dtype):
-    """(y, at) of the scaled product (one scale per row, or blocks) with the bias and the
-    activation in its kernel's epilogue (scaled_dense.py); `at`: what act'(z) reads in the
-    backward, in the output's dtype (as jaxgemm.dense keeps its aux): nothing without an
-    activation, y for relu, else z rounded once."""
+def _fused_forward(qx, qwt, sx, swt, bias, activation, out_dtype, tiles=False):
+    """(y, at) of the scaled product (one scale per row, or blocks; `tiles`: w's in 128 x
+    128 tiles) with the bias and the activation in its kernel's epilogue (scaled_dense.py);
+    `at`: what act'(z) reads in the backward, in the output's dtype (as jaxgemm.dense keeps
+    its aux): nothing without an activation, y for relu, else z rounded once."""
     want_z = activation is not None and not activations.derivative_from_output(activation)
     outs = scaled_dense(qx[None], qwt[None], sx[None], swt[None], None if bias is None else bias[None],
-                        activation=activation, want_aux=want_z, out_dtype=out_dtype)  # fmt: skip
+                        activation=activation, want_aux=want_z, out_dtype=out_dtype, rhs_tiles=tiles)  # fmt: skip
     y = outs[0][0]
     return y, outs[1][0] if want_z else (y if activation is not None else None)
 
@@ -172,9 +174,9 @@ def _whole_blocks(x, w) -> bool:
 def _blockwise_forward(x, w, bias, activation, out_dtype):
     if x.shape[-1] % BLOCK:  # a contraction of no whole blocks: rowwise
         (qx, sx), (qwt, swt) = quantize_rows(x), quantize_rows(w.T)
-    else:
-        (qx, sx), (qwt, swt) = quantize_blocks(x), quantize_tiles(w.T)
-    return _fused_forward(qx, qwt, sx, swt, bias, activation, out_dtype)
+        return _fused_forward(qx, qwt, sx, swt, bias, activation, out_dtype)
+    (qx, sx), (qwt, swt) = quantize_blocks(x), quantize_tiles(w.T)
+    return _fused_forward(qx, qwt, sx, swt, bias, activation, out_dtype, tiles=True)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
@@ -195,7 +197,7 @@ def _dense_fwd(x, w, bias, activation, out_dtype, scaling, x_dtype, grad_format)
         # One pass each (quantize.py): x in 1 x 128 blocks both ways, w in 128 x 128 tiles.
         xq, xs, xqt, xst = quantize_blocks_both(x)
         wq, ws, wqt, wst = quantize_blocks_both(w, tiles=True)
-        y, at = _fused_forward(xq, wqt, xs, wst, bias, activation, out_dtype)
+        y, at = _fused_forward(xq, wqt, xs, wst, bias, activation, out_dtype, tiles=True)
         saved = (xqt, xst, wq, ws, w)
     else:
         y, at = _blockwise_forward(x, w, bias, activation, out_dtype)
@@ -212,7 +214,7 @@ def _dense_bwd(activation, out_dtype, scaling, x_dtype, grad_format, residuals, 
         xqt, xst, wq, ws, w = saved
         quantize = quantize_both if scaling == "rowwise" else quantize_blocks_both
         dzq, dzs, dzqt, dzst, *dbias = quantize(dy, at, activation, want_sum=bias is not None, dtype=dz_dtype)
-        dx = _scaled(dzq, wq, dzs, ws, x_dtype, like=xqt, transposed=True)
+        dx = _scaled(dzq, wq, dzs, ws, x_dtype, like=xqt, transposed=True, tiles=scaling == "blockwise")
         dw = _scaled(xqt, dzqt, xst, dzst, w.dtype, like=w)
         return dx, dw, None if bias is None else dbias[0].astype(bias.dtype)
     x, w = saved

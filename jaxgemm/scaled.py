@@ -22,7 +22,10 @@ Its `local`, for float8_e4m3fn operands on a Hopper GPU:
   applied in its epilogue;
 - blocks of a multiple of 128 values (KB > 1): the block-scaled sm90 kernel, which adds
   each 128-deep k-tile's products into fp32 accumulators times the block's row and column
-  scales (jaxgemm_block_scaled_gemm; the scales travel transposed, (B, KB, rows)).
+  scales (jaxgemm_block_scaled_gemm; the scales travel transposed, (B, KB, rows)). Where
+  the caller knows rhs's scales repeat over 128-row tiles (fp8.dense's weights: the op's
+  `rhs_tiles`), the kernel takes one scale per 64 rows of rhs instead and its promotion
+  is one multiply-add a value instead of two float ops.
 Both also take float8_e5m2 beside e4m3, in either operand (a gradient's format:
 TransformerEngine's HYBRID recipe). Everything else (smaller blocks, e5m2 x e5m2, other
 GPUs, the CPU) dequantizes into float32 and runs XLA's dot, which is what XLA itself does
@@ -55,7 +58,7 @@ _FLOATS = ("float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32")
 _SCALE_FLOATS = ("float32", "bfloat16", "float16", "float8_e8m0fnu")
 
 
-def _abstract(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, out_sharding=None):
+def _abstract(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, out_sharding=None, rhs_tiles=False):
     return [Result((lhs.shape[0], lhs.shape[1], rhs.shape[1]), out_dtype)]
 
 
@@ -84,6 +87,8 @@ def _dequantized(x, scales):
 
 # K values per k-tile of the block-scaled kernel: its blocks are whole k-tiles.
 BLOCK_SCALE_GRANULE = 128
+# Rows of rhs per scale that the block-scaled kernel takes where they repeat over tiles.
+_RHS_SCALE_GROUP = 64
 
 
 def _on_fp8_platform(platform: str) -> bool:
@@ -152,19 +157,28 @@ def _scales_by_block(scales):
     return jnp.pad(s, ((0, 0), (0, 0), (0, pad))) if pad else s
 
 
+def rhs_groups(rhs, rhs_tiles, axes) -> bool:
+    """Whether the block-scaled kernel may take rhs's scales one per 64 rows: the caller
+    promised they repeat over 128-row tiles from rhs's first row, and this shard's rows
+    start on a group (N unsplit, or split into shards of whole groups)."""
+    return rhs_tiles and (not axes.get("n") or rhs.shape[1] % _RHS_SCALE_GROUP == 0)
+
+
 def block_scaled_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, *, bias=None, activation=None,
-                             want_aux=False):  # fmt: skip
+                             want_aux=False, groups=False):  # fmt: skip
     """[out] (or [out, z] with want_aux) of the block-scaled fp8 kernel: each 128-deep
     k-tile's products times its block's row scales, summed in float32, then the bias (B or
     1, N) and the activation (a canonical name) in its epilogue. The kernel writes bfloat16
-    or float32 (a float16 result is rounded from float32)."""
+    or float32 (a float16 result is rounded from float32). `groups` (rhs_groups): rhs's
+    scales are passed one per 64 rows."""
     kernel_dtype = _kernel_dtype(out_dtype)
+    group = _RHS_SCALE_GROUP if groups else 1
     shape = (lhs.shape[0], lhs.shape[1], rhs.shape[1])
     results = (jax.ShapeDtypeStruct(shape, kernel_dtype), jax.ShapeDtypeStruct(shape if want_aux else (0,), kernel_dtype))
     bias = jnp.zeros((0,), kernel_dtype) if bias is None else bias.astype(kernel_dtype)
     outs = jax.ffi.ffi_call("jaxgemm_block_scaled_gemm", results)(
-        lhs, rhs, _scales_by_block(lhs_scales), _scales_by_block(rhs_scales), bias,
-        activation=np.int64(activations.activation_id(activation)),
+        lhs, rhs, _scales_by_block(lhs_scales), _scales_by_block(rhs_scales[:, ::group]), bias,
+        activation=np.int64(activations.activation_id(activation)), b_scale_rows=np.int64(group),
     )  # fmt: skip
     return [x.astype(out_dtype) for x in outs[: 2 if want_aux else 1]]
 
@@ -179,23 +193,27 @@ def _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_shardi
                       **typed).astype(out_dtype)  # fmt: skip
 
 
-def scaled_local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None):
+def scaled_local(lhs, rhs, lhs_scales, rhs_scales, *, out_dtype, platform, out_sharding=None, axes=None,
+                 rhs_tiles=False):  # fmt: skip
     """The op on one device's shards (its K factors "kb" and "ks" summed over `axes`)."""
+    axes = axes or {}
     if runs_on_fp8_kernel(lhs, rhs, lhs_scales, platform):
         (out,) = fp8_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, platform)
     elif runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform):
-        (out,) = block_scaled_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype)
+        (out,) = block_scaled_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype,
+                                          groups=rhs_groups(rhs, rhs_tiles, axes))  # fmt: skip
     else:
         out = _dequantized_product(lhs, rhs, lhs_scales, rhs_scales, out_dtype, out_sharding)
     # K sharded: partial products in the output dtype, summed as XLA sums its dots'.
-    return [psum_over(out, axes or {}, ("kb", "ks"), ("b", "m", "n"))]
+    return [psum_over(out, axes, ("kb", "ks"), ("b", "m", "n"))]
 
 
-def _batch(args, dims, *, out_dtype, out_sharding=None):
+def _batch(args, dims, *, out_dtype, out_sharding=None, rhs_tiles=False):
     """vmap: the vmapped axis folded into B (every operand has it, broadcast if unbatched)."""
     args = all_to_front(args, dims)
     v = args[0].shape[0]
-    (out,) = scaled_matmul_op.bind(*(x.reshape((-1,) + x.shape[2:]) for x in args), out_dtype=out_dtype)
+    (out,) = scaled_matmul_op.bind(*(x.reshape((-1,) + x.shape[2:]) for x in args), out_dtype=out_dtype,
+                                   rhs_tiles=rhs_tiles)  # fmt: skip
     return [out.reshape((v, -1) + out.shape[1:])], [0]
 
 
@@ -249,9 +267,19 @@ def scaled_matmul(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type=jnp.f
     multiple of 128 values along K (the scales applied in the kernel's mainloop, per
     128-deep k-tile). Everything else runs as XLA runs it on Hopper (dequantized into
     float32, then a dot). Not differentiable (fp8 training quantizes around the product)."""
+    return scaled_matmul_tiled(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type, out_sharding=out_sharding)
+
+
+def scaled_matmul_tiled(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type=jnp.float32, *, out_sharding=None,
+                        rhs_tiles=False):  # fmt: skip
+    """scaled_matmul, where rhs_tiles=True promises that rhs_scales repeat each value over
+    128-row tiles of rhs from its first row (fp8.dense's weights, quantize_tiles): the
+    block-scaled kernel then takes one scale per 64 rows (a broken promise gives wrong
+    results on it)."""
     lhs, rhs, lhs_scales, rhs_scales = (jnp.asarray(x) for x in (lhs, rhs, lhs_scales, rhs_scales))
     out_dtype = jnp.dtype(preferred_element_type)
     _check(lhs, rhs, lhs_scales, rhs_scales, out_dtype)
     out_sharding = canonical_out_sharding(out_sharding, "scaled_matmul")
-    (out,) = scaled_matmul_op.bind(lhs, rhs, lhs_scales, rhs_scales, out_dtype=out_dtype, out_sharding=out_sharding)
+    (out,) = scaled_matmul_op.bind(lhs, rhs, lhs_scales, rhs_scales, out_dtype=out_dtype, out_sharding=out_sharding,
+                                   rhs_tiles=bool(rhs_tiles))  # fmt: skip
     return constrain_output(out, out_sharding)

@@ -11,7 +11,7 @@ import pytest
 
 import jaxgemm
 from jaxgemm.activations import apply
-from jaxgemm.scaled import _scales_by_block, runs_on_block_scaled_kernel
+from jaxgemm.scaled import _scales_by_block, rhs_groups, runs_on_block_scaled_kernel, scaled_matmul_tiled
 from jaxgemm.scaled_dense import scaled_dense
 from test_scaled import _bound as _scaled_bound
 from test_scaled import _fp8_kernel_platform, _hopper, _operands, _reference, _rel
@@ -124,6 +124,61 @@ def test_jit_and_vmap():
         assert _rel(out[i], _reference(*args)) <= _bound()
 
 
+def _tiled(rs, seed):
+    """rhs scales (B, N, KB) replaced by random ones that repeat over 128-row tiles."""
+    b, n, kb = rs.shape
+    tiles = np.random.default_rng(seed).uniform(0.25, 2, (b, -(-n // 128), kb))
+    return jnp.asarray(np.repeat(tiles, 128, axis=1)[:, :n], jnp.float32)
+
+
+@pytest.mark.parametrize("b, m, n, k, block, out_dtype", [
+    (1, 136, 264, 256, 128, jnp.float32),    # the second tile starts mid-tile of scales (192)
+    (2, 129, 385, 4096, 128, jnp.bfloat16),  # batches, deep K, a ragged last tile
+    (1, 64, 640, 1024, 256, jnp.float32),    # blocks of 256
+    (1, 30, 40, 256, 128, jnp.float16),      # one partial group
+])  # fmt: skip
+def test_rhs_scales_in_tiles(b, m, n, k, block, out_dtype):
+    """rhs_tiles: rhs's scales repeat over 128-row tiles (fp8.dense's weights), and the
+    kernel takes one per 64 rows (b_scale_rows=64, (B, KB, ceil(N / 64)) padded to 4)
+    against the float64 definition with the scales as given."""
+    _fp8_kernel_platform()
+    lhs, rhs, ls, rs = _operands(80 + n, b, m, n, k, k // block)
+    rs = _tiled(rs, n)
+    fn = lambda *args: scaled_matmul_tiled(*args, preferred_element_type=out_dtype, rhs_tiles=True)
+    (call,) = _calls(fn, lhs, rhs, ls, rs)
+    groups = -(-n // 64)
+    assert "b_scale_rows = 64" in call and f"f32[{b},{k // block},{groups + -groups % 4}]" in call, call
+    out = fn(lhs, rhs, ls, rs)
+    assert out.shape == (b, m, n) and out.dtype == out_dtype
+    assert _rel(out, _reference(lhs, rhs, ls, rs)) <= _bound(out_dtype)
+
+
+def test_rhs_tiles_in_the_fused_forward(monkeypatch):
+    """scaled_dense with rhs_tiles: bias, gelu and z in the groups kernel's epilogue, on a
+    grid of four blocks walking its tiles where a GPU runs it."""
+    platform = _fp8_kernel_platform()
+    if platform != "cpu":
+        monkeypatch.setenv("JAXGEMM_SM_COUNT", "4")
+    lhs, rhs, ls, rs = _operands(90, 1, 520, 700, 1024, 8)
+    rs = _tiled(rs, 91)
+    bias = jnp.asarray(np.random.default_rng(92).standard_normal((1, 700)), jnp.bfloat16)
+    y, z = scaled_dense(lhs, rhs, ls, rs, bias, activation="gelu", want_aux=True, out_dtype=jnp.bfloat16,
+                        rhs_tiles=True)  # fmt: skip
+    want_z = np.asarray(_reference(lhs, rhs, ls, rs), np.float64) + np.asarray(bias, np.float64)[:, None, :]
+    assert _rel(z, want_z) <= _bound(jnp.bfloat16)
+    assert _rel(y, np.asarray(apply("gelu", jnp.asarray(want_z, jnp.float32)), np.float64)) <= _bound(jnp.bfloat16)
+
+
+@pytest.mark.parametrize("n, tiles, axes, want", [
+    (100, True, {}, True),                 # N whole: groups start at row 0
+    (128, True, {"n": ("x",)}, True),      # shards of whole groups
+    (96, True, {"n": ("x",)}, False),      # a shard that may start mid-group: per row
+    (128, False, {}, False),               # no promise
+])  # fmt: skip
+def test_rhs_groups_only_where_shards_hold_whole_groups(n, tiles, axes, want):
+    assert rhs_groups(jnp.zeros((1, n, 128), jnp.float8_e4m3fn), tiles, axes) == want
+
+
 def test_scales_by_block_layout():
     """(B, R, KB) scales travel as (B, KB, R') float32, R' the next multiple of 4."""
     s = jnp.arange(2 * 5 * 3, dtype=jnp.bfloat16).reshape(2, 5, 3)
@@ -133,13 +188,14 @@ def test_scales_by_block_layout():
     np.testing.assert_array_equal(t[:, :, 5:], 0)
 
 
-def _ffi(lhs, rhs, sa, sb, out_dtype=jnp.float32, bias=None, aux_dtype=None, activation=0):
+def _ffi(lhs, rhs, sa, sb, out_dtype=jnp.float32, bias=None, aux_dtype=None, activation=0, b_scale_rows=1):
     shape = (lhs.shape[0], lhs.shape[1], rhs.shape[1])
     results = (jax.ShapeDtypeStruct(shape, out_dtype), jax.ShapeDtypeStruct((0,) if aux_dtype is None else shape,
                                                                             aux_dtype or out_dtype))  # fmt: skip
     bias = jnp.zeros((0,), out_dtype) if bias is None else bias
     call = jax.ffi.ffi_call("jaxgemm_block_scaled_gemm", results)
-    return jax.block_until_ready(call(lhs, rhs, sa, sb, bias, activation=np.int64(activation)))
+    return jax.block_until_ready(call(lhs, rhs, sa, sb, bias, activation=np.int64(activation),
+                                      b_scale_rows=np.int64(b_scale_rows)))  # fmt: skip
 
 
 @pytest.mark.parametrize("change, words", [
@@ -151,11 +207,13 @@ def _ffi(lhs, rhs, sa, sb, out_dtype=jnp.float32, bias=None, aux_dtype=None, act
     ("bias of 7 columns", r"bias must be \(1 or batch, n\)"),
     ("float32 aux", "aux must match out"),
     ("activation 99", "unknown activation id"),
+    ("b_scale_rows 32", "b_scale_rows must be 1 or 64"),
+    ("fewer group scales", r"pitch >= ceil\(n / b_scale_rows\)"),
 ])  # fmt: skip
 def test_ffi_contract(change, words):
     """The handler's contract (ffi_src/ffi/block_scaled_decode.h): a clear error, no kernel."""
     _fp8_kernel_platform()
-    lhs, rhs, _, _ = _operands(60, 1, 6, 8, 256, 2)
+    lhs, rhs, _, _ = _operands(60, 1, 6, 300 if change == "fewer group scales" else 8, 256, 2)
     sa, sb = jnp.ones((1, 2, 8)), jnp.ones((1, 2, 8))
     out_dtype = jnp.float32
     if change == "block of 64":
@@ -166,10 +224,11 @@ def test_ffi_contract(change, words):
         out_dtype = jnp.float16
     elif change == "bfloat16 scales":
         sa = sa.astype(jnp.bfloat16)
-    elif change == "fewer scale rows":
+    elif change in ("fewer scale rows", "fewer group scales"):
         sb = jnp.ones((1, 2, 4))
     extra = {"bias of 7 columns": {"bias": jnp.ones((1, 7), out_dtype)}, "activation 99": {"activation": 99},
-             "float32 aux": {"out_dtype": jnp.bfloat16, "aux_dtype": jnp.float32}}.get(change, {})  # fmt: skip
+             "float32 aux": {"out_dtype": jnp.bfloat16, "aux_dtype": jnp.float32}, "b_scale_rows 32": {"b_scale_rows": 32},
+             "fewer group scales": {"b_scale_rows": 64}}.get(change, {})  # fmt: skip
     extra = {"out_dtype": out_dtype} | extra
     with pytest.raises(Exception, match=words):
         _ffi(lhs, rhs, sa, sb, **extra)

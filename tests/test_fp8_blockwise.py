@@ -95,14 +95,17 @@ def test_rowwise_where_blocks_do_not_fit():
 
 def test_runs_on_the_block_scaled_kernel():
     """On a Hopper GPU (or the CPU's FFI reference) the forward's one product and the
-    backward's two are block-scaled kernel calls."""
+    backward's two are block-scaled kernel calls; the two that read w take its scales one
+    per 64 rows (its 128 x 128 tiles), dw per row."""
     platform = jax.default_backend().replace("gpu", "cuda")
     if platform == "cuda" and not _hopper() or platform == "cpu" and jaxgemm.xla_cpu.enabled("cpu"):
         pytest.skip("no block-scaled kernel here")
     x, w, b = _layer(5, dtype=jnp.bfloat16)
     loss = lambda x, w: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise").astype(jnp.float32))
     hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, w).compile().as_text()
-    assert hlo.count('custom_call_target="jaxgemm_block_scaled_gemm"') == 3
+    calls = [line for line in hlo.splitlines() if 'custom_call_target="jaxgemm_block_scaled_gemm"' in line]
+    assert len(calls) == 3
+    assert sorted("b_scale_rows = 64" in call for call in calls) == [False, True, True], calls
 
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")

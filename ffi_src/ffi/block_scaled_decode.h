@@ -2,11 +2,12 @@
 // (gemm/block_scales.h); shared by the CPU and CUDA handlers so both check one contract:
 //   a: (batch, m, k) and b: (batch, n, k) float8_e4m3fn, or e5m2 beside e4m3 (both K-major),
 //   scales_a: (batch, blocks, pitch_a) and scales_b: (batch, blocks, pitch_b) float32, the
-//     pitches multiples of 4 and at least m and n, blocks dividing k into blocks of a
-//     multiple of 128 values,
+//     pitches multiples of 4 and at least m and ceil(n / b_scale_rows), blocks dividing k
+//     into blocks of a multiple of 128 values,
 //   bias: (1 or batch, n) in out's dtype, or empty (none),
 //   out: (batch, m, n) bfloat16 or float32, aux: like out (z, the pre-activation) or empty,
-//   activation: an Activation id.
+//   activation: an Activation id,
+//   b_scale_rows: rows of b per scale, 1 or 64 (BlockScales::b_rows).
 // The epilogue is the GEMM's (gemm/epilogue_steps.cuh): z = block-scaled sum + bias,
 // D = act(z), Aux = z.
 #pragma once
@@ -32,7 +33,8 @@ auto BindBlockScaledCall(Binding binding) {
       .template Arg<ffi::AnyBuffer>()            // bias (empty: none)
       .template Ret<ffi::AnyBuffer>()            // out
       .template Ret<ffi::AnyBuffer>()            // aux (empty: not wanted)
-      .template Attr<int64_t>("activation");
+      .template Attr<int64_t>("activation")
+      .template Attr<int64_t>("b_scale_rows");
 }
 
 // The epilogue's part of the call into p (whose batch and out_type are decoded): why it
@@ -69,7 +71,7 @@ inline ffi::ErrorOr<BlockScaledGemm> DecodeBlockScaledGemm(const ffi::AnyBuffer&
                                                            const ffi::AnyBuffer& scales_a,
                                                            const ffi::AnyBuffer& scales_b, const ffi::AnyBuffer& bias,
                                                            const ffi::AnyBuffer& out, const ffi::AnyBuffer& aux,
-                                                           int64_t activation) {
+                                                           int64_t activation, int64_t b_scale_rows) {
   auto da = a.dimensions(), db = b.dimensions(), dsa = scales_a.dimensions(), dsb = scales_b.dimensions();
   auto dd = out.dimensions();
   auto fail = [&](const std::string& why) {
@@ -94,14 +96,16 @@ inline ffi::ErrorOr<BlockScaledGemm> DecodeBlockScaledGemm(const ffi::AnyBuffer&
   } else {
     return fail("out must be bfloat16 or float32");
   }
+  if (b_scale_rows != 1 && b_scale_rows != kBlockScaleGroupRows) return fail("b_scale_rows must be 1 or 64");
   const int64_t batch = da[0], m = da[1], k = da[2], n = db[1], blocks = dsa[1];
   if (db[0] != batch || db[2] != k || dd[0] != batch || dd[1] != m || dd[2] != n) {
     return fail("a (batch, m, k), b (batch, n, k) and out (batch, m, n) disagree");
   }
-  if (dsa[0] != batch || dsb[0] != batch || dsb[1] != blocks || dsa[2] < m || dsb[2] < n || dsa[2] % 4 ||
+  const int64_t b_scales = (n + b_scale_rows - 1) / b_scale_rows;
+  if (dsa[0] != batch || dsb[0] != batch || dsb[1] != blocks || dsa[2] < m || dsb[2] < b_scales || dsa[2] % 4 ||
       dsb[2] % 4) {
-    return fail("scales_a must be (batch, blocks, pitch >= m) and scales_b (batch, blocks, pitch >= n), pitches "
-                "multiples of 4");
+    return fail("scales_a must be (batch, blocks, pitch >= m) and scales_b (batch, blocks, pitch >= ceil(n / "
+                "b_scale_rows)), pitches multiples of 4");
   }
   if (k <= 0 || blocks <= 0 || k % blocks || (k / blocks) % kBlockScaleGranule) {
     return fail("K must split into blocks of a multiple of 128 values");
@@ -129,6 +133,7 @@ inline ffi::ErrorOr<BlockScaledGemm> DecodeBlockScaledGemm(const ffi::AnyBuffer&
   s.b = static_cast<const float*>(scales_b.untyped_data());
   s.blocks = blocks;
   s.block_k = k / blocks;
+  s.b_rows = b_scale_rows;
   s.pitch_a = dsa[2];
   s.pitch_b = dsb[2];
   return BlockScaledGemm{p, s};

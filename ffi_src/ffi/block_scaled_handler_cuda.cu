@@ -14,8 +14,9 @@ namespace {
 
 ffi::Error BlockScaledGemmCudaImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer scales_a,
                                    ffi::AnyBuffer scales_b, ffi::AnyBuffer bias, ffi::Result<ffi::AnyBuffer> out,
-                                   ffi::Result<ffi::AnyBuffer> aux, int64_t activation) {
-  auto call = DecodeBlockScaledGemm(a, b, scales_a, scales_b, bias, *out, *aux, activation);
+                                   ffi::Result<ffi::AnyBuffer> aux, int64_t activation,
+                                   int64_t b_scale_rows) {
+  auto call = DecodeBlockScaledGemm(a, b, scales_a, scales_b, bias, *out, *aux, activation, b_scale_rows);
   if (!call.has_value()) return call.error();
   const GemmProblem& p = call->problem;
   if (PoisonOutputs()) {

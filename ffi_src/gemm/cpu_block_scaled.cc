@@ -20,7 +20,7 @@ void CpuBlockScaledGemm(const GemmProblem& p, const BlockScales& s) {
         for (int64_t j = 0; j < s.blocks; ++j) {
           float part = 0.f;
           for (int64_t i = j * s.block_k; i < (j + 1) * s.block_k; ++i) part += a_row[i] * b_rows[col * p.k + i];
-          sum += part * (sa[j * s.pitch_a + row] * sb[j * s.pitch_b + col]);
+          sum += part * (sa[j * s.pitch_a + row] * sb[j * s.pitch_b + col / s.b_rows]);
         }
         acc[col] = sum;
       }

@@ -1,7 +1,8 @@
 // The sm90 kernel's block scales (Sm90Policy::kBlockScaled, gemm/block_scales.h): the
 // producer's loads of each k-tile's scales (Sm90ScaleLoads, beside the operand tiles of
 // Sm90MatrixLoads) and the consumers' promotion of a k-tile's products into the fp32
-// accumulators (Sm90PromoteBlock).
+// accumulators (Sm90PromoteBlock; Sm90PromoteBlockGroups where B's scales come in groups
+// of 64 rows).
 #pragma once
 #include <cuda.h>
 
@@ -22,11 +23,17 @@ struct Sm90NoExtraLoads {
   __device__ __forceinline__ void Load(unsigned char*, int, uint64_t*, const Sm90Work&, int) const {}
 };
 
+// Floats in one k-tile's box of B's scales: one per column of the tile, or one per group of
+// 64 columns (four: TMA's 16-byte minimum; a tile starts on a group, n0 being a multiple of
+// kBN, and has at most four).
+template <class P>
+inline constexpr int kSm90BScaleBox = P::kBScaleRows == 1 ? P::kBN : 4;
+
 // Per k-tile, one box of the row scales of A (kBM floats) and one of the column scales of B
-// (kBN floats) of the k-tile's block, into the stage's scale slot. Rows and columns past
-// M or N read as zeros (their products are never stored).
+// (kSm90BScaleBox floats) of the k-tile's block, into the stage's scale slot. Rows and
+// columns past M or N read as zeros (their products are never stored).
 struct Sm90ScaleLoads {
-  CUtensorMap a, b;  // over (batch,) blocks x rows floats; boxes of kBM (kBN) x 1
+  CUtensorMap a, b;  // over (batch,) blocks x rows (groups) floats; boxes of kBM (kSm90BScaleBox) x 1
   bool batched;      // 3-D maps: one set of scales per batch index
   int block_k;       // K values per block (a multiple of the k-tile)
 
@@ -39,7 +46,7 @@ struct Sm90ScaleLoads {
 
   template <class P>
   __device__ __forceinline__ static constexpr uint32_t Bytes() {
-    return P::kScaleStageBytes;
+    return (P::kBM + kSm90BScaleBox<P>) * 4;
   }
 
   // `stages`: the 1 KB-aligned start of the kernel's shared memory; k0: the k-tile's first K.
@@ -48,7 +55,7 @@ struct Sm90ScaleLoads {
                                        int k0) const {
 #if defined(JG_SM90_ENABLED)
     unsigned char* slot = stages + P::kScaleOffset + stage * P::kScaleStageBytes;
-    const int block = k0 / block_k, m0 = static_cast<int>(w.m0), n0 = static_cast<int>(w.n0);
+    const int block = k0 / block_k, m0 = static_cast<int>(w.m0), n0 = static_cast<int>(w.n0) / P::kBScaleRows;
     if (batched) {
       const int batch = static_cast<int>(w.batch);
       TmaLoad3d(slot, &a, bar, m0, block, batch);
@@ -81,6 +88,33 @@ __device__ __forceinline__ void Sm90PromoteBlock(float (&acc)[P::kBN / 2], const
     acc[4 * j + 1] = fmaf(part[4 * j + 1], a0 * b1, acc[4 * j + 1]);
     acc[4 * j + 2] = fmaf(part[4 * j + 2], a1 * b0, acc[4 * j + 2]);
     acc[4 * j + 3] = fmaf(part[4 * j + 3], a1 * b1, acc[4 * j + 3]);
+  }
+}
+
+// The same where B's scales come in groups of 64 rows: one scale per 64 columns of the tile
+// (the slot holds the tile's groups in order), so each row's and group's product of scales
+// is formed once and a value takes one FFMA (twice the promotion rate of per-column scales).
+template <class P>
+__device__ __forceinline__ void Sm90PromoteBlockGroups(float (&acc)[P::kBN / 2], const float (&part)[P::kBN / 2],
+                                                       uint32_t slot, int row) {
+  constexpr int kGroups = P::kBN / 64;
+  const float a0 = __uint_as_float(LoadShared32(slot + 4 * row));
+  const float a1 = __uint_as_float(LoadShared32(slot + 4 * (row + 8)));
+  const uint4 b = LoadShared128(slot + 4 * P::kBM);
+  const float group[4] = {__uint_as_float(b.x), __uint_as_float(b.y), __uint_as_float(b.z), __uint_as_float(b.w)};
+  float s0[kGroups], s1[kGroups];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    s0[g] = a0 * group[g];
+    s1[g] = a1 * group[g];
+  }
+#pragma unroll
+  for (int j = 0; j < P::kBN / 8; ++j) {
+    const int g = j / 8;  // columns 8j .. 8j + 7: group j / 8
+    acc[4 * j + 0] = fmaf(part[4 * j + 0], s0[g], acc[4 * j + 0]);
+    acc[4 * j + 1] = fmaf(part[4 * j + 1], s0[g], acc[4 * j + 1]);
+    acc[4 * j + 2] = fmaf(part[4 * j + 2], s1[g], acc[4 * j + 2]);
+    acc[4 * j + 3] = fmaf(part[4 * j + 3], s1[g], acc[4 * j + 3]);
   }
 }
 #endif

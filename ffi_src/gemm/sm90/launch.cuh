@@ -1,7 +1,7 @@
 // Host launchers of the sm90 kernel: LaunchSm90Kernel (one policy, any loads type: the
 // persistent grid, stream-K's workspace, the epilogue instance), LaunchSm90Gemm (a GEMM by
 // schedule name: its tensor maps and layouts, one row of kSm90Schedules) and
-// LaunchSm90BlockScaledGemm (fp8 with block scales: Sm90BlockScaledPolicy).
+// LaunchSm90BlockScaledGemm (fp8 with block scales: Sm90BlockScaledPolicy, or its groups).
 // Included by the instance files that compile the kernels (gemm/ and conv/instances/).
 #pragma once
 #include <cuda.h>
@@ -210,24 +210,19 @@ cudaError_t LaunchSm90Gemm(const GemmProblem& given, int tile_m, int tile_n, int
   return named ? status : cudaErrorInvalidValue;
 }
 
-template <class TOut>
-cudaError_t LaunchSm90BlockScaledGemm(const GemmProblem& p, const BlockScales& scales, int sm_count,
-                                      cudaStream_t stream) {
-  using P = Sm90BlockScaledPolicy;
-  const bool two_e5m2 = p.in_type == ElementType::kF8E5M2 && !p.other_b_fp8;
-  if (!IsFloat8(p.in_type) || two_e5m2 || p.trans_a || !p.trans_b || p.split_k != 1 || p.batch.rank > 1 ||
-      scales.block_k <= 0 || scales.block_k % P::kBK != 0 || scales.pitch_a % 4 || scales.pitch_b % 4 ||
-      reinterpret_cast<uintptr_t>(scales.a) % 16 || reinterpret_cast<uintptr_t>(scales.b) % 16) {
-    return cudaErrorInvalidValue;
-  }
+// LaunchSm90BlockScaledGemm's kernel for policy P (B's scales per row or per group).
+template <class P, class TOut>
+cudaError_t LaunchSm90BlockScaledPolicy(const GemmProblem& p, const BlockScales& scales, int sm_count,
+                                        cudaStream_t stream) {
   // Every operand has the batch dim (stride 0 only where there is one batch index).
   const int64_t batch = p.batch.count;
   Sm90BlockScaledLoads loads;
   loads.matrix.batched = {batch > 1, batch > 1};
   loads.matrix.a_rows = static_cast<int>(std::min<int64_t>(P::kBM, (p.m + 7) / 8 * 8));
   TmaMatrix a{p.a, p.in_type, p.k, p.m, p.lda}, b{p.b, p.BType(), p.k, p.n, p.ldb};
+  const int64_t b_scales = (p.n + scales.b_rows - 1) / scales.b_rows;
   TmaMatrix sa{scales.a, ElementType::kF32, p.m, scales.blocks, scales.pitch_a};
-  TmaMatrix sb{scales.b, ElementType::kF32, p.n, scales.blocks, scales.pitch_b};
+  TmaMatrix sb{scales.b, ElementType::kF32, b_scales, scales.blocks, scales.pitch_b};
   if (batch > 1) {
     a.batch = b.batch = sa.batch = sb.batch = batch;
     a.batch_stride = p.m * p.lda;
@@ -240,7 +235,7 @@ cudaError_t LaunchSm90BlockScaledGemm(const GemmProblem& p, const BlockScales& s
   cudaError_t status = EncodeTmaMap(&loads.matrix.a, a, P::kBK, loads.matrix.a_rows);
   if (status == cudaSuccess) status = EncodeTmaMap(&loads.matrix.b, b, P::kBK, P::kBN);
   if (status == cudaSuccess) status = EncodeTmaMap(&loads.scales.a, sa, P::kBM, 1, /*swizzled=*/false);
-  if (status == cudaSuccess) status = EncodeTmaMap(&loads.scales.b, sb, P::kBN, 1, /*swizzled=*/false);
+  if (status == cudaSuccess) status = EncodeTmaMap(&loads.scales.b, sb, kSm90BScaleBox<P>, 1, /*swizzled=*/false);
   if (status != cudaSuccess) return status;
   // (TIn: the operands' formats, fp8_operands.h; e5m2 beside e4m3 for a gradient.)
   if (!p.other_b_fp8) return LaunchSm90Kernel<P, __nv_fp8_e4m3, TOut, false, true>(loads, p, sm_count, stream);
@@ -248,6 +243,21 @@ cudaError_t LaunchSm90BlockScaledGemm(const GemmProblem& p, const BlockScales& s
     return LaunchSm90Kernel<P, Fp8E5m2E4m3, TOut, false, true>(loads, p, sm_count, stream);
   }
   return LaunchSm90Kernel<P, Fp8E4m3E5m2, TOut, false, true>(loads, p, sm_count, stream);
+}
+
+template <class TOut>
+cudaError_t LaunchSm90BlockScaledGemm(const GemmProblem& p, const BlockScales& scales, int sm_count,
+                                      cudaStream_t stream) {
+  const bool two_e5m2 = p.in_type == ElementType::kF8E5M2 && !p.other_b_fp8;
+  const bool b_rows = scales.b_rows == 1 || scales.b_rows == kBlockScaleGroupRows;
+  if (!IsFloat8(p.in_type) || two_e5m2 || p.trans_a || !p.trans_b || p.split_k != 1 || p.batch.rank > 1 ||
+      scales.block_k <= 0 || scales.block_k % Sm90BlockScaledPolicy::kBK != 0 || scales.pitch_a % 4 ||
+      scales.pitch_b % 4 || !b_rows || reinterpret_cast<uintptr_t>(scales.a) % 16 ||
+      reinterpret_cast<uintptr_t>(scales.b) % 16) {
+    return cudaErrorInvalidValue;
+  }
+  if (scales.b_rows == 1) return LaunchSm90BlockScaledPolicy<Sm90BlockScaledPolicy, TOut>(p, scales, sm_count, stream);
+  return LaunchSm90BlockScaledPolicy<Sm90BlockScaledGroupsPolicy, TOut>(p, scales, sm_count, stream);
 }
 
 }  // namespace jaxgemm

@@ -456,9 +456,9 @@ struct Sm90ConsumerMma {
   }
 
   // The k-loop with block scales: each k-tile's wgmmas sum into `part`, which, once they are
-  // done, is scaled into acc (Sm90PromoteBlock); then the stage is free. The wait leaves
-  // this warpgroup's tensor work idle through its promotion, which the other consumer's
-  // wgmmas fill.
+  // done, is scaled into acc (Sm90PromoteBlock, or Sm90PromoteBlockGroups); then the stage
+  // is free. The wait leaves this warpgroup's tensor work idle through its promotion, which
+  // the other consumer's wgmmas fill.
   template <int kBlocks, class Queued, class Ready>
   __device__ __forceinline__ void MultiplyBlockScaled(Acc& acc, Sm90ConsumerRing<P>& ring, int k_tiles, int lane,
                                                       Queued queued, Ready ready) const {
@@ -486,7 +486,13 @@ struct Sm90ConsumerMma {
         WgmmaWaitGroup<0>();
         const uint32_t slot = scales + ring.stage * P::kScaleStageBytes;
 #pragma unroll
-        for (int mi = 0; mi < kBlocks; ++mi) Sm90PromoteBlock<P>(acc[mi], part[mi], slot, row + 64 * mi, lane);
+        for (int mi = 0; mi < kBlocks; ++mi) {
+          if constexpr (P::kBScaleRows == 1) {
+            Sm90PromoteBlock<P>(acc[mi], part[mi], slot, row + 64 * mi, lane);
+          } else {
+            Sm90PromoteBlockGroups<P>(acc[mi], part[mi], slot, row + 64 * mi);
+          }
+        }
         __syncwarp();  // every lane has read the stage's scales
       }
       if (lane == 0) ring.Release(ring.stage);

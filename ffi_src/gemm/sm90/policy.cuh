@@ -56,6 +56,7 @@ struct Sm90Policy {
   static constexpr bool kPingpong = kPingpongTiles;
   static constexpr bool kSwapped = kSwappedOperands;
   static constexpr bool kBlockScaled = kBlockScaledInputs;
+  static constexpr int kBScaleRows = 1;  // B's rows per block scale (Sm90BlockScaledGroupsPolicy: 64)
   static_assert(!kBlockScaled || (kElementBytes == 1 && !kPingpong && kClusterBlocksM == 1 && !kSwapped),
                 "block scales: fp8 inputs, cooperative, one block");
   static_assert(!kSwapped || (kConsumers == 2 && !kPingpong && kClusterBlocksM == 1 && kElementBytes == 2),
@@ -134,6 +135,13 @@ using Sm90TilePolicy = Sm90RowPolicy<Sm90ScheduleIndex(kTileM, kTileN), kElement
 // The block-scaled fp8 kernel's schedule: the table's block_scaled row (one, for now).
 using Sm90BlockScaledPolicy = Sm90RowPolicy<Sm90FirstScheduleFor(&Sm90ScheduleRow::block_scaled), 1>;
 static_assert(Sm90BlockScaledPolicy::kBlockScaled, "kSm90Schedules: no block_scaled row");
+
+// The same with one scale of B per 64 of its rows (gemm/block_scales.h's groups: 128 x 128
+// weight tiles), so that a promotion is one FFMA a value (Sm90PromoteBlockGroups).
+struct Sm90BlockScaledGroupsPolicy : Sm90BlockScaledPolicy {
+  static constexpr int kBScaleRows = 64;
+  static_assert(kBN % kBScaleRows == 0 && kBN <= 256, "whole groups of columns, at most four of them a tile");
+};
 
 // f(std::integral_constant<int, row>) for each row of kSm90Schedules, in order.
 template <class F, int... kRows>
