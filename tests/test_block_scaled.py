@@ -134,7 +134,7 @@ def _tiled(rs, seed):
 @pytest.mark.parametrize("b, m, n, k, block, out_dtype", [
     (1, 136, 264, 256, 128, jnp.float32),    # the second tile starts mid-tile of scales (192)
     (2, 129, 385, 4096, 128, jnp.bfloat16),  # batches, deep K, a ragged last tile
-    (1, 64, 640, 1024, 256, jnp.float32),    # blocks of 256
+    (1, 64, 640, 1024, 256, jnp.float32),    # blocks of 256; four tiles, each at its own place in 4 groups
     (1, 30, 40, 256, 128, jnp.float16),      # one partial group
 ])  # fmt: skip
 def test_rhs_scales_in_tiles(b, m, n, k, block, out_dtype):

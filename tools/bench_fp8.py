@@ -16,15 +16,17 @@ Also the relative Frobenius error of ours and xla_fp8 with float32 results (the 
 error, not bfloat16's rounding) from XLA's float32 dot of the dequantized operands at
 HIGHEST precision, and the custom calls of XLA's fp8 dot.
 
---blocks: e4m3 operands with 1 x 128 block scales on both (DeepSeek-V3's activations;
-128 x 128 weight blocks are the same call with each block's scale repeated over its rows):
+--blocks: e4m3 operands with 1 x 128 block scales on both (DeepSeek-V3's activations):
   ours        jaxgemm.scaled_matmul, bfloat16 result (the block-scaled kernel);
+  tiles       the same with rhs in 128 x 128 tiles (DeepSeek-V3's weights: each tile's
+              scale repeated over its rows, and rhs_tiles=True, as fp8.dense calls it: the
+              kernel's promotion then takes one scale per 64 columns);
   jax_nn      jax.nn.scaled_matmul on the same arguments (dequantized, then a dot: what XLA
               runs on Hopper);
   rowwise     jaxgemm.scaled_matmul with one scale per row (the fp8 GEMM with fast
               accumulation, then the scales): the fp8 rate without promotion;
   xla_bf16    XLA's bfloat16 GEMM of the same shape;
-and the error of ours with a float32 result from the float64 definition.
+and the errors of ours and tiles with a float32 result from the float64 definition.
 
 --dense: a layer of M tokens, K -> N features, bf16, bias + gelu, forward and backward (the
 vjp of all three inputs): jaxgemm.fp8.dense rowwise ("fp8"), blockwise ("fp8_block") and
@@ -46,6 +48,7 @@ import numpy as np
 import jaxgemm
 from jaxgemm.bench import time_alternating_ms
 from jaxgemm.gemm import GemmConfig, call_gemm_ffi, gemm_workspace_bytes
+from jaxgemm.scaled import scaled_matmul_tiled
 
 SHAPES = "8192x8192x8192,4096x4096x4096,8192x8192x2048,5000x7000x3008,512x8192x8192"
 
@@ -141,26 +144,35 @@ def reference64(lhs, rhs, ls, rs):
     return np.einsum("bmk,bnk->bmn", dequantized(lhs, ls), dequantized(rhs, rs))
 
 
+def tiles(lhs, rhs, ls, rs, rl, rr, rt, *_, out_dtype=jnp.bfloat16):
+    return scaled_matmul_tiled(lhs, rhs, ls, rt, out_dtype, rhs_tiles=True)
+
+
 def bench_blocks(shapes, iterations):
-    fns = {"ours": ours, "jax_nn": jax_nn, "rowwise": lambda lhs, rhs, ls, rs, rl, rr, *_: ours(lhs, rhs, rl, rr),
-           "xla_bf16": lambda lhs, rhs, ls, rs, rl, rr, lhs16, rhs16: xla_bf16(lhs, rhs, ls, rs, lhs16, rhs16)}
+    # Inputs: lhs, rhs, their block scales, their row scales, rhs's tile scales, bf16 copies.
+    fns = {"ours": ours, "tiles": tiles, "jax_nn": jax_nn,
+           "rowwise": lambda lhs, rhs, ls, rs, rl, rr, *_: ours(lhs, rhs, rl, rr),
+           "xla_bf16": lambda lhs, rhs, ls, rs, rl, rr, rt, lhs16, rhs16: xla_bf16(lhs, rhs, ls, rs, lhs16, rhs16)}
     print(f"{'shape':>20} " + " ".join(f"{n + ' ms':>12}" for n in fns)
-          + "  jax_nn/ours  rowwise/ours  bf16/ours  ours TFLOPS  err ours (f32)")
+          + "  jax_nn/ours  rowwise/ours  rowwise/tiles  bf16/ours  ours TFLOPS  tiles TFLOPS  err ours  err tiles")
     for m, n, k in shapes:
         inputs = operands(m, n, k, blocks=k // 128)
         rows = operands(m, n, k)[2:]
-        inputs += rows + (inputs[0].astype(jnp.bfloat16), inputs[1].astype(jnp.bfloat16))
+        tiled = jnp.repeat(inputs[3][:, ::128], 128, axis=1)[:, :n]
+        inputs += rows + (tiled, inputs[0].astype(jnp.bfloat16), inputs[1].astype(jnp.bfloat16))
         jitted = {name: jax.jit(fn) for name, fn in fns.items() if lowers(jax.jit(fn), inputs)}
         ms, method = time_alternating_ms(jitted, inputs, iterations, rounds=2)
         ms = {name: ms.get(name, float("nan")) for name in fns}
-        error = float("nan")
+        errors = [float("nan")] * 2
         if m * n * k <= 4096**3:  # (the float64 reference on the host)
-            out = jax.jit(ours, static_argnames="out_dtype")(*inputs, out_dtype=jnp.float32)
-            error = rel_error(out, reference64(*inputs[:4]))
+            for i, (fn, rs) in enumerate(((ours, inputs[3]), (tiles, tiled))):
+                out = jax.jit(fn, static_argnames="out_dtype")(*inputs, out_dtype=jnp.float32)
+                errors[i] = rel_error(out, reference64(inputs[0], inputs[1], inputs[2], rs))
+        tflops = {name: 2 * m * n * k / ms[name] / 1e9 for name in ("ours", "tiles")}
         print(f"{m}x{n}x{k}".rjust(20) + " " + " ".join(f"{ms[name]:12.3f}" for name in fns)
               + f"  {ms['jax_nn'] / ms['ours']:11.3f}  {ms['rowwise'] / ms['ours']:12.3f}"
-              + f"  {ms['xla_bf16'] / ms['ours']:9.3f}  {2 * m * n * k / ms['ours'] / 1e9:11.0f}"
-              + f"  {error:14.1e}  ({method})")
+              + f"  {ms['rowwise'] / ms['tiles']:13.3f}  {ms['xla_bf16'] / ms['ours']:9.3f}"
+              + f"  {tflops['ours']:11.0f}  {tflops['tiles']:12.0f}  {errors[0]:8.1e}  {errors[1]:9.1e}  ({method})")
 
 
 def layer_inputs(m, n, k, seed=0):

@@ -221,15 +221,6 @@ __device__ __forceinline__ uint2 LoadShared64(uint32_t addr) {
   return value;
 }
 
-// Four 32-bit words from a 16-byte aligned shared-memory address (as LoadShared32).
-__device__ __forceinline__ uint4 LoadShared128(uint32_t addr) {
-  uint4 value;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)
-               : "r"(addr));
-  return value;
-}
-
 // Makes this thread's ordinary shared-memory writes visible to the async proxy (TMA).
 __device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 

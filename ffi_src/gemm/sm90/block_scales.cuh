@@ -24,10 +24,18 @@ struct Sm90NoExtraLoads {
 };
 
 // Floats in one k-tile's box of B's scales: one per column of the tile, or one per group of
-// 64 columns (four: TMA's 16-byte minimum; a tile starts on a group, n0 being a multiple of
-// kBN, and has at most four).
+// 64 columns: eight from the group of four at or before the tile's first (a box's first
+// element must lie on 16 bytes: one that did not faulted with an illegal instruction on an
+// H100), which hold the tile's at most four groups wherever in those four it starts.
 template <class P>
-inline constexpr int kSm90BScaleBox = P::kBScaleRows == 1 ? P::kBN : 4;
+inline constexpr int kSm90BScaleBox = P::kBScaleRows == 1 ? P::kBN : 8;
+
+// Where a tile's B scales start in the k-tile's box: 0 per column, else the tile's first
+// group's place in its group of four.
+template <class P>
+__host__ __device__ __forceinline__ constexpr int Sm90BScaleSkip(int64_t n0) {
+  return P::kBScaleRows == 1 ? 0 : static_cast<int>(n0 / P::kBScaleRows % 4);
+}
 
 // Per k-tile, one box of the row scales of A (kBM floats) and one of the column scales of B
 // (kSm90BScaleBox floats) of the k-tile's block, into the stage's scale slot. Rows and
@@ -55,7 +63,8 @@ struct Sm90ScaleLoads {
                                        int k0) const {
 #if defined(JG_SM90_ENABLED)
     unsigned char* slot = stages + P::kScaleOffset + stage * P::kScaleStageBytes;
-    const int block = k0 / block_k, m0 = static_cast<int>(w.m0), n0 = static_cast<int>(w.n0) / P::kBScaleRows;
+    const int block = k0 / block_k, m0 = static_cast<int>(w.m0);
+    const int n0 = static_cast<int>(w.n0) / P::kBScaleRows - Sm90BScaleSkip<P>(w.n0);
     if (batched) {
       const int batch = static_cast<int>(w.batch);
       TmaLoad3d(slot, &a, bar, m0, block, batch);
@@ -92,21 +101,22 @@ __device__ __forceinline__ void Sm90PromoteBlock(float (&acc)[P::kBN / 2], const
 }
 
 // The same where B's scales come in groups of 64 rows: one scale per 64 columns of the tile
-// (the slot holds the tile's groups in order), so each row's and group's product of scales
-// is formed once and a value takes one FFMA (twice the promotion rate of per-column scales).
+// (the slot holds them in order from `skip`, Sm90BScaleSkip), so each row's and group's
+// product of scales is formed once and a value takes one FFMA (twice the promotion rate of
+// per-column scales).
 template <class P>
 __device__ __forceinline__ void Sm90PromoteBlockGroups(float (&acc)[P::kBN / 2], const float (&part)[P::kBN / 2],
-                                                       uint32_t slot, int row) {
+                                                       uint32_t slot, int row, int skip) {
   constexpr int kGroups = P::kBN / 64;
   const float a0 = __uint_as_float(LoadShared32(slot + 4 * row));
   const float a1 = __uint_as_float(LoadShared32(slot + 4 * (row + 8)));
-  const uint4 b = LoadShared128(slot + 4 * P::kBM);
-  const float group[4] = {__uint_as_float(b.x), __uint_as_float(b.y), __uint_as_float(b.z), __uint_as_float(b.w)};
+  const uint32_t groups = slot + 4 * (P::kBM + skip);
   float s0[kGroups], s1[kGroups];
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
-    s0[g] = a0 * group[g];
-    s1[g] = a1 * group[g];
+    const float b = __uint_as_float(LoadShared32(groups + 4 * g));
+    s0[g] = a0 * b;
+    s1[g] = a1 * b;
   }
 #pragma unroll
   for (int j = 0; j < P::kBN / 8; ++j) {

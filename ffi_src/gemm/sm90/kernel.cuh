@@ -78,6 +78,8 @@ __device__ __forceinline__ void Sm90MultiplyItem(const Mma& mma, float (&acc)[P:
     if constexpr (kGrouped) {
       const Sm90GroupedStageReady<P, Schedule::kMode> ready{w, tiles_a + first_row * P::kRowBytes, wg};
       previous = mma.template Multiply<kBlocks>(acc, ring, w.k_tiles, lane, write_pending, ready);
+    } else if constexpr (P::kBlockScaled) {
+      previous = mma.template Multiply<kBlocks>(acc, ring, w.k_tiles, lane, write_pending, Sm90StageReady{}, w.n0);
     } else {
       previous = mma.template Multiply<kBlocks>(acc, ring, w.k_tiles, lane, write_pending);
     }

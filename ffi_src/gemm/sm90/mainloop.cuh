@@ -387,11 +387,12 @@ struct Sm90ConsumerMma {
   // once k-tile kt has arrived, before it is multiplied (the grouped contraction zeroes its
   // rows past the group there). Returns the stage the last k-tile's wgmmas may still read
   // (-1: none): Drain waits for them and frees it.
+  // With block scales, n0 is the tile's first column (where its B scales start).
   template <int kBlocks, class Queued, class Ready = Sm90StageReady>
   __device__ __forceinline__ int Multiply(Acc& acc, Sm90ConsumerRing<P>& ring, int k_tiles, int lane,
-                                          Queued queued, Ready ready = {}) const {
+                                          Queued queued, Ready ready = {}, int64_t n0 = 0) const {
     if constexpr (P::kBlockScaled) {
-      MultiplyBlockScaled<kBlocks>(acc, ring, k_tiles, lane, queued, ready);
+      MultiplyBlockScaled<kBlocks>(acc, ring, k_tiles, lane, queued, ready, Sm90BScaleSkip<P>(n0));
       return -1;
     }
     int previous = -1;
@@ -461,7 +462,7 @@ struct Sm90ConsumerMma {
   // the other consumer's wgmmas fill.
   template <int kBlocks, class Queued, class Ready>
   __device__ __forceinline__ void MultiplyBlockScaled(Acc& acc, Sm90ConsumerRing<P>& ring, int k_tiles, int lane,
-                                                      Queued queued, Ready ready) const {
+                                                      Queued queued, Ready ready, int b_skip) const {
     [[maybe_unused]] float part[P::kMmaM][P::kBN / 2];
     const uint32_t scales = tiles_a_address + P::kScaleOffset;
     const int row = first_row + 16 * ((threadIdx.x % 128) / 32) + lane / 4;
@@ -490,7 +491,7 @@ struct Sm90ConsumerMma {
           if constexpr (P::kBScaleRows == 1) {
             Sm90PromoteBlock<P>(acc[mi], part[mi], slot, row + 64 * mi, lane);
           } else {
-            Sm90PromoteBlockGroups<P>(acc[mi], part[mi], slot, row + 64 * mi);
+            Sm90PromoteBlockGroups<P>(acc[mi], part[mi], slot, row + 64 * mi, b_skip);
           }
         }
         __syncwarp();  // every lane has read the stage's scales
