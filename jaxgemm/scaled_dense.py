@@ -54,7 +54,7 @@ def _local(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dt
                                want_aux=want_aux)  # fmt: skip
     if runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform) and whole_k:
         return block_scaled_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, bias=bias, activation=activation,
-                                        want_aux=want_aux, groups=rhs_groups(rhs, rhs_tiles, axes))  # fmt: skip
+                                        want_aux=want_aux, groups=rhs_groups(rhs, rhs_tiles, axes, platform))  # fmt: skip
     # The product (summed over a split K), then the epilogue once, in XLA.
     (z,) = scaled_local(lhs, rhs, lhs_scales, rhs_scales, out_dtype=jnp.dtype(jnp.float32), platform=platform,
                         axes=axes, rhs_tiles=rhs_tiles)  # fmt: skip

@@ -11,7 +11,13 @@ import pytest
 
 import jaxgemm
 from jaxgemm.activations import apply
-from jaxgemm.scaled import _scales_by_block, rhs_groups, runs_on_block_scaled_kernel, scaled_matmul_tiled
+from jaxgemm.scaled import (
+    GROUPS_ON_CUDA_VARIABLE,
+    _scales_by_block,
+    rhs_groups,
+    runs_on_block_scaled_kernel,
+    scaled_matmul_tiled,
+)
 from jaxgemm.scaled_dense import scaled_dense
 from test_scaled import _bound as _scaled_bound
 from test_scaled import _fp8_kernel_platform, _hopper, _operands, _reference, _rel
@@ -137,11 +143,12 @@ def _tiled(rs, seed):
     (1, 64, 640, 1024, 256, jnp.float32),    # blocks of 256; four tiles, each at its own place in 4 groups
     (1, 30, 40, 256, 128, jnp.float16),      # one partial group
 ])  # fmt: skip
-def test_rhs_scales_in_tiles(b, m, n, k, block, out_dtype):
+def test_rhs_scales_in_tiles(b, m, n, k, block, out_dtype, monkeypatch):
     """rhs_tiles: rhs's scales repeat over 128-row tiles (fp8.dense's weights), and the
     kernel takes one per 64 rows (b_scale_rows=64, (B, KB, ceil(N / 64)) padded to 4)
     against the float64 definition with the scales as given."""
     _fp8_kernel_platform()
+    monkeypatch.setenv(GROUPS_ON_CUDA_VARIABLE, "1")
     lhs, rhs, ls, rs = _operands(80 + n, b, m, n, k, k // block)
     rs = _tiled(rs, n)
     fn = lambda *args: scaled_matmul_tiled(*args, preferred_element_type=out_dtype, rhs_tiles=True)
@@ -159,6 +166,7 @@ def test_rhs_tiles_in_the_fused_forward(monkeypatch):
     platform = _fp8_kernel_platform()
     if platform != "cpu":
         monkeypatch.setenv("JAXGEMM_SM_COUNT", "4")
+    monkeypatch.setenv(GROUPS_ON_CUDA_VARIABLE, "1")
     lhs, rhs, ls, rs = _operands(90, 1, 520, 700, 1024, 8)
     rs = _tiled(rs, 91)
     bias = jnp.asarray(np.random.default_rng(92).standard_normal((1, 700)), jnp.bfloat16)
@@ -169,14 +177,20 @@ def test_rhs_tiles_in_the_fused_forward(monkeypatch):
     assert _rel(y, np.asarray(apply("gelu", jnp.asarray(want_z, jnp.float32)), np.float64)) <= _bound(jnp.bfloat16)
 
 
-@pytest.mark.parametrize("n, tiles, axes, want", [
-    (100, True, {}, True),                 # N whole: groups start at row 0
-    (128, True, {"n": ("x",)}, True),      # shards of whole groups
-    (96, True, {"n": ("x",)}, False),      # a shard that may start mid-group: per row
-    (128, False, {}, False),               # no promise
+@pytest.mark.parametrize("n, tiles, axes, platform, variable, want", [
+    (100, True, {}, "cpu", None, True),             # N whole: groups start at row 0
+    (128, True, {"n": ("x",)}, "cpu", None, True),  # shards of whole groups
+    (96, True, {"n": ("x",)}, "cpu", None, False),  # a shard that may start mid-group: per row
+    (128, False, {}, "cpu", None, False),           # no promise
+    (128, True, {}, "cuda", None, False),           # on a GPU only where asked for, for now
+    (128, True, {}, "cuda", "1", True),
 ])  # fmt: skip
-def test_rhs_groups_only_where_shards_hold_whole_groups(n, tiles, axes, want):
-    assert rhs_groups(jnp.zeros((1, n, 128), jnp.float8_e4m3fn), tiles, axes) == want
+def test_rhs_groups_only_where_shards_hold_whole_groups(n, tiles, axes, platform, variable, want, monkeypatch):
+    if variable is None:
+        monkeypatch.delenv(GROUPS_ON_CUDA_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(GROUPS_ON_CUDA_VARIABLE, variable)
+    assert rhs_groups(jnp.zeros((1, n, 128), jnp.float8_e4m3fn), tiles, axes, platform) == want
 
 
 def test_scales_by_block_layout():

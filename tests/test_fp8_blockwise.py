@@ -18,6 +18,7 @@ from test_scaled import FP8_KERNEL_BOUND, _hopper
 
 import jaxgemm
 from jaxgemm.fp8 import E4M3_MAX, quantize_blocks, quantize_rows, quantize_tiles
+from jaxgemm.scaled import GROUPS_ON_CUDA_VARIABLE
 
 
 def _layer(seed, m=256, k=256, n=384, dtype=jnp.float32):
@@ -93,13 +94,14 @@ def test_rowwise_where_blocks_do_not_fit():
     assert _rel(dw, _product64(x.T, dy.T)) <= (FP8_KERNEL_BOUND if _hopper() else 1e-5)
 
 
-def test_runs_on_the_block_scaled_kernel():
+def test_runs_on_the_block_scaled_kernel(monkeypatch):
     """On a Hopper GPU (or the CPU's FFI reference) the forward's one product and the
     backward's two are block-scaled kernel calls; the two that read w take its scales one
     per 64 rows (its 128 x 128 tiles), dw per row."""
     platform = jax.default_backend().replace("gpu", "cuda")
     if platform == "cuda" and not _hopper() or platform == "cpu" and jaxgemm.xla_cpu.enabled("cpu"):
         pytest.skip("no block-scaled kernel here")
+    monkeypatch.setenv(GROUPS_ON_CUDA_VARIABLE, "1")
     x, w, b = _layer(5, dtype=jnp.bfloat16)
     loss = lambda x, w: jnp.sum(jaxgemm.fp8.dense(x, w, b, "gelu", scaling="blockwise").astype(jnp.float32))
     hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(x, w).compile().as_text()
