@@ -25,7 +25,8 @@ Its `local`, for float8_e4m3fn operands on a Hopper GPU:
   scales (jaxgemm_block_scaled_gemm; the scales travel transposed, (B, KB, rows)). Where
   the caller knows rhs's scales repeat over 128-row tiles (fp8.dense's weights: the op's
   `rhs_tiles`), the kernel takes one scale per 64 rows of rhs instead and its promotion
-  is one multiply-add a value instead of two float ops.
+  is one multiply-add a value instead of two float ops (on a GPU, for now, only under
+  JAXGEMM_BLOCK_SCALE_GROUPS=1: GROUPS_ON_CUDA_VARIABLE).
 Both also take float8_e5m2 beside e4m3, in either operand (a gradient's format:
 TransformerEngine's HYBRID recipe). Everything else (smaller blocks, e5m2 x e5m2, other
 GPUs, the CPU) dequantizes into float32 and runs XLA's dot, which is what XLA itself does

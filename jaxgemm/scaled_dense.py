@@ -5,14 +5,15 @@ activation and the pre-activation z, all in the kernel's epilogue:
     y = act(z)
 
 lhs (B, M, K) and rhs (B, N, K) K-major e4m3, their scales (B, M, KB) and (B, N, KB) as
-`scaled_matmul` takes them, bias (B, N) or absent; rhs_tiles as `scaled_matmul_tiled`'s. One scale per row (KB = 1) runs on the
-fp8 GEMM (the scales in its epilogue too), blocks of a multiple of 128 values on the
-block-scaled kernel. Results: y, and z where asked (`want_aux`), both in out_dtype. The
-kernels write bfloat16 or float32 (float16 is rounded from float32). One primitive in
-primitive.py's pattern, sharded like `scaled_matmul`: B, M and N split with no collective;
-with K split the partial products are summed first and the epilogue runs in XLA on the sum
-(as it does wherever no kernel takes the product: other GPUs, the CPU's XLA route, rows
-that are not 16-byte runs). Not differentiable: fp8.dense's custom VJP is its derivative.
+`scaled_matmul` takes them (rhs_tiles as `scaled_matmul_tiled`'s), bias (B, N) or absent.
+One scale per row (KB = 1) runs on the fp8 GEMM (the scales in its epilogue too), blocks
+of a multiple of 128 values on the block-scaled kernel. Results: y, and z where asked
+(`want_aux`), both in out_dtype. The kernels write bfloat16 or float32 (float16 is
+rounded from float32). One primitive in primitive.py's pattern, sharded like
+`scaled_matmul`: B, M and N split with no collective; with K split the partial products
+are summed first and the epilogue runs in XLA on the sum (as it does wherever no kernel
+takes the product: other GPUs, the CPU's XLA route, rows that are not 16-byte runs). Not
+differentiable: fp8.dense's custom VJP is its derivative.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _local(lhs, rhs, lhs_scales, rhs_scales, *bias, activation, want_aux, out_dt
                                want_aux=want_aux)  # fmt: skip
     if runs_on_block_scaled_kernel(lhs, rhs, lhs_scales, platform) and whole_k:
         return block_scaled_kernel_call(lhs, rhs, lhs_scales, rhs_scales, out_dtype, bias=bias, activation=activation,
-                                        want_aux=want_aux, groups=rhs_groups(rhs, rhs_tiles, axes, platform))  # fmt: skip
+                                        want_aux=want_aux, groups=rhs_groups(rhs, rhs_tiles, axes, platform))
     # The product (summed over a split K), then the epilogue once, in XLA.
     (z,) = scaled_local(lhs, rhs, lhs_scales, rhs_scales, out_dtype=jnp.dtype(jnp.float32), platform=platform,
                         axes=axes, rhs_tiles=rhs_tiles)  # fmt: skip

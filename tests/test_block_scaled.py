@@ -241,7 +241,8 @@ def test_ffi_contract(change, words):
     elif change in ("fewer scale rows", "fewer group scales"):
         sb = jnp.ones((1, 2, 4))
     extra = {"bias of 7 columns": {"bias": jnp.ones((1, 7), out_dtype)}, "activation 99": {"activation": 99},
-             "float32 aux": {"out_dtype": jnp.bfloat16, "aux_dtype": jnp.float32}, "b_scale_rows 32": {"b_scale_rows": 32},
+             "float32 aux": {"out_dtype": jnp.bfloat16, "aux_dtype": jnp.float32},
+             "b_scale_rows 32": {"b_scale_rows": 32},
              "fewer group scales": {"b_scale_rows": 64}}.get(change, {})  # fmt: skip
     extra = {"out_dtype": out_dtype} | extra
     with pytest.raises(Exception, match=words):
