@@ -7,7 +7,8 @@ lhs (B, M, K) and rhs (B, N, K) both K-major (as Hopper's fp8 wgmma takes them),
 scales (B, M, KB) and (B, N, KB), one per row and block of bs = K // KB values along K.
 Per-tensor scaling is KB = 1 with every row's scale equal; 1 x 128 activations and
 128 x 128 weights (DeepSeek-V3's recipe) are KB = K / 128 with each weight block's scale
-repeated over its 128 rows.
+repeated over its 128 rows, or, beyond jax.nn's API, rhs_scales (B, ceil(N / 128), KB):
+one per 128-row tile of rhs (DeepGEMM's form), repeated over the tile's rows here.
 
 One primitive in primitive.py's pattern. Its rule makes K a compound dim: its blocks
 ("kb", the scales' last dim) and the values inside a block ("ks", bs of them, never
@@ -92,6 +93,21 @@ def _dequantized(x, scales):
 BLOCK_SCALE_GRANULE = 128
 # Rows of rhs per scale that the block-scaled kernel takes where they repeat over tiles.
 _RHS_SCALE_GROUP = 64
+# Rows of rhs per scale in rhs_scales's tiled form.
+RHS_TILE_ROWS = 128
+
+
+def _tiled_form(rhs_shape, rhs_scales_shape) -> bool:
+    """Whether rhs_scales (B, ceil(N / 128), KB) is the tiled form (not one scale per row)."""
+    n, rows = rhs_shape[1], rhs_scales_shape[1]
+    return rows != n and rows == -(-n // RHS_TILE_ROWS)
+
+
+def _scales_per_row(tile_scales, n):
+    """Tile scales (B, T, KB) repeated over each tile's 128 rows: (B, N, KB)."""
+    b, t, kb = tile_scales.shape
+    rows = jnp.broadcast_to(tile_scales[:, :, None, :], (b, t, RHS_TILE_ROWS, kb)).reshape(b, t * RHS_TILE_ROWS, kb)
+    return rows if t * RHS_TILE_ROWS == n else rows[:, :n]
 
 
 def _on_fp8_platform(platform: str) -> bool:
@@ -245,8 +261,10 @@ def _check(lhs, rhs, lhs_scales, rhs_scales, out_dtype):
     (b, m, k), (b2, n, k2), (kb, kb2) = lhs.shape, rhs.shape, (lhs_scales.shape[2], rhs_scales.shape[2])
     if b2 != b or k2 != k:
         raise ValueError(f"scaled_matmul: lhs (B, M, K) and rhs (B, N, K) must agree on B and K; got {shapes}")
-    if lhs_scales.shape[:2] != (b, m) or rhs_scales.shape[:2] != (b, n):
-        raise ValueError(f"scaled_matmul: lhs_scales must be (B, M, KB) and rhs_scales (B, N, KB); got {shapes}")
+    rhs_rows_ok = rhs_scales.shape[1] == n or _tiled_form(rhs.shape, rhs_scales.shape)
+    if lhs_scales.shape[:2] != (b, m) or rhs_scales.shape[0] != b or not rhs_rows_ok:
+        raise ValueError(f"scaled_matmul: lhs_scales must be (B, M, KB) and rhs_scales (B, N, KB) or (B, ceil(N / "
+                         f"128), KB); got {shapes}")  # fmt: skip
     if kb != kb2 or kb < 1 or k % kb:
         raise ValueError(f"scaled_matmul: both scales need the same number KB >= 1 of blocks along K, and KB must "
                          f"divide K; got {shapes}")  # fmt: skip
@@ -261,7 +279,8 @@ def scaled_matmul(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type=jnp.f
       rhs: (B, N, K), the same kinds (K-major: the contraction is both last dims).
       lhs_scales: (B, M, KB), KB dividing K: one scale per row and block of K // KB values
         (float32, bfloat16, float16 or float8_e8m0fnu).
-      rhs_scales: (B, N, KB), the same KB.
+      rhs_scales: (B, N, KB), the same KB; or (B, ceil(N / 128), KB), one per 128-row tile
+        of rhs (128 x 128 weight blocks with KB = K / 128, DeepGEMM's form).
       preferred_element_type: the result's dtype (float32 by default, as jax.nn's).
       out_sharding: the result's sharding, as `jnp.matmul`'s (Explicit mode; needed where K
         is sharded in both operands).
@@ -288,6 +307,8 @@ def scaled_matmul_tiled(lhs, rhs, lhs_scales, rhs_scales, preferred_element_type
     lhs, rhs, lhs_scales, rhs_scales = (jnp.asarray(x) for x in (lhs, rhs, lhs_scales, rhs_scales))
     out_dtype = jnp.dtype(preferred_element_type)
     _check(lhs, rhs, lhs_scales, rhs_scales, out_dtype)
+    if _tiled_form(rhs.shape, rhs_scales.shape):
+        rhs_scales, rhs_tiles = _scales_per_row(rhs_scales, rhs.shape[1]), True
     out_sharding = canonical_out_sharding(out_sharding, "scaled_matmul")
     (out,) = scaled_matmul_op.bind(lhs, rhs, lhs_scales, rhs_scales, out_dtype=out_dtype, out_sharding=out_sharding,
                                    rhs_tiles=bool(rhs_tiles))  # fmt: skip

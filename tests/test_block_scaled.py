@@ -177,6 +177,23 @@ def test_rhs_tiles_in_the_fused_forward(monkeypatch):
     assert _rel(y, np.asarray(apply("gelu", jnp.asarray(want_z, jnp.float32)), np.float64)) <= _bound(jnp.bfloat16)
 
 
+@pytest.mark.parametrize("n, k, kb", [(200, 512, 4), (384, 1024, 8), (64, 256, 2), (300, 256, 1)])
+def test_rhs_scales_as_tiles(n, k, kb, monkeypatch):
+    """rhs_scales (B, ceil(N / 128), KB), one per 128-row tile of rhs (DeepGEMM's form): the
+    product with each scale repeated over its tile's rows; with blocks (KB > 1) on the
+    kernel's groups (b_scale_rows = 64), with one block on the per-row fp8 kernel."""
+    _fp8_kernel_platform()
+    monkeypatch.setenv(GROUPS_ON_CUDA_VARIABLE, "1")
+    lhs, rhs, ls, _ = _operands(100 + n, 2, 40, n, k, kb)
+    tiles = jnp.asarray(np.random.default_rng(n).uniform(0.25, 2, (2, -(-n // 128), kb)), jnp.float32)
+    rows = jnp.repeat(tiles, 128, axis=1)[:, :n]
+    out = jax.jit(jaxgemm.scaled_matmul)(lhs, rhs, ls, tiles)
+    assert out.shape == (2, 40, n)
+    assert _rel(out, _reference(lhs, rhs, ls, rows)) <= (_bound() if kb > 1 else _scaled_bound((lhs, rhs)))
+    calls = _calls(jaxgemm.scaled_matmul, lhs, rhs, ls, tiles)
+    assert len(calls) == (kb > 1) and all("b_scale_rows = 64" in call for call in calls), calls
+
+
 @pytest.mark.parametrize("n, tiles, axes, platform, variable, want", [
     (100, True, {}, "cpu", None, True),             # N whole: groups start at row 0
     (128, True, {"n": ("x",)}, "cpu", None, True),  # shards of whole groups

@@ -210,6 +210,7 @@ def test_empty_and_odd_sizes(b, m, n, k, kb):
     (((1, 8, 128), (2, 4, 128), (1, 8, 1), (2, 4, 1)), None, ValueError, "agree on B and K"),
     (((1, 8, 128), (1, 4, 64), (1, 8, 1), (1, 4, 1)), None, ValueError, "agree on B and K"),
     (((1, 8, 128), (1, 4, 128), (1, 4, 1), (1, 4, 1)), None, ValueError, "(B, M, KB)"),
+    (((1, 8, 128), (1, 200, 128), (1, 8, 1), (1, 3, 1)), None, ValueError, "(B, ceil(N / 128), KB)"),
     (((1, 8, 128), (1, 4, 128), (1, 8, 2), (1, 4, 1)), None, ValueError, "same number KB"),
     (((1, 8, 128), (1, 4, 128), (1, 8, 3), (1, 4, 3)), None, ValueError, "divide K"),
     (((1, 8, 128), (1, 4, 128), (1, 8, 1), (1, 4, 1)), (jnp.int8, jnp.float32), TypeError, "lhs has dtype int8"),

@@ -32,6 +32,32 @@ def test_auto_mode(name):
     assert NamedSharding(out.sharding.mesh, out_spec).is_equivalent_to(out.sharding, 3), out.sharding
 
 
+def test_auto_mode_rhs_scales_as_tiles():
+    """rhs_scales one per 128-row tile (B, N / 128, KB), split with rhs's rows (tensor
+    parallel, a tile a device): no collective, the values of the scales repeated per row."""
+    lhs, rhs, ls, rs = _operands(10, 1, 32, 1024, 512, 4)
+    tiles = rs[:, ::128]
+    specs = (P(), P(None, "x"), P(), P(None, "x"))
+    out, hlo = compile_sharded(jaxgemm.scaled_matmul, auto_mesh((8,)), specs, (lhs, rhs, ls, tiles))
+    assert _rel(out, _reference(lhs, rhs, ls, jax.numpy.repeat(tiles, 128, axis=1))) <= _bound((lhs, rhs))
+    assert not any(collective_counts(hlo).values()), hlo
+    assert NamedSharding(out.sharding.mesh, P(None, None, "x")).is_equivalent_to(out.sharding, 3), out.sharding
+
+
+def test_explicit_mode_rhs_scales_as_tiles():
+    """The tiled rhs_scales split with rhs's rows in Explicit mode: the result typed split on
+    its columns, the values right."""
+    mesh = explicit_mesh((8,))
+    lhs, rhs, ls, rs = _operands(14, 1, 32, 1024, 512, 4)
+    tiles = rs[:, ::128]
+    put = lambda x, s: jax.device_put(x, NamedSharding(mesh, s))  # noqa: E731
+    args = [put(x, s) for x, s in zip((lhs, rhs, ls, tiles), (P(), P(None, "x"), P(), P(None, "x")))]
+    with jax.set_mesh(mesh):
+        out = jax.jit(jaxgemm.scaled_matmul)(*args)
+        assert jax.typeof(out).sharding.spec == P(None, None, "x")
+    assert _rel(out, _reference(lhs, rhs, ls, jax.numpy.repeat(tiles, 128, axis=1))) <= _bound((lhs, rhs))
+
+
 def test_auto_mode_k_not_on_block_boundaries():
     """K split over 8 devices but only 4 blocks: the blocks stay whole (their operands
     gathered), the values right."""

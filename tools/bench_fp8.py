@@ -20,7 +20,8 @@ HIGHEST precision, and the custom calls of XLA's fp8 dot.
   ours        jaxgemm.scaled_matmul, bfloat16 result (the block-scaled kernel);
   tiles       the same with rhs in 128 x 128 tiles (DeepSeek-V3's weights: each tile's
               scale repeated over its rows, and rhs_tiles=True, as fp8.dense calls it: the
-              kernel's promotion then takes one scale per 64 columns);
+              kernel's promotion then takes one scale per 64 columns; on a GPU, for now,
+              only under JAXGEMM_BLOCK_SCALE_GROUPS=1, else the per-row scales' kernel);
   jax_nn      jax.nn.scaled_matmul on the same arguments (dequantized, then a dot: what XLA
               runs on Hopper);
   rowwise     jaxgemm.scaled_matmul with one scale per row (the fp8 GEMM with fast
