@@ -227,8 +227,7 @@ cudaError_t RunFloat8Gemm(const GemmProblem& p, cudaStream_t stream, KernelReque
     }
     return LaunchSm90Gemm<TIn, float>(p, tile.m, tile.n, sm_count, stream, workspace);
   };
-  if (!p.other_b_fp8) return launch(__nv_fp8_e4m3{});  // (TIn: the formats, fp8_operands.h)
-  return p.in_type == ElementType::kF8E5M2 ? launch(Fp8E5m2E4m3{}) : launch(Fp8E4m3E5m2{});
+  return WithFp8Operands(p.in_type, p.other_b_fp8, launch);  // (TIn: the formats, fp8_operands.h)
 }
 
 }  // namespace

@@ -238,11 +238,9 @@ cudaError_t LaunchSm90BlockScaledPolicy(const GemmProblem& p, const BlockScales&
   if (status == cudaSuccess) status = EncodeTmaMap(&loads.scales.b, sb, kSm90BScaleBox<P>, 1, /*swizzled=*/false);
   if (status != cudaSuccess) return status;
   // (TIn: the operands' formats, fp8_operands.h; e5m2 beside e4m3 for a gradient.)
-  if (!p.other_b_fp8) return LaunchSm90Kernel<P, __nv_fp8_e4m3, TOut, false, true>(loads, p, sm_count, stream);
-  if (p.in_type == ElementType::kF8E5M2) {
-    return LaunchSm90Kernel<P, Fp8E5m2E4m3, TOut, false, true>(loads, p, sm_count, stream);
-  }
-  return LaunchSm90Kernel<P, Fp8E4m3E5m2, TOut, false, true>(loads, p, sm_count, stream);
+  return WithFp8Operands(p.in_type, p.other_b_fp8, [&](auto formats) {
+    return LaunchSm90Kernel<P, decltype(formats), TOut, false, true>(loads, p, sm_count, stream);
+  });
 }
 
 template <class TOut>
