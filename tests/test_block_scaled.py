@@ -137,20 +137,21 @@ def _tiled(rs, seed):
     return jnp.asarray(np.repeat(tiles, 128, axis=1)[:, :n], jnp.float32)
 
 
+@pytest.mark.parametrize("lhs_dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2])  # e5m2: dx's dz in the HYBRID recipe
 @pytest.mark.parametrize("b, m, n, k, block, out_dtype", [
     (1, 136, 264, 256, 128, jnp.float32),    # the second tile starts mid-tile of scales (192)
     (2, 129, 385, 4096, 128, jnp.bfloat16),  # batches, deep K, a ragged last tile
     (1, 64, 640, 1024, 256, jnp.float32),    # blocks of 256; four tiles, each at its own place in 4 groups
     (1, 30, 40, 256, 128, jnp.float16),      # one partial group
 ])  # fmt: skip
-def test_rhs_scales_in_tiles(b, m, n, k, block, out_dtype, monkeypatch):
+def test_rhs_scales_in_tiles(b, m, n, k, block, out_dtype, lhs_dtype, monkeypatch):
     """rhs_tiles: rhs's scales repeat over 128-row tiles (fp8.dense's weights), and the
     kernel takes one per 64 rows (b_scale_rows=64, (B, KB, ceil(N / 64)) padded to 4)
     against the float64 definition with the scales as given."""
     _fp8_kernel_platform()
     monkeypatch.setenv(GROUPS_ON_CUDA_VARIABLE, "1")
     lhs, rhs, ls, rs = _operands(80 + n, b, m, n, k, k // block)
-    rs = _tiled(rs, n)
+    lhs, rs = lhs.astype(jnp.float32).astype(lhs_dtype), _tiled(rs, n)
     fn = lambda *args: scaled_matmul_tiled(*args, preferred_element_type=out_dtype, rhs_tiles=True)
     (call,) = _calls(fn, lhs, rhs, ls, rs)
     groups = -(-n // 64)
