@@ -9,8 +9,9 @@
 # (then 2/2) runs half the tests; SKIP_BUILD=1 keeps the jaxgemm already installed (a warm
 # machine's second call). A tests-only call (suite "none") skips the SASS facts.
 # Suites: jaxgemm.bench's (simt, tc, epilogue, smoke, all), "none", "conv" / "conv-bf16"
-# (jaxgemm.bench.conv, both dtypes / bfloat16 only), and "tiles" (tools/simt_tile_sweep.py
-# and tools/sm90_tile_sweep.py: every forced tile against XLA), comma-separated.
+# (jaxgemm.bench.conv, both dtypes / bfloat16 only), "tiles" (tools/simt_tile_sweep.py
+# and tools/sm90_tile_sweep.py: every forced tile against XLA) and "fp8" (tools/bench_fp8.py
+# --blocks and --dense, tools/fp8_breakdown.py for each scaling), comma-separated.
 # Logs go to $OUT (the device tool's folder) or /tmp/jaxgemm_check.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -90,17 +91,20 @@ if [ "$suite" != none ] || [ "${JAXGEMM_CHECK_SASS:-0}" = 1 ]; then
   sass_of sm90_1 Sm90GemmKernel Sm90MatrixLoads Sm90PolicyILi128ELb0ELi1ELi2ELi1ELb0EE nv_bfloat16S3_Lb0ELb0E Sm90EpiloguesE0E
   # The conv fprop instance of the same kernel (pingpong bf16).
   sass_of sm90_conv Sm90GemmKernel Sm90ConvFpropLoads Sm90PolicyILi128ELb1E nv_bfloat16S3_
-  # The block-scaled fp8 kernel's plain bf16-output instance (Sm90BlockScaledPolicy).
-  sass_of sm90_block Sm90GemmKernel Sm90BlockScaledLoads nv_bfloat16 Sm90EpiloguesE0E
+  # The block-scaled fp8 kernel's plain bf16-output e4m3 instances: B's scales per row
+  # (Sm90BlockScaledPolicy) and per group of 64 rows (Sm90BlockScaledGroupsPolicy).
+  sass_of sm90_block Sm90GemmKernel Sm90PolicyILi192 Sm90BlockScaledLoads E13__nv_fp8_e4m313__nv_bfloat16 Sm90EpiloguesE0E
+  sass_of sm90_groups Sm90GemmKernel Sm90BlockScaledGroupsPolicy E13__nv_fp8_e4m313__nv_bfloat16 Sm90EpiloguesE0E
   local_access='LDL/STL=LDL|STL' tma='HGMMA=HGMMA UTMALDG=UTMALDG UTMASTG=UTMASTG'
   sass_line="$(counts "flagship SASS (128x128 f32 NN)" flagship FFMA=FFMA 'LDS.128=LDS\.128' "$local_access")
   $(counts "sm90 SASS (cluster 2x 128x256 bf16 NN)" sm90 $tma "$local_access")
   $(counts "sm90 SASS (one consumer 64x128 bf16 NN)" sm90_1 $tma "$local_access")
   $(counts "sm90 conv fprop SASS (pingpong bf16)" sm90_conv HGMMA=HGMMA 'UTMALDG.IM2COL=UTMALDG\.4D\.IM2COL' "$local_access")
-  $(counts "sm90 block-scaled fp8 SASS (128x192, bf16 out)" sm90_block $tma FFMA=FFMA "$local_access")"
+  $(counts "sm90 block-scaled fp8 SASS (128x192, bf16 out)" sm90_block $tma FFMA=FFMA "$local_access")
+  $(counts "sm90 block-scaled fp8 SASS, B in groups (128x192, bf16 out)" sm90_groups $tma FFMA=FFMA FMUL=FMUL "$local_access")"
 fi
 
-gemm_suites=$(echo "$suite" | tr ',' '\n' | grep -vE '^(conv|conv-bf16|none|tiles)$' | paste -sd, -)
+gemm_suites=$(echo "$suite" | tr ',' '\n' | grep -vE '^(conv|conv-bf16|none|tiles|fp8)$' | paste -sd, -)
 : >"$out/bench.txt"
 if [ -n "$gemm_suites" ]; then
   $py -m jaxgemm.bench --suite "$gemm_suites" --json "$out/bench.json" >>"$out/bench.txt" 2>"$scratch/bench.err" ||
@@ -115,6 +119,14 @@ if [ -n "$conv_dtypes" ]; then
   $py -m jaxgemm.bench.conv --dtypes "$conv_dtypes" --json "$out/bench_conv.json" >>"$out/bench.txt" 2>"$scratch/bench_conv.err" ||
     tail -20 "$scratch/bench_conv.err"
 fi
+case ",$suite," in
+  *,fp8,*)
+    fp8_shapes=32768x1024x4096,32768x4096x1024
+    { $py tools/bench_fp8.py --blocks --shapes 8192x8192x8192,4096x4096x4096
+      $py tools/bench_fp8.py --dense --shapes "$fp8_shapes"
+      $py tools/fp8_breakdown.py --shapes "$fp8_shapes" --scaling rowwise,blockwise,delayed
+    } >>"$out/bench.txt" 2>"$scratch/fp8.err" || tail -20 "$scratch/fp8.err" ;;
+esac
 case ",$suite," in
   *,tiles,*)
     for sweep in simt_tile_sweep sm90_tile_sweep; do
