@@ -107,7 +107,8 @@ def quantize_blocks(x, block=BLOCK, dtype=E4M3):
 def quantize_tiles(w, block=BLOCK):
     """w (R, K), K a multiple of `block`: e4m3 values and one float32 scale per tile of
     block x block (the last row tile may be shorter), as `scaled_matmul` takes them:
-    (R, K // block), each tile's scale repeated over its rows."""
+    (R, K // block), each tile's scale repeated over its rows (`scales[::block]` is the
+    tiled form, one row per tile, which `scaled_matmul` also takes for block = 128)."""
     w = jnp.asarray(w, jnp.float32)
     _check_blocks("quantize_tiles", w, block, rank=2)
     r, k = w.shape
