@@ -195,6 +195,19 @@ def test_rhs_scales_as_tiles(n, k, kb, monkeypatch):
     assert len(calls) == (kb > 1) and all("b_scale_rows = 64" in call for call in calls), calls
 
 
+def test_rhs_scales_as_tiles_under_vmap(monkeypatch):
+    """The tiled rhs_scales under vmap: each example's product, its tiles repeated per row."""
+    _fp8_kernel_platform()
+    monkeypatch.setenv(GROUPS_ON_CUDA_VARIABLE, "1")
+    per = [_operands(110 + i, 1, 24, 200, 384, 3) for i in range(2)]
+    tiles = [jnp.asarray(np.random.default_rng(i).uniform(0.25, 2, (1, 2, 3)), jnp.float32) for i in range(2)]
+    out = jax.jit(jax.vmap(jaxgemm.scaled_matmul))(*(jnp.stack(xs) for xs in zip(*(p[:3] for p in per))),
+                                                  jnp.stack(tiles))  # fmt: skip
+    for i, (lhs, rhs, ls, _) in enumerate(per):
+        rows = jnp.repeat(tiles[i], 128, axis=1)[:, :200]
+        assert _rel(out[i], _reference(lhs, rhs, ls, rows)) <= _bound()
+
+
 @pytest.mark.parametrize("n, tiles, axes, platform, variable, want", [
     (100, True, {}, "cpu", None, True),             # N whole: groups start at row 0
     (128, True, {"n": ("x",)}, "cpu", None, True),  # shards of whole groups
