@@ -104,7 +104,8 @@ def _tiled_form(rhs_shape, rhs_scales_shape) -> bool:
 
 
 def _scales_per_row(tile_scales, n):
-    """Tile scales (B, T, KB) repeated over each tile's 128 rows: (B, N, KB)."""
+    """Tile scales (B, T, KB) repeated over each tile's 128 rows: (B, N, KB). A broadcast
+    and a reshape (not jnp.repeat), so that tiles split over devices stay split by rows."""
     b, t, kb = tile_scales.shape
     rows = jnp.broadcast_to(tile_scales[:, :, None, :], (b, t, RHS_TILE_ROWS, kb)).reshape(b, t * RHS_TILE_ROWS, kb)
     return rows if t * RHS_TILE_ROWS == n else rows[:, :n]

@@ -58,6 +58,17 @@ def test_explicit_mode_rhs_scales_as_tiles():
     assert _rel(out, _reference(lhs, rhs, ls, jax.numpy.repeat(tiles, 128, axis=1))) <= _bound((lhs, rhs))
 
 
+def test_shard_map_rhs_scales_as_tiles():
+    """Inside shard_map each device holds its rows of rhs and their tiles' scales: its
+    columns of the product, those scales repeated per row."""
+    lhs, rhs, ls, rs = _operands(15, 1, 32, 1024, 512, 4)
+    tiles = rs[:, ::128]
+    specs = (P(), P(None, "x"), P(), P(None, "x"))
+    out = jax.jit(jax.shard_map(jaxgemm.scaled_matmul, mesh=auto_mesh((8,)), in_specs=specs,
+                                out_specs=P(None, None, "x")))(lhs, rhs, ls, tiles)  # fmt: skip
+    assert _rel(out, _reference(lhs, rhs, ls, jax.numpy.repeat(tiles, 128, axis=1))) <= _bound((lhs, rhs))
+
+
 def test_auto_mode_k_not_on_block_boundaries():
     """K split over 8 devices but only 4 blocks: the blocks stay whole (their operands
     gathered), the values right."""

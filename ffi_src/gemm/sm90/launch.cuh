@@ -247,10 +247,10 @@ template <class TOut>
 cudaError_t LaunchSm90BlockScaledGemm(const GemmProblem& p, const BlockScales& scales, int sm_count,
                                       cudaStream_t stream) {
   const bool two_e5m2 = p.in_type == ElementType::kF8E5M2 && !p.other_b_fp8;
-  const bool b_rows = scales.b_rows == 1 || scales.b_rows == kBlockScaleGroupRows;
+  const bool b_rows_ok = scales.b_rows == 1 || scales.b_rows == kBlockScaleGroupRows;
   if (!IsFloat8(p.in_type) || two_e5m2 || p.trans_a || !p.trans_b || p.split_k != 1 || p.batch.rank > 1 ||
       scales.block_k <= 0 || scales.block_k % Sm90BlockScaledPolicy::kBK != 0 || scales.pitch_a % 4 ||
-      scales.pitch_b % 4 || !b_rows || reinterpret_cast<uintptr_t>(scales.a) % 16 ||
+      scales.pitch_b % 4 || !b_rows_ok || reinterpret_cast<uintptr_t>(scales.a) % 16 ||
       reinterpret_cast<uintptr_t>(scales.b) % 16) {
     return cudaErrorInvalidValue;
   }
